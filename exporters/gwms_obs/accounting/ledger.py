@@ -1,0 +1,143 @@
+"""Running totals of pilot accounts and entry status, keyed by metric labels.
+
+The ledger is what the exporter serves and what the checkpoint saves: it
+holds only label-keyed sums (bounded by entries × clients × categories),
+never a pilot.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import registry as R
+from ..model import EntryStatus, FrontendStatus
+from .pilot import PilotAccount
+
+Labels = tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int]  # per bucket, not cumulative; last one is +Inf
+    total: float = 0.0
+
+    @classmethod
+    def empty(cls, bounds: tuple[float, ...]) -> Histogram:
+        return cls(bounds, [0] * (len(bounds) + 1))
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, v)] += 1
+        self.total += v
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, acc = [], 0
+        for b, c in zip((*[repr(float(x)) for x in self.bounds], "+Inf"), self.counts, strict=True):
+            acc += c
+            out.append((b, acc))
+        return out
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+
+def bottleneck(fs: FrontendStatus) -> tuple[int, int]:
+    """(provisioning bottleneck jobs, insufficient demand cores) of one frontend at one entry.
+
+    GIL report: a bottleneck is a user job waiting while no pilot is idle in the
+    pool; insufficient demand is a pilot idle while no job waits.
+    """
+    cm = fs.client_monitor
+    jobs_idle = cm.get("JobsIdle", 0)
+    cores_idle = cm.get("CoresIdle", 0)
+    glide_idle = cm.get("GlideIdle", 0)
+    return (jobs_idle if glide_idle == 0 and cores_idle == 0 else 0, cores_idle if jobs_idle == 0 else 0)
+
+
+@dataclass
+class Ledger:
+    cpu: dict[Labels, float] = field(default_factory=dict)  # (entry, client, site, category, accuracy)
+    gpu: dict[Labels, float] = field(default_factory=dict)
+    pilots: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site, outcome)
+    user_jobs: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site, category)
+    lifetime: dict[Labels, Histogram] = field(default_factory=dict)  # (entry, client, site)
+    validation: dict[Labels, Histogram] = field(default_factory=dict)
+    last_completed: dict[Labels, float] = field(default_factory=dict)
+    # Entry status: the latest file per entry, and the integrals over time.
+    entries: dict[str, tuple[EntryStatus, str]] = field(default_factory=dict)  # entry -> (status, site)
+    bottleneck_seconds: dict[Labels, float] = field(default_factory=dict)
+    demand_seconds: dict[Labels, float] = field(default_factory=dict)
+
+    def add(self, a: PilotAccount) -> None:
+        pool = (a.entry, a.client, a.site)
+        acc = a.partition.accuracy.value
+        for cat, v in a.partition.cpu.items():
+            k = (*pool, cat.value, acc)
+            self.cpu[k] = self.cpu.get(k, 0.0) + v
+        for cat, v in a.partition.gpu.items():
+            k = (*pool, cat.value, acc)
+            self.gpu[k] = self.gpu.get(k, 0.0) + v
+        ko = (*pool, a.outcome.value)
+        self.pilots[ko] = self.pilots.get(ko, 0) + 1
+        for cat, n in a.partition.jobs.items():
+            kj = (*pool, cat.value)
+            self.user_jobs[kj] = self.user_jobs.get(kj, 0) + n
+        self.lifetime.setdefault(pool, Histogram.empty(R.PILOT_LIFETIME.buckets)).observe(a.lifetime)
+        if a.validation_duration is not None:
+            self.validation.setdefault(pool, Histogram.empty(R.PILOT_VALIDATION.buckets)).observe(
+                a.validation_duration)
+        self.last_completed[pool] = max(self.last_completed.get(pool, 0.0), a.end)
+
+    def update_entry(self, status: EntryStatus, site: str) -> None:
+        """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
+        prev = self.entries.get(status.entry)
+        if prev is not None and prev[0].updated is not None and status.updated is not None:
+            dt = status.updated - prev[0].updated
+            if dt <= 0:
+                return  # the same (or an older) snapshot: nothing new
+            for client, fs in prev[0].frontends.items():
+                b, d = bottleneck(fs)
+                k = (status.entry, client, prev[1])
+                self.bottleneck_seconds[k] = self.bottleneck_seconds.get(k, 0.0) + b * dt
+                self.demand_seconds[k] = self.demand_seconds.get(k, 0.0) + d * dt
+        self.entries[status.entry] = (status, site)
+
+    # --- checkpoint -------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        def rows(d: dict[Labels, Any]) -> list[list[Any]]:
+            return [[*k, v] for k, v in d.items()]
+
+        def hrows(d: dict[Labels, Histogram]) -> list[list[Any]]:
+            return [[*k, h.counts, h.total] for k, h in d.items()]
+
+        return {
+            "cpu": rows(self.cpu), "gpu": rows(self.gpu), "pilots": rows(self.pilots),
+            "user_jobs": rows(self.user_jobs), "lifetime": hrows(self.lifetime),
+            "validation": hrows(self.validation), "last_completed": rows(self.last_completed),
+            "bottleneck_seconds": rows(self.bottleneck_seconds), "demand_seconds": rows(self.demand_seconds),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ledger:
+        led = cls()
+
+        def load(name: str, n: int) -> dict[Labels, Any]:
+            return {tuple(r[:n]): r[n] for r in data.get(name, []) if len(r) == n + 1}
+
+        def hload(name: str, bounds: tuple[float, ...]) -> dict[Labels, Histogram]:
+            out: dict[Labels, Histogram] = {}
+            for r in data.get(name, []):
+                if len(r) == 5 and len(r[3]) == len(bounds) + 1:
+                    out[tuple(r[:3])] = Histogram(bounds, list(r[3]), float(r[4]))
+            return out  # a bucket layout change restarts the histogram rather than lie
+
+        led.cpu, led.gpu = load("cpu", 5), load("gpu", 5)
+        led.pilots, led.user_jobs = load("pilots", 4), load("user_jobs", 4)
+        led.last_completed = load("last_completed", 3)
+        led.bottleneck_seconds, led.demand_seconds = load("bottleneck_seconds", 3), load("demand_seconds", 3)
+        led.lifetime = hload("lifetime", R.PILOT_LIFETIME.buckets)
+        led.validation = hload("validation", R.PILOT_VALIDATION.buckets)
+        return led

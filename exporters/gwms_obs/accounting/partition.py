@@ -1,0 +1,235 @@
+"""Partition a pilot's life into time categories, in canonical units.
+
+Pure functions, no I/O. The rules and their reasons are in docs/accounting.md;
+the one place they are configured is :class:`Rules`.
+
+Canonical CPU unit = 1 core + 2048 MB; canonical GPU unit = 1 GPU. Whatever
+happens, the CPU categories of a pilot sum to ``cpus × lifetime`` and the GPU
+categories to ``gpus × lifetime`` (tests/test_partition.py checks it with
+hypothesis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..model import Job
+from ..registry import CANONICAL_MB_PER_CORE, Accuracy, Category
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """How a user job's time is classified. Defaults explained in docs/accounting.md."""
+
+    # A job that stops this close to the end of HTCondor (or of the pilot)
+    # stopped because the pilot was ending.
+    grace_seconds: float = 60.0
+    # A job killed by a signal sooner than this after its start, while the
+    # pilot was not ending, is the black-hole signature: misconfiguration.
+    early_failure_seconds: float = 120.0
+
+
+DEFAULT_RULES = Rules()
+
+
+@dataclass(slots=True)
+class PilotUsage:
+    """The facts the partition needs about one pilot."""
+
+    start: float
+    end: float
+    cpus: int
+    memory_mb: int | None  # None: unknown, idle cores are never memory-bound
+    gpus: int = 0
+    condor_started: bool = False
+    condor_start: float | None = None
+    condor_end: float | None = None
+    jobs: Sequence[Job] | None = None  # None: no per-job information
+
+
+@dataclass(slots=True)
+class Partition:
+    cpu: dict[Category, float] = field(default_factory=dict)  # canonical unit-seconds
+    gpu: dict[Category, float] = field(default_factory=dict)  # GPU-seconds
+    jobs: dict[Category, int] = field(default_factory=dict)  # user jobs by category
+    accuracy: Accuracy = Accuracy.EXACT
+
+    def add(self, cat: Category, cpu: float = 0.0, gpu: float = 0.0) -> None:
+        if cpu:
+            self.cpu[cat] = self.cpu.get(cat, 0.0) + cpu
+        if gpu:
+            self.gpu[cat] = self.gpu.get(cat, 0.0) + gpu
+
+
+def canonical_idle_units(idle_cores: float, idle_mb: float | None) -> float:
+    """Canonical units that idle resources make: min(cores, floor(MB / 2048))."""
+    if idle_cores <= 0:
+        return 0.0
+    if idle_mb is None:
+        return idle_cores
+    return min(idle_cores, float(max(0, int(idle_mb // CANONICAL_MB_PER_CORE))))
+
+
+def classify_job(job: Job, condor_end: float, pilot_end: float, rules: Rules = DEFAULT_RULES) -> Category:
+    """The category a user job's resources go to."""
+    if job.exited and not job.exit_by_signal:
+        return Category.GOODPUT  # completed normally, whatever its exit code
+    end = job.end
+    ending = end is None or end >= min(condor_end, pilot_end) - rules.grace_seconds
+    if ending:
+        return Category.PREEMPTION_BADPUT  # stopped because the pilot ended
+    if not job.exited:
+        return Category.MISCONFIGURATION_BADPUT  # starter/shadow failure, eviction mid-life
+    assert end is not None
+    if end - job.start < rules.early_failure_seconds:
+        return Category.MISCONFIGURATION_BADPUT
+    return Category.GOODPUT  # the user's process was killed after using the resource
+
+
+def _whole(p: Partition, cat: Category, u: PilotUsage, seconds: float) -> None:
+    p.add(cat, u.cpus * seconds, u.gpus * seconds)
+
+
+def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
+    """Exact partition from per-job records (or the no-job cases)."""
+    lifetime = max(0.0, u.end - u.start)
+    p = Partition()
+    if not u.condor_started:
+        _whole(p, Category.VALIDATION_FAILED, u, lifetime)
+        return p
+    jobs = list(u.jobs) if u.jobs is not None else None
+    if jobs is None:
+        raise ValueError("partition() needs jobs; use partition_from_totals() without them")
+    if not jobs:
+        _whole(p, Category.DECISION_PROBLEM, u, lifetime)
+        return p
+    cs = min(max(u.condor_start if u.condor_start is not None else u.start, u.start), u.end)
+    ce = min(max(u.condor_end if u.condor_end is not None else u.end, cs), u.end)
+    _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))  # before and after HTCondor
+    cats = [classify_job(j, ce, u.end, rules) for j in jobs]
+    for c in cats:
+        p.jobs[c] = p.jobs.get(c, 0) + 1
+    _sweep(p, u, jobs, cats, cs, ce)
+    return p
+
+
+def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], cs: float, ce: float) -> None:
+    """Walk HTCondor's lifetime segment by segment, between job starts and ends."""
+    # Events: (time, +1 start / -1 end, job index); ends sort before starts at a tie.
+    events: list[tuple[float, int, int]] = []
+    for i, j in enumerate(jobs):
+        s = min(max(j.start, cs), ce)
+        e = min(max(j.end if j.end is not None else ce, s), ce)
+        if e > s:
+            events.append((s, 1, i))
+            events.append((e, -1, i))
+    events.sort()
+    active: set[int] = set()
+    t = cs
+    for when, kind, i in events:
+        if when > t:
+            _segment(p, u, jobs, cats, active, when - t)
+            t = when
+        if kind > 0:
+            active.add(i)
+        else:
+            active.discard(i)
+    if ce > t:
+        _segment(p, u, jobs, cats, active, ce - t)
+
+
+def _segment(
+    p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], active: Iterable[int], dt: float
+) -> None:
+    act = sorted(active)
+    if not act:
+        _whole(p, Category.OVERHEAD, u, dt)
+        return
+    used_cores = sum(max(0, jobs[i].cpus) for i in act)
+    used_gpus = sum(max(0, jobs[i].gpus) for i in act)
+    used_mb = sum(max(0, jobs[i].memory_mb) for i in act)
+    # CPU. Records claiming more cores than the pilot has are scaled down so
+    # the pilot's total stays exact.
+    if used_cores > u.cpus:
+        shares = [u.cpus * max(0, jobs[i].cpus) / used_cores for i in act]
+    else:
+        idle = u.cpus - used_cores
+        idle_mb = None if u.memory_mb is None else max(0, u.memory_mb - used_mb)
+        k = canonical_idle_units(idle, idle_mb)
+        p.add(Category.OVERHEAD, cpu=k * dt)
+        rest = idle - k  # idle but unusable for lack of memory: charged to the jobs that took it
+        if used_cores > 0:
+            shares = [max(0, jobs[i].cpus) * (1 + rest / used_cores) for i in act]
+        else:
+            shares = [rest / len(act)] * len(act)
+    for i, s in zip(act, shares, strict=True):
+        p.add(cats[i], cpu=s * dt)
+    # GPU: the canonical unit is one GPU, so idle GPUs are always overhead.
+    if u.gpus > 0:
+        scale = u.gpus / used_gpus if used_gpus > u.gpus else 1.0
+        for i in act:
+            p.add(cats[i], gpu=max(0, jobs[i].gpus) * scale * dt)
+        p.add(Category.OVERHEAD, gpu=max(0.0, u.gpus - used_gpus) * dt)
+
+
+@dataclass(slots=True)
+class JobTotals:
+    """Per-category core-seconds of user jobs when no per-job timeline exists."""
+
+    goodput: float = 0.0  # jobs that exited (any code), or were killed after running
+    misconfiguration: float = 0.0  # "badOther"
+    jobs: dict[Category, int] = field(default_factory=dict)
+
+
+def partition_from_totals(
+    u: PilotUsage, totals: JobTotals | None, accuracy: Accuracy, claims: int | None = None
+) -> Partition:
+    """Approximate partition from the Stats block or a completed_jobs line.
+
+    Assumptions (docs/accounting.md): idle cores are never memory-bound, jobs
+    still running at the end are invisible (so no preemption badput can be
+    seen), and GPU time is split in the same ratios as the CPU time of
+    HTCondor's lifetime. ``totals=None`` with claims > 0 means jobs ran but
+    nothing says how long: HTCondor's time becomes ``unknown``.
+    """
+    lifetime = max(0.0, u.end - u.start)
+    p = Partition(accuracy=accuracy)
+    if not u.condor_started:
+        _whole(p, Category.VALIDATION_FAILED, u, lifetime)
+        return p
+    ran = (totals.goodput + totals.misconfiguration) > 0 if totals is not None else bool(claims)
+    if not ran:
+        _whole(p, Category.DECISION_PROBLEM, u, lifetime)
+        return p
+    cs = min(max(u.condor_start if u.condor_start is not None else u.start, u.start), u.end)
+    ce = min(max(u.condor_end if u.condor_end is not None else u.end, cs), u.end)
+    _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))
+    condor = ce - cs
+    if totals is None:
+        p.accuracy = Accuracy.NONE
+        _whole(p, Category.UNKNOWN, u, condor)
+        return p
+    budget = u.cpus * condor
+    good = min(max(0.0, totals.goodput), budget)
+    bad = min(max(0.0, totals.misconfiguration), budget - good)
+    idle = budget - good - bad
+    p.add(Category.GOODPUT, cpu=good)
+    p.add(Category.MISCONFIGURATION_BADPUT, cpu=bad)
+    p.add(Category.OVERHEAD, cpu=idle)
+    p.jobs.update(totals.jobs)
+    if u.gpus > 0:
+        gpu_budget = u.gpus * condor
+        if budget <= 0:  # a GPU-only pilot: nothing to take ratios from
+            p.add(Category.OVERHEAD, gpu=gpu_budget)
+            return p
+        for cat, share in ((Category.GOODPUT, good), (Category.MISCONFIGURATION_BADPUT, bad), (Category.OVERHEAD, idle)):
+            p.add(cat, gpu=gpu_budget * share / budget)
+    return p
+
+
+def unknown_lifetime(u: PilotUsage) -> Partition:
+    """A pilot seen only in the event log: its whole life is ``unknown``."""
+    p = Partition(accuracy=Accuracy.EVENTLOG)
+    _whole(p, Category.UNKNOWN, u, max(0.0, u.end - u.start))
+    return p

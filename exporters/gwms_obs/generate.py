@@ -1,0 +1,80 @@
+"""Render the files generated from the registry (run ``make generate``).
+
+Each generated file is committed; tests/test_generated.py fails when one
+differs from what this module renders, so the registry stays the only truth.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from . import registry as R
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_BUDGET = """\
+## Cardinality budget
+
+No label ever names a pilot, a job, a worker node, a file or a user. Labels
+come only from bounded sets:
+
+| label | values | bound (typical large factory) |
+|---|---|---|
+| `entry` | factory entries (`entry_*` directories) | ~500 |
+| `client` | frontend clients using the entry | ~5 per entry |
+| `site` | `GLIDEIN_Site` of the entry (1 per entry) | no extra series |
+| `category` | {categories} | 7 |
+| `accuracy` | {accuracies} | 5, usually 1-2 per entry |
+| `outcome` | {outcomes} | 4 |
+| `state`, `kind` | fixed lists in `outputs/prometheus.py` | ≤ 7 |
+| `source`, `reason` | input kinds and parse-error reasons (fixed words in the readers) | ~7 × ~15 |
+
+Worst case for the largest family, `gwms_pilot_cpu_seconds_total`:
+500 entries × 5 clients × 7 categories × 2 accuracies ≈ 35,000 series; in
+practice an entry has 2-4 non-zero categories and one accuracy, about 7,500.
+The two histograms have 12 series per (entry, client): 30,000 each at the
+bound. A factory of 500 entries therefore stays under ~100,000 series.
+"""
+
+
+def metrics_markdown() -> str:
+    lines = [
+        "# gwms-obs metrics",
+        "",
+        "Generated from `exporters/gwms_obs/registry.py` by `make generate`; do not edit by hand.",
+        "",
+        "| name | type | unit | labels | help |",
+        "|---|---|---|---|---|",
+    ]
+    for m in R.ALL:
+        labels = ", ".join(f"`{x}`" for x in m.labels) or "—"
+        lines.append(f"| `{m.name}` | {m.type} | {m.unit or '—'} | {labels} | {m.help} |")
+    lines.append("")
+    lines.append(_BUDGET.format(
+        categories=", ".join(f"`{c.value}`" for c in R.Category),
+        accuracies=", ".join(f"`{a.value}`" for a in R.Accuracy),
+        outcomes=", ".join(f"`{o.value}`" for o in R.Outcome),
+    ))
+    return "\n".join(lines)
+
+
+GENERATED: dict[str, Callable[[], str]] = {"docs/metrics.md": metrics_markdown}
+
+
+def render_all() -> dict[str, str]:
+    return {path: fn() for path, fn in GENERATED.items()}
+
+
+def main() -> int:
+    for rel, text in render_all().items():
+        p = ROOT / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        print(f"wrote {rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Plain data records passed from the readers (``gwms_obs.sources``) to the
+accounting (``gwms_obs.accounting``). Readers only fill these; they never
+decide categories. Times are Unix epochs (float seconds), durations seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class StatsFormat(enum.StrEnum):
+    """Which variant of the ``=== Stats of main ===`` block a .out carried."""
+
+    ABSENT = "absent"  # no block at all (condor never started, or killed)
+    EMPTY = "empty"  # block present, nothing in it (HTCondor >= 8.9.13, GWMS < 3.10.12)
+    LEGACY = "legacy"  # "Total jobs N utilization S" (GWMS <= 3.10.11), normalized
+    REAL = "real"  # "(Real)" + "(Normalized)" lines (GWMS >= 3.10.12)
+
+
+@dataclass(slots=True)
+class SlotStat:
+    """One ``Total <name> jobs N ... utilization S`` line of the Stats block."""
+
+    jobsnr: int
+    secs: int
+
+
+@dataclass(slots=True)
+class ScriptTiming:
+    """One validation/setup script from the long XML in the .err."""
+
+    name: str  # e.g. "main/setup_script.sh"
+    start: float | None
+    end: float | None
+    ok: bool
+    failure: str | None = None  # the script's ``failure`` metric, if any
+
+
+@dataclass(slots=True)
+class GlideinOut:
+    """What a glidein stdout (``job.C.P.out``) tells. Unknown stays None."""
+
+    path: str
+    cluster: int | None = None
+    proc: int | None = None
+    schedd: str | None = None
+    uuid: str | None = None
+    factory: str | None = None
+    glidein_name: str | None = None
+    entry: str | None = None
+    client: str | None = None  # client_name, e.g. "CMSG-v1_0.main-token"
+    client_group: str | None = None
+    startup_time: float | None = None  # "Starting glidein_startup.sh at ... (epoch)"
+    validation_end: float | None = None  # "Last script starting ... (epoch)"
+    validation_duration: int | None = None  # "... after validating for N"
+    condor_started: bool = False
+    condor_start: float | None = None
+    condor_end: float | None = None
+    condor_duration: int | None = None
+    glidein_end: float | None = None
+    glidein_duration: int | None = None
+    exit_code: int | None = None
+    activations_claims: int | None = None
+    stats_format: StatsFormat = StatsFormat.ABSENT
+    # Normalized values (÷ GLIDEIN_CPUS) keyed Total/goodZ/goodNZ/badSignal/badOther.
+    stats: dict[str, SlotStat] = field(default_factory=dict)
+    stats_real_total: SlotStat | None = None  # the "(Real) Total" line, GWMS >= 3.10.12
+    normalization: int | None = None  # "Normalization [parallelism] factor N"
+    cpus: int | None = None  # "Setting GLIDEIN_CPUS=N"
+    memory_mb: int | None = None  # "Setting GLIDEIN_MaxMemMBs=N"
+    metrics: dict[str, str] = field(default_factory=dict)  # <OSGTestResult> <metric>s
+    status: str | None = None  # <result><status>
+    failure: str | None = None  # the "failure" metric (WN_RESOURCE, Config, ...)
+
+
+@dataclass(slots=True)
+class Job:
+    """One user job that ran in a pilot (a StartdHistoryLog ClassAd)."""
+
+    start: float
+    end: float | None  # None: no end recorded (still running when the log was cut)
+    cpus: int
+    memory_mb: int
+    gpus: int
+    exited: bool  # the job exited on its own (ExitCode or ExitBySignal known, status 4)
+    exit_code: int | None = None
+    exit_by_signal: bool = False
+    exit_signal: int | None = None
+    job_status: int | None = None  # HTCondor JobStatus in the ad
+    global_job_id: str | None = None
+
+
+@dataclass(slots=True)
+class GlideinErr:
+    """What a glidein stderr (``job.C.P.err``) tells."""
+
+    path: str
+    jobs: list[Job] | None = None  # None: no decodable StartdHistoryLog section
+    gpus: int | None = None  # condor_gpu_discovery line
+    memory_mb: int | None = None  # glidein_config MEMORY
+    cpus: int | None = None  # glidein_config GLIDEIN_CPUS
+    site: str | None = None  # glidein_config GLIDEIN_Site
+    config: dict[str, str] = field(default_factory=dict)  # glidein_config dump
+    scripts: list[ScriptTiming] = field(default_factory=list)  # long XML
+    trace_spool: bytes | None = None  # OTLP/JSON spans returned by gwms-trace.sh
+
+
+@dataclass(slots=True)
+class CompletedJob:
+    """One line of ``completed_jobs_YYYYMMDD.log``."""
+
+    terminated: float  # when the factory wrote the line (not the pilot end)
+    client: str  # client_log_name, e.g. "fermilab_okd_gpfe01_frontend"
+    username: str
+    cluster: int
+    proc: int
+    duration: int  # -1 unknown, 0 no .out
+    condor_started: bool
+    condor_duration: int
+    jobsnr: int
+    user_duration: int
+    goodput: int
+    user_terminated: int
+    waste_validation: int  # per-mille
+    waste_idle: int
+    waste_nosuccess: int
+    waste_badput: int
+    half_normalized: bool = False  # v3.10.12+ line: Total raw, others normalized
+    entry: str | None = None  # from the file's directory, server/entry_<entry>/
+
+
+@dataclass(slots=True)
+class PilotTimes:
+    """A glidein's life as the HTCondor-G event log saw it."""
+
+    cluster: int
+    proc: int
+    submitted: float | None = None  # 000
+    grid_submitted: float | None = None  # 027
+    started: float | None = None  # last 001
+    ended: float | None = None  # 005 / 009 / 012
+    end_event: str | None = None  # "terminated" | "aborted" | "held"
+    return_value: int | None = None
+    held_reason: str | None = None
+    entry: str | None = None
+    client: str | None = None  # GLIDEIN_CLIENT from the file name
+
+
+@dataclass(slots=True)
+class FrontendStatus:
+    """One ``<frontend>`` (or ``<total>``) of an entry's schedd_status.xml."""
+
+    # Status: glideins in the factory queue. idle == wait+pending+stagein+idleother.
+    status: dict[str, int] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    client_monitor: dict[str, int] = field(default_factory=dict)
+    downtime: bool = False
+
+
+@dataclass(slots=True)
+class EntryStatus:
+    entry: str
+    updated: float | None
+    downtime: bool
+    frontends: dict[str, FrontendStatus]
+    total: FrontendStatus
+
+
+@dataclass(slots=True)
+class EntryDescript:
+    entry: str
+    site: str | None  # GLIDEIN_Site
+    attributes: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    descript: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,123 @@
+"""Serve the ledger as Prometheus metrics: a custom collector over registry.py.
+
+Nothing is kept in prometheus_client objects: each scrape reads the ledger
+under the ingest lock and builds metric families from the registry's
+definitions, so names, help, units and labels come from one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .. import registry as R
+from ..accounting.ledger import Histogram, Labels, bottleneck
+
+if TYPE_CHECKING:
+    from ..pipeline import Ingest
+
+# schedd_status attribute -> label value; Idle is the sum of the first four and is left out.
+STATUS_STATES = {
+    "Wait": "wait", "Pending": "pending", "StageIn": "stagein", "IdleOther": "idleother",
+    "Running": "running", "StageOut": "stageout", "Held": "held",
+}
+REQUESTED_KINDS = {"Idle": "idle", "AdjustedIdle": "adjusted_idle", "MaxGlideins": "max_running"}
+USER_JOB_STATES = {"JobsIdle": "idle", "JobsRunning": "running", "JobsRunHere": "running_here"}
+VO_GLIDEIN_STATES = {"GlideIdle": "idle", "GlideRunning": "running"}
+VO_CORE_STATES = {"CoresIdle": "idle", "CoresRunning": "running"}
+
+
+def _family(m: R.MetricDef) -> CounterMetricFamily | GaugeMetricFamily:
+    if m.type == "counter":
+        return CounterMetricFamily(m.base, m.help, labels=list(m.labels))
+    if m.type == "gauge":
+        return GaugeMetricFamily(m.name, m.help, labels=list(m.labels))
+    raise ValueError(f"{m.name} is a {m.type}; use _hist")
+
+
+def _values(m: R.MetricDef, rows: Iterable[tuple[Labels, float]]) -> Metric:
+    fam = _family(m)
+    for labels, v in rows:
+        fam.add_metric(list(labels), v)
+    return fam
+
+
+def _hist(m: R.MetricDef, rows: Iterable[tuple[Labels, Histogram]]) -> Metric:
+    fam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
+    for labels, h in rows:
+        fam.add_metric(list(labels), h.cumulative(), h.total)
+    return fam
+
+
+class FactoryCollector(Collector):
+    def __init__(self, ingest: Ingest) -> None:
+        self.ingest = ingest
+
+    def describe(self) -> list[Metric]:
+        return []  # families are built per scrape; nothing to pre-register
+
+    def collect(self) -> Iterator[Metric]:
+        ing = self.ingest
+        with ing.lock:
+            led = ing.ledger
+            yield _values(R.CPU_SECONDS, led.cpu.items())
+            yield _values(R.GPU_SECONDS, led.gpu.items())
+            yield _values(R.PILOTS, led.pilots.items())
+            yield _values(R.USER_JOBS, led.user_jobs.items())
+            yield _hist(R.PILOT_LIFETIME, led.lifetime.items())
+            yield _hist(R.PILOT_VALIDATION, led.validation.items())
+            yield _values(R.PILOT_LAST_COMPLETED, led.last_completed.items())
+            yield from self._entries()
+            yield _values(R.ENTRY_BOTTLENECK_SECONDS, led.bottleneck_seconds.items())
+            yield _values(R.ENTRY_INSUFFICIENT_DEMAND_SECONDS, led.demand_seconds.items())
+            yield from self._health()
+
+    def _entries(self) -> Iterator[Metric]:
+        led = self.ingest.ledger
+        fams = {m.name: _family(m) for m in (
+            R.ENTRY_GLIDEINS, R.ENTRY_REQUESTED, R.ENTRY_USER_JOBS, R.ENTRY_VO_GLIDEINS, R.ENTRY_VO_CORES,
+            R.ENTRY_INFO_AGE, R.ENTRY_DOWNTIME, R.ENTRY_UPDATED, R.ENTRY_BOTTLENECK, R.ENTRY_INSUFFICIENT_DEMAND)}
+
+        def put(m: R.MetricDef, labels: list[str], v: float) -> None:
+            fams[m.name].add_metric(labels, v)
+
+        for entry, (st, site) in sorted(led.entries.items()):
+            put(R.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
+            if st.updated is not None:
+                put(R.ENTRY_UPDATED, [entry, site], st.updated)
+            for client, fs in sorted(st.frontends.items()):
+                pool = [entry, client, site]
+                for attrs, metric, src in (
+                    (STATUS_STATES, R.ENTRY_GLIDEINS, fs.status),
+                    (REQUESTED_KINDS, R.ENTRY_REQUESTED, fs.requested),
+                    (USER_JOB_STATES, R.ENTRY_USER_JOBS, fs.client_monitor),
+                    (VO_GLIDEIN_STATES, R.ENTRY_VO_GLIDEINS, fs.client_monitor),
+                    (VO_CORE_STATES, R.ENTRY_VO_CORES, fs.client_monitor),
+                ):
+                    for attr, label in attrs.items():
+                        if attr in src:
+                            put(metric, [*pool, label], src[attr])
+                if "InfoAge" in fs.client_monitor:
+                    put(R.ENTRY_INFO_AGE, pool, fs.client_monitor["InfoAge"])
+                b, d = bottleneck(fs)
+                put(R.ENTRY_BOTTLENECK, pool, b)
+                put(R.ENTRY_INSUFFICIENT_DEMAND, pool, d)
+        yield from fams.values()
+
+    def _health(self) -> Iterator[Metric]:
+        ing = self.ingest
+        h = ing.health
+        yield _values(R.PARSE_ERRORS, ing.errors.counts.items())
+        yield _values(R.RECORDS, (((s,), float(n)) for s, n in h.records.items()))
+        yield _values(R.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
+        yield _values(R.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
+        now = ing.clock()
+        yield _values(R.LAG, (((s,), max(0.0, now - t)) for s, t in h.caught_up.items()))
+        scans = []
+        if h.last_scan_end is not None:
+            scans.append(((), h.last_scan_end))
+        yield _values(R.LAST_SCAN, scans)
+        yield _values(R.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])

@@ -1,0 +1,221 @@
+"""The one registry of gwms-obs metric names, types, units and labels.
+
+The exporter (``outputs.prometheus``, ``outputs.otlp``), the dashboards, the
+recording/alert rules and the tests all import this module; nothing else
+spells a metric name. Cardinality budget (docs/metrics.md): labels are drawn
+only from bounded sets — entries, clients and sites come from the factory's
+configuration, categories/outcomes/states/reasons from the enums below. No
+label ever holds a pilot, a job, a host or a path.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal
+
+
+class Category(enum.StrEnum):
+    """Where one canonical unit-second of a pilot's life went (docs/accounting.md)."""
+
+    VALIDATION_FAILED = "validation_failed"
+    DECISION_PROBLEM = "decision_problem"
+    MISCONFIGURATION_BADPUT = "misconfiguration_badput"
+    GOODPUT = "goodput"
+    PREEMPTION_BADPUT = "preemption_badput"
+    OVERHEAD = "overhead"
+    # Time nobody can place: pilots whose .out never came back (the event log
+    # knows their lifetime, nothing more) and the HTCondor time of pilots that
+    # ran jobs but returned no job information (empty Stats block, no
+    # StartdHistoryLog). Kept apart so provisioning totals still add up.
+    UNKNOWN = "unknown"
+
+
+class Accuracy(enum.StrEnum):
+    """How a pilot's partition was obtained, so users can see what is exact."""
+
+    EXACT = "exact"  # per-job StartdHistoryLog from the .err
+    STATS = "stats"  # the .out Stats block (job sizes assumed 1 core)
+    COMPLETED_LOG = "completed_log"  # only the completed_jobs line (the .out was cleaned up)
+    NONE = "none"  # condor ran jobs but no job information survived
+    EVENTLOG = "eventlog"  # only the HTCondor-G event log (no .out)
+
+
+class Outcome(enum.StrEnum):
+    """What became of a pilot, for ``gwms_pilots_total``."""
+
+    VALIDATION_FAILED = "validation_failed"  # condor never started
+    NO_MATCH = "no_match"  # condor started, no job ever ran
+    RAN_JOBS = "ran_jobs"
+    LOST = "lost"  # no .out came back
+
+
+class Resource(enum.StrEnum):
+    CPU = "cpu"  # canonical unit: 1 core + 2 GB
+    GPU = "gpu"  # canonical unit: 1 GPU
+
+
+CANONICAL_MB_PER_CORE = 2048
+
+# Label sets, named once.
+POOL = ("entry", "client", "site")
+ENTRY = ("entry", "site")
+
+MetricType = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    name: str  # full exposition name (counters end in _total)
+    type: MetricType
+    help: str
+    labels: tuple[str, ...]
+    unit: str = ""  # Prometheus/OTel base unit: "seconds", "" for counts
+    grafana_unit: str = "short"  # the panel unit dashboards must use
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def base(self) -> str:
+        """Name without ``_total``: what prometheus_client's families take."""
+        return self.name.removesuffix("_total")
+
+
+_LIFETIME_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0, 172800.0)
+_VALIDATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+
+CPU_SECONDS = MetricDef(
+    "gwms_pilot_cpu_seconds_total", "counter",
+    "Canonical CPU unit-seconds (1 core + 2 GB) of completed pilots by time category.",
+    (*POOL, "category", "accuracy"), "seconds", "s",
+)
+GPU_SECONDS = MetricDef(
+    "gwms_pilot_gpu_seconds_total", "counter",
+    "GPU-seconds (1 GPU) of completed pilots by time category.",
+    (*POOL, "category", "accuracy"), "seconds", "s",
+)
+PILOTS = MetricDef(
+    "gwms_pilots_total", "counter", "Completed pilots by outcome.", (*POOL, "outcome"),
+)
+USER_JOBS = MetricDef(
+    "gwms_user_jobs_total", "counter",
+    "User jobs that ran in completed pilots, by the category their time went to.",
+    (*POOL, "category"),
+)
+PILOT_LIFETIME = MetricDef(
+    "gwms_pilot_lifetime_seconds", "histogram", "Wall-clock lifetime of completed pilots.",
+    POOL, "seconds", "s", _LIFETIME_BUCKETS,
+)
+PILOT_VALIDATION = MetricDef(
+    "gwms_pilot_validation_seconds", "histogram",
+    "Time pilots spent validating the worker node before starting HTCondor.",
+    POOL, "seconds", "s", _VALIDATION_BUCKETS,
+)
+PILOT_LAST_COMPLETED = MetricDef(
+    "gwms_pilot_last_completed_timestamp_seconds", "gauge",
+    "End time of the newest completed pilot seen.", POOL, "seconds", "dateTimeAsIso",
+)
+
+# Entry status (monitor/entry_*/schedd_status.xml), one sample per frontend.
+ENTRY_GLIDEINS = MetricDef(
+    "gwms_entry_glideins", "gauge",
+    "Glideins in the factory queue by state (wait+pending+stagein+idleother = idle; idle itself is not exported).",
+    (*POOL, "state"),
+)
+ENTRY_REQUESTED = MetricDef(
+    "gwms_entry_requested_glideins", "gauge",
+    "What the frontend asked of the entry: idle, adjusted_idle, max_running glideins.",
+    (*POOL, "kind"),
+)
+ENTRY_USER_JOBS = MetricDef(
+    "gwms_entry_user_jobs", "gauge",
+    "Frontend-reported user jobs matching the entry: idle, running, running_here.",
+    (*POOL, "state"),
+)
+ENTRY_VO_GLIDEINS = MetricDef(
+    "gwms_entry_vo_glideins", "gauge",
+    "Glideins of the entry registered in the VO pool: idle (unclaimed), running (claimed).",
+    (*POOL, "state"),
+)
+ENTRY_VO_CORES = MetricDef(
+    "gwms_entry_vo_cores", "gauge",
+    "Cores of the entry's glideins in the VO pool as counted by the frontend: idle, running.",
+    (*POOL, "state"),
+)
+ENTRY_INFO_AGE = MetricDef(
+    "gwms_entry_frontend_info_age_seconds", "gauge",
+    "Age of the frontend's information about the entry.", POOL, "seconds", "s",
+)
+ENTRY_DOWNTIME = MetricDef(
+    "gwms_entry_downtime", "gauge", "1 while the entry is in downtime.", ENTRY,
+)
+ENTRY_UPDATED = MetricDef(
+    "gwms_entry_status_updated_timestamp_seconds", "gauge",
+    "When the factory last wrote the entry's schedd_status.xml.", ENTRY, "seconds", "dateTimeAsIso",
+)
+ENTRY_BOTTLENECK = MetricDef(
+    "gwms_entry_provisioning_bottleneck_jobs", "gauge",
+    "Idle user jobs matching the entry while none of its pilots is idle in the VO pool (GIL 'provisioning bottleneck').",
+    POOL,
+)
+ENTRY_INSUFFICIENT_DEMAND = MetricDef(
+    "gwms_entry_insufficient_demand_cores", "gauge",
+    "Idle cores of the entry's pilots in the VO pool while no matching user job waits (GIL 'insufficient demand').",
+    POOL,
+)
+ENTRY_BOTTLENECK_SECONDS = MetricDef(
+    "gwms_entry_provisioning_bottleneck_job_seconds_total", "counter",
+    "Integral over time of gwms_entry_provisioning_bottleneck_jobs.", POOL, "seconds", "s",
+)
+ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
+    "gwms_entry_insufficient_demand_core_seconds_total", "counter",
+    "Integral over time of gwms_entry_insufficient_demand_cores.", POOL, "seconds", "s",
+)
+
+# The exporter's own health.
+PARSE_ERRORS = MetricDef(
+    "gwms_obs_parse_errors_total", "counter",
+    "Input skipped as unreadable, by source and reason.", ("source", "reason"),
+)
+RECORDS = MetricDef(
+    "gwms_obs_records_total", "counter", "Records read, by source.", ("source",),
+)
+BYTES_READ = MetricDef(
+    "gwms_obs_read_bytes_total", "counter", "Bytes read, by source.", ("source",), "bytes", "bytes",
+)
+FILES_TRACKED = MetricDef(
+    "gwms_obs_files_tracked", "gauge", "Files the exporter follows, by source.", ("source",),
+)
+LAG = MetricDef(
+    "gwms_obs_lag_seconds", "gauge",
+    "Age of the newest input not yet processed (0 when caught up), by source.",
+    ("source",), "seconds", "s",
+)
+LAST_SCAN = MetricDef(
+    "gwms_obs_last_scan_timestamp_seconds", "gauge", "When the last scan of the factory tree ended.",
+    (), "seconds", "dateTimeAsIso",
+)
+SCAN_DURATION = MetricDef(
+    "gwms_obs_scan_duration_seconds", "gauge", "How long the last scan took.", (), "seconds", "s",
+)
+
+ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
+BY_NAME: dict[str, MetricDef] = {m.name: m for m in ALL}
+
+
+class Source(enum.StrEnum):
+    """Input kinds, the ``source`` label of the health metrics."""
+
+    GLIDEIN_OUT = "glidein_out"
+    GLIDEIN_ERR = "glidein_err"
+    COMPLETED_JOBS = "completed_jobs"
+    EVENT_LOG = "condor_event_log"
+    SCHEDD_STATUS = "schedd_status"
+    DESCRIPT = "descript"
+    TRACE_SPOOL = "trace_spool"
+
+
+def exposition_names(m: MetricDef) -> tuple[str, ...]:
+    """Every series name a metric produces in the text exposition."""
+    if m.type == "histogram":
+        return (f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count")
+    return (m.name,)

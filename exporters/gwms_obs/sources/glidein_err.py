@@ -1,0 +1,335 @@
+"""Reader of a glidein's stderr, ``job.<C>.<P>.err`` (formats doc §2.4-2.6).
+
+Hostile input, as for the .out: nothing raises; every framed section,
+the GPU line, the glidein_config dump and the encoded long XML are read
+independently, so one bad piece never hides the others.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from operator import methodcaller
+from xml.etree.ElementTree import Element
+
+from gwms_obs.model import GlideinErr, Job, ScriptTiming
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.registry import Source
+from gwms_obs.sources import classad, condor_sections
+from gwms_obs.sources.glidein_out import (
+    MAX_LINE,
+    Scanner,
+    hostile_xml,
+    iso_epoch,
+    parse_xml,
+    text_of,
+)
+
+HISTORY_SECTION = "StartdHistoryLog"
+TRACE_SECTION = "GWMSTraceSpool"
+MAX_TRACE = 16 << 20
+MAX_LONG_XML = 8 << 20
+MAX_CONFIG = 4 << 20  # a glidein_config is ~50 KB
+MAX_SCRIPTS = 10_000
+MAX_GPU_LINES = 100
+
+CONFIG_BEGIN = b"-------- glidein_config in condor_startup.sh ----------"
+XML_BEGIN = b"=== Encoded XML description of glidein activity ==="
+XML_END = b"=== End encoded XML description of glidein activity ==="
+
+_GPUS = re.compile(rb"[^\n]*?condor_gpu_discovery\)? found (\d+) GPUs")
+_NO_GPUS = b"No GPUs found with condor_gpu_discovery"
+_DASHES = re.compile(rb"-+\r?(?=\n|\Z)")
+# "KEY rest-of-line", like gconfig_get's `cut -d ' ' -f 2-`.
+_SPLIT1 = methodcaller("split", " ", 1)
+# Fallback for a long XML that is not well-formed: one chunk per script.
+_RX_SUB = re.compile(rb"<OSGTestResult\s[^>]*?id=\"([^\"]{0,500})\"[^>]*>(.*?)</OSGTestResult>", re.S)
+_RX_TSTART = re.compile(rb"<tStart>([^<]{0,64})</tStart>")
+_RX_TEND = re.compile(rb"<tEnd>([^<]{0,64})</tEnd>")
+_RX_STATUS = re.compile(rb"<status>\s*([^<\s]{1,100})\s*</status>")
+_RX_FAILURE = re.compile(rb'<metric name="failure"[^>\n]{0,500}>([^<\n]{0,4096})</metric>')
+
+
+def _int(v: classad.Value) -> int | None:
+    """An integral literal (bool excluded); finite reals are truncated."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v)  # parse_value only returns finite floats
+    return None
+
+
+_JOB_ATTRS = classad.names_pattern(
+    (
+        "JobCurrentStartDate", "JobStartDate", "JobStatus", "CompletionDate", "LastVacateTime",
+        "EnteredCurrentStatus", "ExitCode", "ExitBySignal", "ExitSignal", "GlobalJobId",
+        "CpusProvisioned", "RequestCpus", "MemoryProvisioned", "RequestMemory", "GPUsProvisioned", "RequestGPUs",
+    )
+)
+
+
+def _first_int(ad: dict[str, classad.Value], names: tuple[str, ...], minimum: int) -> int | None:
+    for name in names:
+        v = _int(ad.get(name))
+        if v is not None and v >= minimum:
+            return v
+    return None
+
+
+def job_from_ad(raw_ad: classad.Ad) -> Job | None:
+    """A :class:`Job` from one StartdHistoryLog ad; None when it has no start."""
+    ad = raw_ad.pick(_JOB_ATTRS)
+    start = _first_int(ad, ("JobCurrentStartDate", "JobStartDate"), 1)
+    if start is None:
+        return None
+    status = _int(ad.get("JobStatus"))
+    end = _first_int(ad, ("CompletionDate", "LastVacateTime"), 1)
+    if end is None and status in (3, 4):
+        end = _first_int(ad, ("EnteredCurrentStatus",), 1)
+    exit_code = _int(ad.get("ExitCode"))
+    by_signal = ad.get("ExitBySignal") is True
+    gid = ad.get("GlobalJobId")
+    return Job(
+        start=float(start),
+        end=None if end is None else float(end),
+        cpus=_first_int(ad, ("CpusProvisioned", "RequestCpus"), 1) or 1,
+        memory_mb=_first_int(ad, ("MemoryProvisioned", "RequestMemory"), 0) or 0,
+        gpus=_first_int(ad, ("GPUsProvisioned", "RequestGPUs"), 0) or 0,
+        exited=(exit_code is not None or by_signal) and end is not None,
+        exit_code=exit_code,
+        exit_by_signal=by_signal,
+        exit_signal=_int(ad.get("ExitSignal")),
+        job_status=status,
+        global_job_id=gid if isinstance(gid, str) and not isinstance(gid, classad.Expr) else None,
+    )
+
+
+def parse_history(sc: Scanner, text: bytes, offset: int) -> list[Job]:
+    """Jobs of a decoded StartdHistoryLog; ads without a start are recorded."""
+    jobs: list[Job] = []
+    for n, ad in enumerate(classad.iter_ads(text, classad.MAX_ADS + 1)):
+        if n >= classad.MAX_ADS:
+            sc.record("too_many_ads", offset, f"more than {classad.MAX_ADS}")
+            break
+        job = job_from_ad(ad)
+        if job is None:
+            sc.record("no_start", offset, f"ad {n}")
+        else:
+            jobs.append(job)
+    return jobs
+
+
+def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int) -> None:
+    for raw in condor_sections.iter_sections(sc.data):
+        is_trace = raw.name == TRACE_SECTION
+        if raw.name != HISTORY_SECTION and not is_trace:
+            if raw.payload is None:  # still worth knowing the framing is broken
+                sc.record(raw.problem or "bad_section", raw.offset, raw.name)
+            continue
+        src = Source.TRACE_SPOOL.value if is_trace else sc.source
+        if raw.payload is None:
+            sc.errors.record(src, raw.problem or "bad_section", sc.path, raw.offset, raw.name)
+            continue
+        limit = min(MAX_TRACE, max_section_bytes) if is_trace else max_section_bytes
+        try:
+            content = condor_sections.decode(raw.payload, limit)
+        except condor_sections.SectionError as e:
+            sc.errors.record(src, e.reason, sc.path, raw.offset, f"{raw.name}: {e}")
+            continue
+        if is_trace:
+            err.trace_spool = content if err.trace_spool is None else err.trace_spool + content
+        else:
+            jobs = parse_history(sc, content, raw.offset)
+            err.jobs = jobs if err.jobs is None else err.jobs + jobs
+
+
+def _gpus(sc: Scanner, err: GlideinErr) -> None:
+    data = sc.data
+    for n, (off, line) in enumerate(sc.lines(b"condor_gpu_discovery")):
+        if n >= MAX_GPU_LINES:
+            break
+        # The marker is mid-line: look at the whole line.
+        ls = data.rfind(b"\n", max(0, off - 200), off) + 1
+        full = data[ls : off + len(line)]
+        m = _GPUS.match(full)
+        if m:
+            err.gpus = sc.num(m.group(1), off)
+            return
+        if _NO_GPUS in full:
+            err.gpus = 0
+            return
+
+
+def _dashes(data: bytes, start: int, stop: int) -> int:
+    """Offset of the first line of only dashes in [start, stop), or -1."""
+    i = start - 1  # the line at ``start`` counts too
+    while True:
+        if i < start or data[i : i + 1] == b"\n":
+            m = _DASHES.match(data, i + 1, stop)
+            if m:
+                return i + 1
+        i = data.find(b"\n-", i + 1, stop)
+        if i < 0:
+            return -1
+
+
+def _config(sc: Scanner, err: GlideinErr) -> None:
+    data = sc.data
+    begin = data.find(CONFIG_BEGIN)
+    if begin < 0:
+        return
+    body = data.find(b"\n", begin)
+    if body < 0:
+        sc.record("truncated", begin, "glidein_config dump")
+        return
+    body += 1
+    end = _dashes(data, body, body + MAX_CONFIG)
+    if end < 0:
+        if _dashes(data, body, len(data)) < 0:
+            sc.record("truncated", body, "glidein_config dump without its end")
+            return
+        sc.record("too_large", body, "glidein_config dump")
+        end = data.rfind(b"\n", body, body + MAX_CONFIG)
+        end = body if end < 0 else end
+    lines = data[body:end].decode("utf-8", "replace").split("\n")
+    # A repeated key keeps its last value, as gconfig_get does.
+    try:
+        config = dict(map(_SPLIT1, lines))  # C speed: ~500 lines per pilot
+    except ValueError:  # some line has no space: take them one by one
+        config = {}
+        for line in lines:
+            key, _, value = line.partition(" ")
+            config[key] = value
+    config.pop("", None)  # blank or indented lines
+    err.config = config
+    cpus = config.get("GLIDEIN_CPUS", "").strip()
+    if cpus.isdigit() and len(cpus) < 10:
+        err.cpus = int(cpus)
+    mem = config.get("MEMORY", "").strip()
+    if mem.isdigit() and len(mem) < 13:
+        err.memory_mb = int(mem)
+    site = config.get("GLIDEIN_Site")
+    if site:
+        err.site = site.strip()
+
+
+def _script(el: Element) -> ScriptTiming | None:
+    name = el.get("id")
+    if not name:
+        return None
+    # One pass over the few elements of a script (ElementPath finds cost more).
+    start = end = status = failure = None
+    for sub in el.iter():
+        tag = sub.tag
+        if tag == "tStart" and start is None:
+            start = text_of(sub)
+        elif tag == "tEnd" and end is None:
+            end = text_of(sub)
+        elif tag == "status" and status is None:
+            status = text_of(sub)
+        elif tag == "metric" and failure is None and sub.get("name") == "failure":
+            failure = text_of(sub)
+    return ScriptTiming(name=name[:500], start=iso_epoch(start), end=iso_epoch(end), ok=status == "OK", failure=failure)
+
+
+def _script_rx(name: bytes, body: bytes) -> ScriptTiming:
+    def grab(rx: re.Pattern[bytes]) -> str | None:
+        m = rx.search(body)
+        return m.group(1).decode("utf-8", "replace").strip() if m else None
+
+    return ScriptTiming(
+        name=name.decode("utf-8", "replace"),
+        start=iso_epoch(grab(_RX_TSTART)),
+        end=iso_epoch(grab(_RX_TEND)),
+        ok=grab(_RX_STATUS) == "OK",
+        failure=grab(_RX_FAILURE),
+    )
+
+
+def parse_long_xml(sc: Scanner, xml: bytes, offset: int) -> list[ScriptTiming]:
+    """One :class:`ScriptTiming` per ``subtestlist/OSGTestResults/OSGTestResult``."""
+    root = parse_xml(sc, xml, offset)
+    scripts: list[ScriptTiming] = []
+    if root is not None:
+        for el in root.iterfind("./subtestlist/OSGTestResults/OSGTestResult"):
+            st = _script(el)
+            if st is not None:
+                scripts.append(st)
+                if len(scripts) >= MAX_SCRIPTS:
+                    break
+        return scripts
+    if hostile_xml(xml):
+        return scripts  # refused, not salvaged
+    # Not well-formed (values are written unescaped by shell scripts):
+    # salvage each script's chunk with regexes.
+    sub = xml.find(b"<subtestlist>")
+    stop = xml.find(b"</subtestlist>", sub)
+    if sub < 0:
+        return scripts
+    for m in _RX_SUB.finditer(xml, sub, len(xml) if stop < 0 else stop):
+        scripts.append(_script_rx(m.group(1), m.group(2)))
+        if len(scripts) >= MAX_SCRIPTS:
+            break
+    return scripts
+
+
+def _long_xml(sc: Scanner, err: GlideinErr) -> None:
+    data = sc.data
+    begin = data.rfind(XML_BEGIN)  # printed last, by glidein_startup.sh's print_tail
+    if begin < 0:
+        return
+    body = begin + len(XML_BEGIN)
+    end = data.find(XML_END, body)
+    if end < 0:
+        sc.record("truncated", body, "encoded XML without its end")
+        return
+    hdr = data.find(b"begin-base64", body, end)
+    start = data.find(b"\n", hdr, end) if hdr >= 0 else -1
+    stop = data.rfind(b"\n====", start, end) if start >= 0 else -1
+    if stop < 0:
+        sc.record("no_begin_line" if hdr < 0 else "truncated", body, "encoded XML framing")
+        return
+    try:
+        xml = condor_sections.decode(data[start + 1 : stop], MAX_LONG_XML)
+    except condor_sections.SectionError as e:
+        sc.record(e.reason, body, f"encoded XML: {e}")
+        return
+    err.scripts = parse_long_xml(sc, xml, body)
+
+
+def parse_err(data: bytes, path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20) -> GlideinErr:
+    """Everything the stderr tells; never raises on any input."""
+    err = GlideinErr(path=path)
+    if not data:
+        return err
+    sc = Scanner(data, path, errors, Source.GLIDEIN_ERR.value)
+    if len(data) > MAX_LINE:
+        sc.check_long_lines()
+    _sections(sc, err, max_section_bytes)
+    _gpus(sc, err)
+    _config(sc, err)
+    _long_xml(sc, err)
+    return err
+
+
+def read_err(
+    path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20, max_bytes: int = 256 << 20
+) -> GlideinErr | None:
+    """Read and parse one .err; None (and a recorded error) when unreadable.
+
+    A file over ``max_bytes`` is recorded as too_large and only its first
+    ``max_bytes`` are parsed: its sections come in order, each self-contained.
+    """
+    src = Source.GLIDEIN_ERR.value
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(max_bytes)
+    except OSError as e:
+        errors.record(src, "unreadable", path, None, f"{type(e).__name__}: {e.strerror or e}")
+        return None
+    if size > max_bytes:
+        errors.record(src, "too_large", path, max_bytes, f"{size} bytes, tail skipped")
+    return parse_err(data, path, errors, max_section_bytes)

@@ -1,0 +1,102 @@
+"""Start real servers (Prometheus, Alertmanager, our exporter) on 127.0.0.1 for tests.
+
+Every wait is a bounded poll of a readiness endpoint; every process started
+is stopped by the context manager that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback only
+        body: bytes = r.read()
+        return body
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, step: float = 0.1) -> T:
+    """Poll ``fn`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = fn()
+            if v:
+                return v
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            last = e
+        time.sleep(step)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], log: Path, ready_url: str | None = None, timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "wb") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        if ready_url:
+            def ready() -> bool:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{cmd[0]} exited with {p.returncode}:\n{log.read_text()[-3000:]}")
+                return bool(http_get(ready_url, timeout=2))
+
+            wait_for(f"{cmd[0]} at {ready_url}", ready, timeout)
+        yield p
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
+def have(binary: str) -> bool:
+    return shutil.which(binary) is not None
+
+
+@contextlib.contextmanager
+def prometheus(workdir: Path, config_yaml: str, extra_args: list[str] | None = None) -> Iterator[str]:
+    """A real Prometheus on 127.0.0.1 with its own config and data dir; yields its base URL."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text(config_yaml)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        "prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+        "--enable-feature=exemplar-storage", *(extra_args or []),
+    ]
+    with process(cmd, workdir / "prometheus.log", f"{url}/-/ready"):
+        yield url
+
+
+def prom_query(url: str, expr: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": expr})
+    doc = json.loads(http_get(f"{url}/api/v1/query?{q}"))
+    if doc.get("status") != "success":
+        raise ValueError(doc)
+    result: list[dict[str, Any]] = doc["data"]["result"]
+    return result

@@ -1,0 +1,337 @@
+"""The glidein stderr reader: sections, history ads, GPUs, config, long XML, hostile input."""
+
+from __future__ import annotations
+
+import binascii
+import gzip
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gwms_obs.model import Job
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.sources.classad import Expr, iter_ads, parse_value
+from gwms_obs.sources.condor_sections import encode
+from gwms_obs.sources.glidein_err import parse_err, read_err
+
+SRC = "glidein_err"
+
+HISTORY = b"""ClusterId = 40
+ProcId = 0
+GlobalJobId = "submit.example.org#40.0#1656036400"
+JobStatus = 4
+JobCurrentStartDate = 1656036500
+JobStartDate = 1656036400
+CompletionDate = 1656040100
+ExitCode = 0
+ExitBySignal = false
+CpusProvisioned = 8
+RequestCpus = 4
+MemoryProvisioned = 16000
+RequestMemory = ifthenelse(MemoryUsage =!= undefined, MemoryUsage, 2000)
+RequestGPUs = 1
+*** Offset = 0 ClusterId = 40 ProcId = 0 Owner = "u" CompletionDate = 1656040100
+ClusterId = 41
+ProcId = 0
+JobStatus = 4
+JobStartDate = 1656040200
+CompletionDate = 1656041000
+ExitCode = 1
+RequestCpus = 1
+RequestMemory = 2000
+*** Offset = 900 ClusterId = 41 ProcId = 0 Owner = "u" CompletionDate = 1656041000
+ClusterId = 42
+ProcId = 3
+JobStatus = 3
+JobCurrentStartDate = 1656041100
+CompletionDate = 0
+LastVacateTime = 0
+EnteredCurrentStatus = 1656041900
+ExitBySignal = true
+ExitSignal = 9
+RequestCpus = ifthenelse(true, 2, 1)
+
+ClusterId = 43
+ProcId = 0
+JobStatus = 2
+JobCurrentStartDate = 1656042000
+RequestCpus = 2
+
+ClusterId = 44
+Note = "no start at all"
+"""
+
+
+def _script(name: str, start: str, end: str, ok: bool, failure: str | None = None) -> str:
+    status = "OK" if ok else "ERROR"
+    fail = f'\n      <metric name="failure" ts="{end}" uri="local">{failure}</metric>' if failure else ""
+    return f"""<OSGTestResult id="{name}" version="4.3.1">
+  <operatingenvironment>
+    <env name="cwd">/tmp/glide_x</env>
+  </operatingenvironment>
+  <test>
+      <cmd>/tmp/glide_x/{name} glidein_config</cmd>
+      <tStart>{start}</tStart>
+      <tEnd>{end}</tEnd>
+  </test>
+  <result>
+    <status>{status}</status>{fail}
+    <metric name="NrAttributes" ts="{end}" uri="local">12</metric>
+  </result>
+</OSGTestResult>"""
+
+
+def long_xml(scripts: list[str]) -> bytes:
+    sub = "\n".join("      " + line for s in scripts for line in s.splitlines())
+    return f"""<?xml version="1.0"?>
+<OSGTestResult id="glidein_startup.sh" version="4.3.1">
+  <subtestlist>
+    <OSGTestResults>
+{sub}
+    </OSGTestResults>
+  </subtestlist>
+  <operatingenvironment>
+    <env name="client_name">fe.main</env>
+    <env name="glidein_entry">TEST_ENTRY</env>
+  </operatingenvironment>
+  <test>
+    <tStart>2022-06-24T04:05:25+02:00</tStart>
+    <tEnd>2022-06-24T04:06:35+02:00</tEnd>
+  </test>
+  <result>
+    <status>ERROR</status>
+    <metric name="failure" ts="2022-06-24T04:06:35+02:00" uri="local">VO_Config</metric>
+  </result>
+</OSGTestResult>
+""".encode()
+
+
+TWO_SCRIPTS = [
+    _script("main/setup_script.sh", "2022-06-24T04:05:30+02:00", "2022-06-24T04:05:31+02:00", True),
+    _script("client/validate.sh", "2022-06-24T04:06:00+02:00", "2022-06-24T04:06:30+00:00", False, "VO_Config"),
+]
+
+
+def encoded_xml(xml: bytes) -> bytes:
+    b64 = binascii.b2a_base64(gzip.compress(xml, mtime=0), newline=False)
+    lines = b"\n".join(b64[i : i + 57] for i in range(0, len(b64), 57))
+    return (
+        b"\n=== Encoded XML description of glidein activity ===\nbegin-base64 644 -\n"
+        + lines
+        + b"\n====\n=== End encoded XML description of glidein activity ===\n"
+    )
+
+
+CONFIG = b"""Removed condor variables CONDOR_CONFIG
+-------- glidein_config in condor_startup.sh ----------
+ADD_CONFIG_LINE_SOURCE /tmp/glide_x/add_config_line.source
+GLIDEIN_Site Hephy-Vienna
+GLIDEIN_CPUS 8
+MEMORY 20000
+GLIDEIN_Resource_Slots GPUs,1,type=main
+GLIDECLIENT_Start ifthenelse(a == "b", true, false)
+EMPTY_VALUE
+MEMORY 24000
+-----------------------------------------------------
+--- condor_config ---
+NUM_CPUS = $(GLIDEIN_CPUS)
+--- ============= ---
+"""
+
+
+def synthetic_err(history: bytes = HISTORY, scripts: list[str] = TWO_SCRIPTS) -> bytes:
+    return (
+        b"=== validation OK in main/setup_script.sh (1) ===\n"
+        + CONFIG
+        + b"condor_gpu_discovery found 2 GPUs: DetectedGPUs=\"GPU-aa, GPU-bb\"\n"
+        + b"=== Exit messages left by periodic scripts ===\n"
+        + encode("MasterLog", b"06/24/22 04:06:30 ** condor_master (CONDOR_MASTER) STARTING UP\n" * 50)
+        + b"\n"
+        + encode("StartdHistoryLog", history)
+        + b"\n"
+        + encode("GWMSTraceSpool", b'{"resourceSpans": []}\n')
+        + b"\n"
+        + encoded_xml(long_xml(scripts))
+    )
+
+
+def test_synthetic_err() -> None:
+    errors = ParseErrors()
+    err = parse_err(synthetic_err(), "job.1.0.err", errors)
+    assert errors.counts == {(SRC, "no_start"): 1}
+    assert err.jobs == [
+        Job(1656036500.0, 1656040100.0, 8, 16000, 1, True, 0, False, None, 4,
+            "submit.example.org#40.0#1656036400"),
+        Job(1656040200.0, 1656041000.0, 1, 2000, 0, True, 1, False, None, 4, None),
+        # Not a literal RequestCpus → 1; no end but JobStatus 3 → EnteredCurrentStatus.
+        Job(1656041100.0, 1656041900.0, 1, 0, 0, True, None, True, 9, 3, None),
+        Job(1656042000.0, None, 2, 0, 0, False, None, False, None, 2, None),
+    ]
+    assert err.gpus == 2
+    assert err.cpus == 8 and err.memory_mb == 24000 and err.site == "Hephy-Vienna"
+    assert err.config["GLIDEIN_Resource_Slots"] == "GPUs,1,type=main"
+    assert err.config["GLIDECLIENT_Start"] == 'ifthenelse(a == "b", true, false)'
+    assert err.config["EMPTY_VALUE"] == ""
+    assert "NUM_CPUS" not in err.config
+    assert err.trace_spool == b'{"resourceSpans": []}\n'
+    assert [(s.name, s.ok, s.failure) for s in err.scripts] == [
+        ("main/setup_script.sh", True, None),
+        ("client/validate.sh", False, "VO_Config"),
+    ]
+    assert err.scripts[0].start == 1656036330.0 and err.scripts[0].end == 1656036331.0
+    assert err.scripts[1].end == 1656043590.0  # +00:00 offset honoured
+
+
+def test_no_gpus_and_no_sections() -> None:
+    errors = ParseErrors()
+    err = parse_err(b"No GPUs found with condor_gpu_discovery, setting them to 0\n", "e", errors)
+    assert err.gpus == 0 and err.jobs is None and err.scripts == [] and err.trace_spool is None
+    assert errors.total() == 0
+
+
+def test_empty_history_gives_empty_list() -> None:
+    err = parse_err(encode("StartdHistoryLog", b""), "e", ParseErrors())
+    assert err.jobs == []
+
+
+def test_bad_base64_then_good_section() -> None:
+    bad = b"StartdHistoryLog\n======== gzip | uuencode =============\nbegin-base64 644 -\n!!!@@@###\n====\n"
+    data = bad + synthetic_err()
+    errors = ParseErrors()
+    err = parse_err(data, "e", errors)
+    assert errors.counts[(SRC, "bad_base64")] + errors.counts[(SRC, "bad_gzip")] == 1
+    assert err.jobs is not None and len(err.jobs) == 4
+    assert err.gpus == 2 and err.cpus == 8 and len(err.scripts) == 2
+
+
+def test_undecodable_history_only() -> None:
+    bad = b"StartdHistoryLog\n======== gzip | uuencode =============\nbegin-base64 644 -\nAAAA\n====\n"
+    errors = ParseErrors()
+    err = parse_err(bad + CONFIG, "e", errors)
+    assert err.jobs is None
+    assert errors.counts[(SRC, "bad_gzip")] == 1
+    assert err.cpus == 8
+
+
+def test_gzip_bomb() -> None:
+    bomb = encode("StartdHistoryLog", b"\0" * (8 << 20))
+    assert len(bomb) < 20_000
+    errors = ParseErrors()
+    err = parse_err(bomb + synthetic_err(history=b""), "e", errors, max_section_bytes=1 << 20)
+    assert errors.counts[(SRC, "too_large")] == 1
+    assert err.jobs == []  # the second, good (empty) history section
+    assert err.gpus == 2 and len(err.scripts) == 2
+
+    trace_bomb = encode("GWMSTraceSpool", b"\0" * (20 << 20))
+    errors = ParseErrors()
+    err = parse_err(trace_bomb, "e", errors)
+    assert errors.counts[("trace_spool", "too_large")] == 1
+    assert err.trace_spool is None
+
+
+def test_truncated_sections_and_garbage() -> None:
+    full = synthetic_err()
+    cut = full.index(b"GWMSTraceSpool") + 100
+    errors = ParseErrors()
+    err = parse_err(full[:cut], "e", errors)
+    assert errors.counts[("trace_spool", "truncated")] == 1
+    assert err.jobs is not None and len(err.jobs) == 4 and err.gpus == 2
+
+    errors = ParseErrors()
+    err = parse_err(b"\xff\xfe garbage \x00" * 1000, "e", errors)
+    assert err.jobs is None and err.config == {}
+
+
+def test_malformed_long_xml_is_salvaged() -> None:
+    broken = [s.replace("glidein_config</cmd>", "a&b</cmd>") for s in TWO_SCRIPTS]
+    errors = ParseErrors()
+    err = parse_err(synthetic_err(scripts=broken), "e", errors)
+    assert errors.counts[(SRC, "bad_xml")] == 1
+    assert [(s.name, s.ok, s.failure) for s in err.scripts] == [
+        ("main/setup_script.sh", True, None),
+        ("client/validate.sh", False, "VO_Config"),
+    ]
+    assert err.scripts[0].start == 1656036330.0
+
+
+def test_xml_bomb_in_long_xml() -> None:
+    xml = long_xml(TWO_SCRIPTS).replace(
+        b"<OSGTestResult id=\"glidein_startup.sh\"",
+        b'<!DOCTYPE r [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+        b'<OSGTestResult id="glidein_startup.sh"',
+        1,
+    )
+    data = synthetic_err().split(b"\n=== Encoded XML")[0] + encoded_xml(xml)
+    errors = ParseErrors()
+    err = parse_err(data, "e", errors)
+    assert errors.counts[(SRC, "xml_forbidden")] == 1
+    assert err.scripts == []
+    assert err.jobs is not None and len(err.jobs) == 4
+
+
+def test_read_err(tmp_path: Path) -> None:
+    p = tmp_path / "job.1.0.err"
+    p.write_bytes(synthetic_err())
+    errors = ParseErrors()
+    err = read_err(str(p), errors)
+    assert err is not None and err.gpus == 2
+    assert read_err(str(tmp_path / "missing.err"), errors) is None
+    assert errors.counts[(SRC, "unreadable")] == 1
+
+
+def test_classad_values() -> None:
+    assert parse_value("42") == 42 and parse_value("-3") == -3
+    assert parse_value("3.5") == 3.5 and parse_value("1e3") == 1000.0
+    assert parse_value('"a \\"q\\" b\\\\c"') == 'a "q" b\\c'
+    assert parse_value('"C:\\dir"') == "C:\\dir"
+    assert parse_value("TRUE") is True and parse_value("false") is False
+    assert parse_value("undefined") is None
+    e = parse_value('"a" + "b"')
+    assert isinstance(e, Expr) and e == '"a" + "b"'
+    assert isinstance(parse_value("MY.Cpus * 2"), Expr)
+    ads = list(iter_ads(HISTORY))
+    assert len(ads) == 5
+    assert ads[0].attrs()["GlobalJobId"] == "submit.example.org#40.0#1656036400"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=4096))
+def test_never_raises_on_arbitrary_bytes(data: bytes) -> None:
+    parse_err(data, "fuzz.err", ParseErrors())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_never_raises_on_mutated_err(data: st.DataObject) -> None:
+    buf = bytearray(synthetic_err())
+    for _ in range(data.draw(st.integers(1, 10))):
+        i = data.draw(st.integers(0, len(buf)))
+        op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if op == "flip" and i < len(buf):
+            buf[i] = data.draw(st.integers(0, 255))
+        elif op == "cut":
+            del buf[i : i + data.draw(st.integers(1, 500))]
+        else:
+            buf[i:i] = data.draw(st.binary(max_size=64))
+    parse_err(bytes(buf), "mut.err", ParseErrors())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_history_never_raises(text: str) -> None:
+    parse_err(encode("StartdHistoryLog", text.encode("utf-8", "surrogatepass")), "h.err", ParseErrors())
+
+
+def test_utf16_xml_bomb_in_long_xml() -> None:
+    # A UTF-16 document hides "<!DOCTYPE" from a byte search; its NULs give it away.
+    xml = (
+        '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE r [<!ENTITY a "aaaa"><!ENTITY b "&a;&a;&a;">]>'
+        '<OSGTestResult id="glidein_startup.sh"><subtestlist><OSGTestResults>'
+        '<OSGTestResult id="x.sh"><result><status>&b;</status></result></OSGTestResult>'
+        "</OSGTestResults></subtestlist></OSGTestResult>"
+    ).encode("utf-16")
+    errors = ParseErrors()
+    err = parse_err(encoded_xml(xml), "e", errors)
+    assert errors.counts[(SRC, "xml_forbidden")] == 1
+    assert err.scripts == []
