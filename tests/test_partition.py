@@ -43,8 +43,14 @@ def test_worked_examples_inside_a_pilot(cores: int, mb: int, overhead: int) -> N
     """A 4-core pilot whose one job (1 core, 1 GB) leaves `cores` idle cores and `mb` idle MB for an hour."""
     total_cores = 1 + cores
     u = PilotUsage(
-        start=0, end=3600, cpus=total_cores, memory_mb=1 * GB + mb, condor_started=True,
-        condor_start=0, condor_end=3600, jobs=[job(0, 3600, cpus=1, mem=1 * GB)],
+        start=0,
+        end=3600,
+        cpus=total_cores,
+        memory_mb=1 * GB + mb,
+        condor_started=True,
+        condor_start=0,
+        condor_end=3600,
+        jobs=[job(0, 3600, cpus=1, mem=1 * GB)],
     )
     p = partition(u)
     assert p.cpu.get(Category.OVERHEAD, 0) == pytest.approx(overhead * 3600)
@@ -60,13 +66,21 @@ def test_condor_never_started_is_validation_failed() -> None:
 
 
 def test_no_job_is_decision_problem() -> None:
-    u = PilotUsage(start=0, end=1000, cpus=4, memory_mb=8000, condor_started=True, condor_start=60, condor_end=990, jobs=[])
+    u = PilotUsage(
+        start=0, end=1000, cpus=4, memory_mb=8000, condor_started=True, condor_start=60, condor_end=990, jobs=[]
+    )
     assert partition(u).cpu == {Category.DECISION_PROBLEM: 4000}
 
 
 def test_before_and_after_condor_is_overhead_and_no_job_running_is_overhead() -> None:
     u = PilotUsage(
-        start=0, end=1000, cpus=2, memory_mb=4096, condor_started=True, condor_start=100, condor_end=900,
+        start=0,
+        end=1000,
+        cpus=2,
+        memory_mb=4096,
+        condor_started=True,
+        condor_start=100,
+        condor_end=900,
         jobs=[job(200, 500, cpus=2, mem=4096)],
     )
     p = partition(u)
@@ -78,7 +92,13 @@ def test_before_and_after_condor_is_overhead_and_no_job_running_is_overhead() ->
 def test_idle_cores_shared_in_proportion_to_job_cores() -> None:
     # 8 cores, 4 GB: no memory left once the jobs have it -> idle cores go to the jobs 3:1.
     u = PilotUsage(
-        start=0, end=100, cpus=8, memory_mb=4096, condor_started=True, condor_start=0, condor_end=100,
+        start=0,
+        end=100,
+        cpus=8,
+        memory_mb=4096,
+        condor_started=True,
+        condor_start=0,
+        condor_end=100,
         jobs=[
             job(0, 100, cpus=3, mem=3072),
             job(0, 30, cpus=1, mem=1024, exited=True, exit_by_signal=True, exit_code=None),
@@ -93,7 +113,14 @@ def test_idle_cores_shared_in_proportion_to_job_cores() -> None:
 
 def test_gpu_idle_is_overhead_and_used_goes_to_job() -> None:
     u = PilotUsage(
-        start=0, end=100, cpus=4, memory_mb=None, gpus=2, condor_started=True, condor_start=0, condor_end=100,
+        start=0,
+        end=100,
+        cpus=4,
+        memory_mb=None,
+        gpus=2,
+        condor_started=True,
+        condor_start=0,
+        condor_end=100,
         jobs=[job(0, 50, cpus=1, gpus=1)],
     )
     p = partition(u)
@@ -120,8 +147,11 @@ def test_classify_job(j: Job, expected: Category) -> None:
 def test_totals_fallback_and_unknown() -> None:
     u = PilotUsage(start=0, end=1000, cpus=8, memory_mb=None, condor_started=True, condor_start=100, condor_end=900)
     p = partition_from_totals(u, JobTotals(goodput=3000, misconfiguration=400), Accuracy.STATS)
-    assert p.cpu == {Category.OVERHEAD: 8 * 200 + (6400 - 3400), Category.GOODPUT: 3000,
-                     Category.MISCONFIGURATION_BADPUT: 400}
+    assert p.cpu == {
+        Category.OVERHEAD: 8 * 200 + (6400 - 3400),
+        Category.GOODPUT: 3000,
+        Category.MISCONFIGURATION_BADPUT: 400,
+    }
     p = partition_from_totals(u, None, Accuracy.STATS, claims=34)
     assert p.accuracy == Accuracy.NONE
     assert p.cpu == {Category.OVERHEAD: 1600, Category.UNKNOWN: 6400}
@@ -130,6 +160,7 @@ def test_totals_fallback_and_unknown() -> None:
 
 
 # --- exactness for random pilots -------------------------------------------------------------
+
 
 @st.composite
 def pilots(draw: st.DrawFn) -> PilotUsage:
@@ -147,10 +178,28 @@ def pilots(draw: st.DrawFn) -> PilotUsage:
         js = draw(st.floats(start - 500, end + 500, allow_nan=False))
         je = draw(st.one_of(st.none(), st.floats(js - 100, end + 500, allow_nan=False)))
         sig = draw(st.booleans())
-        jobs.append(job(js, je, cpus=draw(st.integers(0, 70)), mem=draw(st.integers(0, 300_000)),
-                        gpus=draw(st.integers(0, 10)), exited=draw(st.booleans()), exit_by_signal=sig))
-    return PilotUsage(start=start, end=end, cpus=cpus, memory_mb=mem, gpus=gpus, condor_started=started,
-                      condor_start=cs, condor_end=ce, jobs=jobs)
+        jobs.append(
+            job(
+                js,
+                je,
+                cpus=draw(st.integers(0, 70)),
+                mem=draw(st.integers(0, 300_000)),
+                gpus=draw(st.integers(0, 10)),
+                exited=draw(st.booleans()),
+                exit_by_signal=sig,
+            )
+        )
+    return PilotUsage(
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=mem,
+        gpus=gpus,
+        condor_started=started,
+        condor_start=cs,
+        condor_end=ce,
+        jobs=jobs,
+    )
 
 
 @settings(max_examples=400, deadline=None)

@@ -30,7 +30,9 @@ def _time(s: str) -> float:
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a time: {s!r} (use 2026-11-01, 2026-11-01T12:00+01:00 or an epoch)") from None
+        raise argparse.ArgumentTypeError(
+            f"not a time: {s!r} (use 2026-11-01, 2026-11-01T12:00+01:00 or an epoch)"
+        ) from None
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
@@ -90,9 +92,14 @@ def cmd_report(a: argparse.Namespace) -> int:
 
     rep = Report(since=a.since, until=a.until)
     ingest = Ingest(
-        IngestConfig(factory_dir=a.factory_dir, monitor_dir=a.monitor_dir, settle_seconds=0.0,
-                     lost_after_seconds=a.lost_after_seconds),
-        sink=rep.add, progress=True,
+        IngestConfig(
+            factory_dir=a.factory_dir,
+            monitor_dir=a.monitor_dir,
+            settle_seconds=0.0,
+            lost_after_seconds=a.lost_after_seconds,
+        ),
+        sink=rep.add,
+        progress=True,
     )
     ingest.scan()
     text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
@@ -124,11 +131,18 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     acc = from_glidein(out, err)
     doc: dict[str, Any] = {
         "file": path,
-        "entry": out.entry, "client": out.client, "cluster": out.cluster, "proc": out.proc, "uuid": out.uuid,
-        "glidein_duration": out.glidein_duration, "validation_duration": out.validation_duration,
-        "condor_started": out.condor_started, "condor_duration": out.condor_duration,
+        "entry": out.entry,
+        "client": out.client,
+        "cluster": out.cluster,
+        "proc": out.proc,
+        "uuid": out.uuid,
+        "glidein_duration": out.glidein_duration,
+        "validation_duration": out.validation_duration,
+        "condor_started": out.condor_started,
+        "condor_duration": out.condor_duration,
         "activations_claims": out.activations_claims,
-        "cpus": acc.cpus if acc else out.cpus, "memory_mb": acc.memory_mb if acc else out.memory_mb,
+        "cpus": acc.cpus if acc else out.cpus,
+        "memory_mb": acc.memory_mb if acc else out.memory_mb,
         "gpus": acc.gpus if acc else 0,
         "stats_format": out.stats_format.value,
         "stats": {k: dataclasses.asdict(v) for k, v in out.stats.items()},
@@ -137,13 +151,17 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         "validation_scripts": [dataclasses.asdict(s) for s in err.scripts] if err else [],
     }
     if acc is not None:
-        doc.update({
-            "outcome": acc.outcome.value, "accuracy": acc.partition.accuracy.value,
-            "start": acc.start, "end": acc.end,
-            "cpu_seconds": {k.value: v for k, v in acc.partition.cpu.items()},
-            "gpu_seconds": {k.value: v for k, v in acc.partition.gpu.items()},
-            "jobs_by_category": {k.value: v for k, v in acc.partition.jobs.items()},
-        })
+        doc.update(
+            {
+                "outcome": acc.outcome.value,
+                "accuracy": acc.partition.accuracy.value,
+                "start": acc.start,
+                "end": acc.end,
+                "cpu_seconds": {k.value: v for k, v in acc.partition.cpu.items()},
+                "gpu_seconds": {k.value: v for k, v in acc.partition.gpu.items()},
+                "jobs_by_category": {k.value: v for k, v in acc.partition.jobs.items()},
+            }
+        )
     if errors.counts:
         doc["parse_errors"] = {f"{s}/{r}": n for (s, r), n in errors.counts.items()}
     print(json.dumps(doc, indent=2))

@@ -31,8 +31,12 @@ class ExportConfig:
 
     def ingest(self) -> IngestConfig:
         return IngestConfig(
-            factory_dir=self.factory_dir, monitor_dir=self.monitor_dir, checkpoint=self.checkpoint,
-            settle_seconds=self.settle_seconds, lost_after_seconds=self.lost_after_seconds, rules=self.rules,
+            factory_dir=self.factory_dir,
+            monitor_dir=self.monitor_dir,
+            checkpoint=self.checkpoint,
+            settle_seconds=self.settle_seconds,
+            lost_after_seconds=self.lost_after_seconds,
+            rules=self.rules,
         )
 
 

@@ -52,11 +52,13 @@ def metrics_markdown() -> str:
         labels = ", ".join(f"`{x}`" for x in m.labels) or "—"
         lines.append(f"| `{m.name}` | {m.type} | {m.unit or '—'} | {labels} | {m.help} |")
     lines.append("")
-    lines.append(_BUDGET.format(
-        categories=", ".join(f"`{c.value}`" for c in R.Category),
-        accuracies=", ".join(f"`{a.value}`" for a in R.Accuracy),
-        outcomes=", ".join(f"`{o.value}`" for o in R.Outcome),
-    ))
+    lines.append(
+        _BUDGET.format(
+            categories=", ".join(f"`{c.value}`" for c in R.Category),
+            accuracies=", ".join(f"`{a.value}`" for a in R.Accuracy),
+            outcomes=", ".join(f"`{o.value}`" for o in R.Outcome),
+        )
+    )
     return "\n".join(lines)
 
 

@@ -186,8 +186,13 @@ class Ingest:
             if out.client:
                 self.client_by_user[p.username] = out.client
             acc = from_glidein(
-                out, err, self.defaults.get(out.entry or p.entry), entry=p.entry, client=out.client,
-                end_hint=st.st_mtime, rules=self.cfg.rules,
+                out,
+                err,
+                self.defaults.get(out.entry or p.entry),
+                entry=p.entry,
+                client=out.client,
+                end_hint=st.st_mtime,
+                rules=self.cfg.rules,
             )
             if acc is None:
                 self.errors.record(Source.GLIDEIN_OUT, "no_times", p.out)
@@ -212,49 +217,61 @@ class Ingest:
         paths = list(tree.completed_logs(self.cfg.factory_dir))
         self.health.files[Source.COMPLETED_JOBS] = len(paths)
 
-        def sink(lines: list[CompletedJob]) -> None:
+        def sink(lines: list[completed_jobs.RawLine | CompletedJob], entry: str, path: str) -> None:
             self.health.records[Source.COMPLETED_JOBS] += len(lines)
-            for line in lines:
-                if line.entry is None:
+            seen = self.seen
+            for raw in lines:
+                cluster, proc = completed_jobs.line_id(raw)
+                if f"{entry}/{cluster}.{proc}" in seen:
+                    continue  # counted from its .out: the usual case, so nothing else is converted
+                line = completed_jobs.to_record(raw, entry)
+                if isinstance(line, str):
+                    self.errors.record(Source.COMPLETED_JOBS, line, path)
                     continue
-                k = key_str((line.entry, line.cluster, line.proc))
-                if k in self.seen:
-                    continue
-                acc = from_completed_job(
-                    line, self.defaults.get(line.entry), client=self.client_by_user.get(line.username))
+                acc = from_completed_job(line, self.defaults.get(entry), client=self.client_by_user.get(line.username))
                 if acc is not None:
                     self._account(acc, res, Source.COMPLETED_JOBS)
 
         for entry, path in paths:
             try:
-                n = self.follower.read_new(path, functools.partial(self._parse_completed, entry=entry), sink)
+                n = self.follower.read_new(
+                    path,
+                    functools.partial(self._scan_completed, entry=entry),
+                    functools.partial(sink, entry=entry, path=path),
+                )
             except OSError as e:
                 self.errors.record(Source.COMPLETED_JOBS, "unreadable", path, None, str(e))
                 continue
             self.health.bytes_read[Source.COMPLETED_JOBS] += n
         self.health.caught_up[Source.COMPLETED_JOBS] = self.clock()
 
-    def _parse_completed(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[CompletedJob], int]:
-        return completed_jobs.parse_buffer(buf, path, offset, self.errors, entry)
+    def _scan_completed(
+        self, buf: bytes, path: str, offset: int, entry: str
+    ) -> tuple[list[completed_jobs.RawLine | CompletedJob], int]:
+        return completed_jobs.scan_buffer(buf, path, offset, self.errors, entry)
 
     def _event_logs(self, logs: list[tree.EventLogFile], res: ScanResult) -> None:
         self.health.files[Source.EVENT_LOG] = len(logs)
         for f in logs:
+
             def sink(events: list[condor_eventlog.CondorEvent], f: tree.EventLogFile = f) -> None:
                 self.health.records[Source.EVENT_LOG] += len(events)
-                for t in self.timeline.feed(events, entry=f.entry, client=f.client):
+                for t in self.timeline.feed(events, f.path):
                     k = key_str((f.entry, t.cluster, t.proc))
                     if k not in self.seen and t.ended is not None:
                         self.waiting[k] = t
 
             try:
                 n = self.follower.read_new(
-                    f.path, lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, self.errors), sink)
+                    f.path, lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, self.errors), sink
+                )
             except OSError as e:
                 self.errors.record(Source.EVENT_LOG, "unreadable", f.path, None, str(e))
                 continue
             self.health.bytes_read[Source.EVENT_LOG] += n
         now = self.clock()
+        # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
+        self.timeline.expire(now)
         for k, t in list(self.waiting.items()):
             if k in self.seen:
                 del self.waiting[k]
@@ -338,8 +355,9 @@ class Ingest:
             # Refuse rather than silently start from zero and re-count everything.
             raise RuntimeError(f"checkpoint {self.cfg.checkpoint} unreadable: {e}") from e
         if data.get("version") != CHECKPOINT_VERSION:
-            raise RuntimeError(f"checkpoint {self.cfg.checkpoint} has version {data.get('version')}, "
-                               f"expected {CHECKPOINT_VERSION}")
+            raise RuntimeError(
+                f"checkpoint {self.cfg.checkpoint} has version {data.get('version')}, expected {CHECKPOINT_VERSION}"
+            )
         self.ledger = Ledger.from_json(data.get("ledger", {}))
         self.follower = Follower.from_json(data.get("cursors", {}))
         self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
@@ -357,8 +375,9 @@ def entry_defaults(ed: EntryDescript) -> EntryDefaults:
                     return int(v)
         return None
 
-    return EntryDefaults(site=ed.site, cpus=num("GLIDEIN_CPUS", "GLIDEIN_ESTIMATED_CPUS"),
-                         memory_mb=num("GLIDEIN_MaxMemMBs"))
+    return EntryDefaults(
+        site=ed.site, cpus=num("GLIDEIN_CPUS", "GLIDEIN_ESTIMATED_CPUS"), memory_mb=num("GLIDEIN_MaxMemMBs")
+    )
 
 
 def _progress(total: int, unit: str) -> Any:

@@ -84,118 +84,193 @@ _LIFETIME_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 576
 _VALIDATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 
 CPU_SECONDS = MetricDef(
-    "gwms_pilot_cpu_seconds_total", "counter",
+    "gwms_pilot_cpu_seconds_total",
+    "counter",
     "Canonical CPU unit-seconds (1 core + 2 GB) of completed pilots by time category.",
-    (*POOL, "category", "accuracy"), "seconds", "s",
+    (*POOL, "category", "accuracy"),
+    "seconds",
+    "s",
 )
 GPU_SECONDS = MetricDef(
-    "gwms_pilot_gpu_seconds_total", "counter",
+    "gwms_pilot_gpu_seconds_total",
+    "counter",
     "GPU-seconds (1 GPU) of completed pilots by time category.",
-    (*POOL, "category", "accuracy"), "seconds", "s",
+    (*POOL, "category", "accuracy"),
+    "seconds",
+    "s",
 )
 PILOTS = MetricDef(
-    "gwms_pilots_total", "counter", "Completed pilots by outcome.", (*POOL, "outcome"),
+    "gwms_pilots_total",
+    "counter",
+    "Completed pilots by outcome.",
+    (*POOL, "outcome"),
 )
 USER_JOBS = MetricDef(
-    "gwms_user_jobs_total", "counter",
+    "gwms_user_jobs_total",
+    "counter",
     "User jobs that ran in completed pilots, by the category their time went to.",
     (*POOL, "category"),
 )
 PILOT_LIFETIME = MetricDef(
-    "gwms_pilot_lifetime_seconds", "histogram", "Wall-clock lifetime of completed pilots.",
-    POOL, "seconds", "s", _LIFETIME_BUCKETS,
+    "gwms_pilot_lifetime_seconds",
+    "histogram",
+    "Wall-clock lifetime of completed pilots.",
+    POOL,
+    "seconds",
+    "s",
+    _LIFETIME_BUCKETS,
 )
 PILOT_VALIDATION = MetricDef(
-    "gwms_pilot_validation_seconds", "histogram",
+    "gwms_pilot_validation_seconds",
+    "histogram",
     "Time pilots spent validating the worker node before starting HTCondor.",
-    POOL, "seconds", "s", _VALIDATION_BUCKETS,
+    POOL,
+    "seconds",
+    "s",
+    _VALIDATION_BUCKETS,
 )
 PILOT_LAST_COMPLETED = MetricDef(
-    "gwms_pilot_last_completed_timestamp_seconds", "gauge",
-    "End time of the newest completed pilot seen.", POOL, "seconds", "dateTimeAsIso",
+    "gwms_pilot_last_completed_timestamp_seconds",
+    "gauge",
+    "End time of the newest completed pilot seen.",
+    POOL,
+    "seconds",
+    "dateTimeAsIso",
 )
 
 # Entry status (monitor/entry_*/schedd_status.xml), one sample per frontend.
 ENTRY_GLIDEINS = MetricDef(
-    "gwms_entry_glideins", "gauge",
+    "gwms_entry_glideins",
+    "gauge",
     "Glideins in the factory queue by state (wait+pending+stagein+idleother = idle; idle itself is not exported).",
     (*POOL, "state"),
 )
 ENTRY_REQUESTED = MetricDef(
-    "gwms_entry_requested_glideins", "gauge",
+    "gwms_entry_requested_glideins",
+    "gauge",
     "What the frontend asked of the entry: idle, adjusted_idle, max_running glideins.",
     (*POOL, "kind"),
 )
 ENTRY_USER_JOBS = MetricDef(
-    "gwms_entry_user_jobs", "gauge",
+    "gwms_entry_user_jobs",
+    "gauge",
     "Frontend-reported user jobs matching the entry: idle, running, running_here.",
     (*POOL, "state"),
 )
 ENTRY_VO_GLIDEINS = MetricDef(
-    "gwms_entry_vo_glideins", "gauge",
+    "gwms_entry_vo_glideins",
+    "gauge",
     "Glideins of the entry registered in the VO pool: idle (unclaimed), running (claimed).",
     (*POOL, "state"),
 )
 ENTRY_VO_CORES = MetricDef(
-    "gwms_entry_vo_cores", "gauge",
+    "gwms_entry_vo_cores",
+    "gauge",
     "Cores of the entry's glideins in the VO pool as counted by the frontend: idle, running.",
     (*POOL, "state"),
 )
 ENTRY_INFO_AGE = MetricDef(
-    "gwms_entry_frontend_info_age_seconds", "gauge",
-    "Age of the frontend's information about the entry.", POOL, "seconds", "s",
+    "gwms_entry_frontend_info_age_seconds",
+    "gauge",
+    "Age of the frontend's information about the entry.",
+    POOL,
+    "seconds",
+    "s",
 )
 ENTRY_DOWNTIME = MetricDef(
-    "gwms_entry_downtime", "gauge", "1 while the entry is in downtime.", ENTRY,
+    "gwms_entry_downtime",
+    "gauge",
+    "1 while the entry is in downtime.",
+    ENTRY,
 )
 ENTRY_UPDATED = MetricDef(
-    "gwms_entry_status_updated_timestamp_seconds", "gauge",
-    "When the factory last wrote the entry's schedd_status.xml.", ENTRY, "seconds", "dateTimeAsIso",
+    "gwms_entry_status_updated_timestamp_seconds",
+    "gauge",
+    "When the factory last wrote the entry's schedd_status.xml.",
+    ENTRY,
+    "seconds",
+    "dateTimeAsIso",
 )
 ENTRY_BOTTLENECK = MetricDef(
-    "gwms_entry_provisioning_bottleneck_jobs", "gauge",
-    "Idle user jobs matching the entry while none of its pilots is idle in the VO pool (GIL 'provisioning bottleneck').",
+    "gwms_entry_provisioning_bottleneck_jobs",
+    "gauge",
+    "Idle user jobs matching the entry while none of its pilots is idle in the VO pool"
+    " (GIL 'provisioning bottleneck').",
     POOL,
 )
 ENTRY_INSUFFICIENT_DEMAND = MetricDef(
-    "gwms_entry_insufficient_demand_cores", "gauge",
+    "gwms_entry_insufficient_demand_cores",
+    "gauge",
     "Idle cores of the entry's pilots in the VO pool while no matching user job waits (GIL 'insufficient demand').",
     POOL,
 )
 ENTRY_BOTTLENECK_SECONDS = MetricDef(
-    "gwms_entry_provisioning_bottleneck_job_seconds_total", "counter",
-    "Integral over time of gwms_entry_provisioning_bottleneck_jobs.", POOL, "seconds", "s",
+    "gwms_entry_provisioning_bottleneck_job_seconds_total",
+    "counter",
+    "Integral over time of gwms_entry_provisioning_bottleneck_jobs.",
+    POOL,
+    "seconds",
+    "s",
 )
 ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
-    "gwms_entry_insufficient_demand_core_seconds_total", "counter",
-    "Integral over time of gwms_entry_insufficient_demand_cores.", POOL, "seconds", "s",
+    "gwms_entry_insufficient_demand_core_seconds_total",
+    "counter",
+    "Integral over time of gwms_entry_insufficient_demand_cores.",
+    POOL,
+    "seconds",
+    "s",
 )
 
 # The exporter's own health.
 PARSE_ERRORS = MetricDef(
-    "gwms_obs_parse_errors_total", "counter",
-    "Input skipped as unreadable, by source and reason.", ("source", "reason"),
+    "gwms_obs_parse_errors_total",
+    "counter",
+    "Input skipped as unreadable, by source and reason.",
+    ("source", "reason"),
 )
 RECORDS = MetricDef(
-    "gwms_obs_records_total", "counter", "Records read, by source.", ("source",),
+    "gwms_obs_records_total",
+    "counter",
+    "Records read, by source.",
+    ("source",),
 )
 BYTES_READ = MetricDef(
-    "gwms_obs_read_bytes_total", "counter", "Bytes read, by source.", ("source",), "bytes", "bytes",
+    "gwms_obs_read_bytes_total",
+    "counter",
+    "Bytes read, by source.",
+    ("source",),
+    "bytes",
+    "bytes",
 )
 FILES_TRACKED = MetricDef(
-    "gwms_obs_files_tracked", "gauge", "Files the exporter follows, by source.", ("source",),
+    "gwms_obs_files_tracked",
+    "gauge",
+    "Files the exporter follows, by source.",
+    ("source",),
 )
 LAG = MetricDef(
-    "gwms_obs_lag_seconds", "gauge",
+    "gwms_obs_lag_seconds",
+    "gauge",
     "Age of the newest input not yet processed (0 when caught up), by source.",
-    ("source",), "seconds", "s",
+    ("source",),
+    "seconds",
+    "s",
 )
 LAST_SCAN = MetricDef(
-    "gwms_obs_last_scan_timestamp_seconds", "gauge", "When the last scan of the factory tree ended.",
-    (), "seconds", "dateTimeAsIso",
+    "gwms_obs_last_scan_timestamp_seconds",
+    "gauge",
+    "When the last scan of the factory tree ended.",
+    (),
+    "seconds",
+    "dateTimeAsIso",
 )
 SCAN_DURATION = MetricDef(
-    "gwms_obs_scan_duration_seconds", "gauge", "How long the last scan took.", (), "seconds", "s",
+    "gwms_obs_scan_duration_seconds",
+    "gauge",
+    "How long the last scan took.",
+    (),
+    "seconds",
+    "s",
 )
 
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))

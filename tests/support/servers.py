@@ -29,7 +29,7 @@ def free_port() -> int:
 
 
 def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         body: bytes = r.read()
         return body
 
@@ -50,11 +50,14 @@ def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, step:
 
 
 @contextlib.contextmanager
-def process(cmd: list[str], log: Path, ready_url: str | None = None, timeout: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    cmd: list[str], log: Path, ready_url: str | None = None, timeout: float = 30.0
+) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "wb") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         if ready_url:
+
             def ready() -> bool:
                 if p.poll() is not None:
                     raise RuntimeError(f"{cmd[0]} exited with {p.returncode}:\n{log.read_text()[-3000:]}")
@@ -85,9 +88,13 @@ def prometheus(workdir: Path, config_yaml: str, extra_args: list[str] | None = N
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
-        "prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
-        "--enable-feature=exemplar-storage", *(extra_args or []),
+        "prometheus",
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+        "--enable-feature=exemplar-storage",
+        *(extra_args or []),
     ]
     with process(cmd, workdir / "prometheus.log", f"{url}/-/ready"):
         yield url

@@ -87,8 +87,7 @@ class Ledger:
             self.user_jobs[kj] = self.user_jobs.get(kj, 0) + n
         self.lifetime.setdefault(pool, Histogram.empty(R.PILOT_LIFETIME.buckets)).observe(a.lifetime)
         if a.validation_duration is not None:
-            self.validation.setdefault(pool, Histogram.empty(R.PILOT_VALIDATION.buckets)).observe(
-                a.validation_duration)
+            self.validation.setdefault(pool, Histogram.empty(R.PILOT_VALIDATION.buckets)).observe(a.validation_duration)
         self.last_completed[pool] = max(self.last_completed.get(pool, 0.0), a.end)
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
@@ -114,10 +113,15 @@ class Ledger:
             return [[*k, h.counts, h.total] for k, h in d.items()]
 
         return {
-            "cpu": rows(self.cpu), "gpu": rows(self.gpu), "pilots": rows(self.pilots),
-            "user_jobs": rows(self.user_jobs), "lifetime": hrows(self.lifetime),
-            "validation": hrows(self.validation), "last_completed": rows(self.last_completed),
-            "bottleneck_seconds": rows(self.bottleneck_seconds), "demand_seconds": rows(self.demand_seconds),
+            "cpu": rows(self.cpu),
+            "gpu": rows(self.gpu),
+            "pilots": rows(self.pilots),
+            "user_jobs": rows(self.user_jobs),
+            "lifetime": hrows(self.lifetime),
+            "validation": hrows(self.validation),
+            "last_completed": rows(self.last_completed),
+            "bottleneck_seconds": rows(self.bottleneck_seconds),
+            "demand_seconds": rows(self.demand_seconds),
         }
 
     @classmethod

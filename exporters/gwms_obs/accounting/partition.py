@@ -223,7 +223,11 @@ def partition_from_totals(
         if budget <= 0:  # a GPU-only pilot: nothing to take ratios from
             p.add(Category.OVERHEAD, gpu=gpu_budget)
             return p
-        for cat, share in ((Category.GOODPUT, good), (Category.MISCONFIGURATION_BADPUT, bad), (Category.OVERHEAD, idle)):
+        for cat, share in (
+            (Category.GOODPUT, good),
+            (Category.MISCONFIGURATION_BADPUT, bad),
+            (Category.OVERHEAD, idle),
+        ):
             p.add(cat, gpu=gpu_budget * share / budget)
     return p
 

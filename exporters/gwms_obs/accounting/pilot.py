@@ -144,8 +144,15 @@ def from_glidein(
     if out.condor_started and condor_end is None:
         condor_end = end  # condor was running when the pilot died
     u = PilotUsage(
-        start=start, end=end, cpus=cpus, memory_mb=memory, gpus=gpus, condor_started=out.condor_started,
-        condor_start=out.condor_start, condor_end=condor_end, jobs=err.jobs if err else None,
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=memory,
+        gpus=gpus,
+        condor_started=out.condor_started,
+        condor_start=out.condor_start,
+        condor_end=condor_end,
+        jobs=err.jobs if err else None,
     )
     if not out.condor_started or (err is not None and err.jobs is not None):
         part = partition(u, rules) if out.condor_started else partition(u)
@@ -156,14 +163,23 @@ def from_glidein(
         entry=out.entry or entry or UNKNOWN_LABEL,
         client=out.client or client or UNKNOWN_LABEL,
         site=(err.site if err and err.site else None) or d.site or UNKNOWN_LABEL,
-        cluster=out.cluster, proc=out.proc,
+        cluster=out.cluster,
+        proc=out.proc,
         outcome=_outcome(part, out.condor_started),
-        start=start, end=end, cpus=cpus, memory_mb=memory, gpus=gpus,
-        validation_duration=out.validation_duration if out.validation_duration is not None else (
-            end - start if not out.condor_started else None),
-        partition=part, condor_started=out.condor_started,
-        condor_duration=out.condor_duration, activations_claims=out.activations_claims,
-        jobs=njobs, warnings=warnings,
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=memory,
+        gpus=gpus,
+        validation_duration=out.validation_duration
+        if out.validation_duration is not None
+        else (end - start if not out.condor_started else None),
+        partition=part,
+        condor_started=out.condor_started,
+        condor_duration=out.condor_duration,
+        activations_claims=out.activations_claims,
+        jobs=njobs,
+        warnings=warnings,
     )
 
 
@@ -183,9 +199,14 @@ def from_completed_job(
     start = end - line.duration
     condor = min(line.condor_duration, line.duration) if line.condor_started else 0
     u = PilotUsage(
-        start=start, end=end, cpus=cpus, memory_mb=d.memory_mb, condor_started=line.condor_started and condor >= 5,
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=d.memory_mb,
+        condor_started=line.condor_started and condor >= 5,
         # The line does not say when condor ran; validation comes first, so put it last.
-        condor_start=end - condor, condor_end=end,
+        condor_start=end - condor,
+        condor_end=end,
     )
     # terminated (exit-code jobs) is normalized (÷ GLIDEIN_CPUS) in every version;
     # user duration is too, except on v3.10.12+ lines where it is the raw sum.
@@ -198,11 +219,24 @@ def from_completed_job(
         totals.jobs[Category.GOODPUT] = line.jobsnr
     part = partition_from_totals(u, totals, Accuracy.COMPLETED_LOG)
     return PilotAccount(
-        entry=line.entry or UNKNOWN_LABEL, client=client or line.client, site=d.site or UNKNOWN_LABEL,
-        cluster=line.cluster, proc=line.proc, outcome=_outcome(part, u.condor_started),
-        start=start, end=end, cpus=cpus, memory_mb=d.memory_mb, gpus=0,
-        validation_duration=round(line.waste_validation / 1000 * line.duration) if line.condor_started else line.duration,
-        partition=part, condor_started=u.condor_started, condor_duration=condor, jobs=line.jobsnr,
+        entry=line.entry or UNKNOWN_LABEL,
+        client=client or line.client,
+        site=d.site or UNKNOWN_LABEL,
+        cluster=line.cluster,
+        proc=line.proc,
+        outcome=_outcome(part, u.condor_started),
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=d.memory_mb,
+        gpus=0,
+        validation_duration=round(line.waste_validation / 1000 * line.duration)
+        if line.condor_started
+        else line.duration,
+        partition=part,
+        condor_started=u.condor_started,
+        condor_duration=condor,
+        jobs=line.jobsnr,
     )
 
 
@@ -214,7 +248,17 @@ def from_event_log(times: PilotTimes, entry_defaults: EntryDefaults | None = Non
     cpus = d.cpus or 1
     u = PilotUsage(start=times.started, end=times.ended, cpus=cpus, memory_mb=d.memory_mb)
     return PilotAccount(
-        entry=times.entry or UNKNOWN_LABEL, client=times.client or UNKNOWN_LABEL, site=d.site or UNKNOWN_LABEL,
-        cluster=times.cluster, proc=times.proc, outcome=Outcome.LOST, start=times.started, end=times.ended,
-        cpus=cpus, memory_mb=d.memory_mb, gpus=0, validation_duration=None, partition=unknown_lifetime(u),
+        entry=times.entry or UNKNOWN_LABEL,
+        client=times.client or UNKNOWN_LABEL,
+        site=d.site or UNKNOWN_LABEL,
+        cluster=times.cluster,
+        proc=times.proc,
+        outcome=Outcome.LOST,
+        start=times.started,
+        end=times.ended,
+        cpus=cpus,
+        memory_mb=d.memory_mb,
+        gpus=0,
+        validation_duration=None,
+        partition=unknown_lifetime(u),
     )

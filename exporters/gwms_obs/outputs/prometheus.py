@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 # schedd_status attribute -> label value; Idle is the sum of the first four and is left out.
 STATUS_STATES = {
-    "Wait": "wait", "Pending": "pending", "StageIn": "stagein", "IdleOther": "idleother",
-    "Running": "running", "StageOut": "stageout", "Held": "held",
+    "Wait": "wait",
+    "Pending": "pending",
+    "StageIn": "stagein",
+    "IdleOther": "idleother",
+    "Running": "running",
+    "StageOut": "stageout",
+    "Held": "held",
 }
 REQUESTED_KINDS = {"Idle": "idle", "AdjustedIdle": "adjusted_idle", "MaxGlideins": "max_running"}
 USER_JOB_STATES = {"JobsIdle": "idle", "JobsRunning": "running", "JobsRunHere": "running_here"}
@@ -77,9 +82,21 @@ class FactoryCollector(Collector):
 
     def _entries(self) -> Iterator[Metric]:
         led = self.ingest.ledger
-        fams = {m.name: _family(m) for m in (
-            R.ENTRY_GLIDEINS, R.ENTRY_REQUESTED, R.ENTRY_USER_JOBS, R.ENTRY_VO_GLIDEINS, R.ENTRY_VO_CORES,
-            R.ENTRY_INFO_AGE, R.ENTRY_DOWNTIME, R.ENTRY_UPDATED, R.ENTRY_BOTTLENECK, R.ENTRY_INSUFFICIENT_DEMAND)}
+        fams = {
+            m.name: _family(m)
+            for m in (
+                R.ENTRY_GLIDEINS,
+                R.ENTRY_REQUESTED,
+                R.ENTRY_USER_JOBS,
+                R.ENTRY_VO_GLIDEINS,
+                R.ENTRY_VO_CORES,
+                R.ENTRY_INFO_AGE,
+                R.ENTRY_DOWNTIME,
+                R.ENTRY_UPDATED,
+                R.ENTRY_BOTTLENECK,
+                R.ENTRY_INSUFFICIENT_DEMAND,
+            )
+        }
 
         def put(m: R.MetricDef, labels: list[str], v: float) -> None:
             fams[m.name].add_metric(labels, v)

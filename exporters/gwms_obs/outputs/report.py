@@ -59,9 +59,12 @@ class Report:
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {
-            "since": self.since, "until": self.until,
+            "since": self.since,
+            "until": self.until,
             "unit": "canonical unit-seconds (cpu: 1 core + 2048 MB; gpu: 1 GPU)",
-            "pilots": [{"entry": e, "client": c, "site": self.sites.get(e), **n} for (e, c), n in sorted(self.pilots.items())],
+            "pilots": [
+                {"entry": e, "client": c, "site": self.sites.get(e), **n} for (e, c), n in sorted(self.pilots.items())
+            ],
             "accuracy": dict(self.accuracy),
             "rows": [dict(zip(CSV_HEADER, r, strict=True)) for r in self.rows()],
         }
@@ -86,15 +89,22 @@ class Report:
             for e in sorted(by_entry):
                 tot = sum(by_entry[e].values())
                 npilots = sum(sum(n.values()) for (pe, _), n in self.pilots.items() if pe == e)
-                cells = [f"{by_entry[e][c] / 3600:,.1f} ({100 * by_entry[e][c] / tot:.0f}%)" if tot else "0"
-                         for c in cats]
+                cells = [
+                    f"{by_entry[e][c] / 3600:,.1f} ({100 * by_entry[e][c] / tot:.0f}%)" if tot else "0" for c in cats
+                ]
                 table.append([e, self.sites.get(e, ""), str(npilots), *cells, f"{tot / 3600:,.1f}"])
                 for c in cats:
                     grand[c] += by_entry[e][c]
             gt = sum(grand.values())
-            table.append(["TOTAL", "", str(sum(sum(n.values()) for n in self.pilots.values())),
-                          *[f"{grand[c] / 3600:,.1f} ({100 * grand[c] / gt:.0f}%)" if gt else "0" for c in cats],
-                          f"{gt / 3600:,.1f}"])
+            table.append(
+                [
+                    "TOTAL",
+                    "",
+                    str(sum(sum(n.values()) for n in self.pilots.values())),
+                    *[f"{grand[c] / 3600:,.1f} ({100 * grand[c] / gt:.0f}%)" if gt else "0" for c in cats],
+                    f"{gt / 3600:,.1f}",
+                ]
+            )
             widths = [max(len(r[i]) for r in table) for i in range(len(head))]
             for i, row in enumerate(table):
                 cols = zip(row, widths, strict=True)
@@ -116,15 +126,21 @@ class Report:
         entries = sorted({k[0] for k in self.cells})
         cats = [c for c in CATEGORY_ORDER if any(k[2] == c and k[3] == "cpu" for k in self.cells)]
         colors = {
-            "goodput": "#2ca02c", "overhead": "#7f7f7f", "validation_failed": "#d62728",
-            "decision_problem": "#ff7f0e", "misconfiguration_badput": "#9467bd",
-            "preemption_badput": "#8c564b", "unknown": "#c7c7c7",
+            "goodput": "#2ca02c",
+            "overhead": "#7f7f7f",
+            "validation_failed": "#d62728",
+            "decision_problem": "#ff7f0e",
+            "misconfiguration_badput": "#9467bd",
+            "preemption_badput": "#8c564b",
+            "unknown": "#c7c7c7",
         }
         fig, ax = plt.subplots(figsize=(10, 0.5 * len(entries) + 2))
         left = [0.0] * len(entries)
         for c in cats:
-            vals = [sum(v for (e, _cl, cat, r), v in self.cells.items() if e == en and cat == c and r == "cpu") / 3600
-                    for en in entries]
+            vals = [
+                sum(v for (e, _cl, cat, r), v in self.cells.items() if e == en and cat == c and r == "cpu") / 3600
+                for en in entries
+            ]
             ax.barh(entries, vals, left=left, label=c, color=colors.get(c))
             left = [a + b for a, b in zip(left, vals, strict=True)]
         ax.set_xlabel("canonical CPU hours (1 core + 2 GB)")

@@ -105,8 +105,11 @@ def decode(payload: bytes, limit: int) -> bytes:
     return out
 
 
-def encode(name: str, content: bytes) -> bytes:
-    """The framed block, byte for byte as a glidein writes it (76-column base64)."""
-    b64 = binascii.b2a_base64(gzip.compress(content, mtime=0), newline=False)
+def encode(name: str, content: bytes, level: int = 6) -> bytes:
+    """The framed block, byte for byte as a glidein writes it (76-column base64).
+
+    Level 6 is what ``gzip --stdout`` in condor_startup.sh uses.
+    """
+    b64 = binascii.b2a_base64(gzip.compress(content, compresslevel=level, mtime=0), newline=False)
     lines = b"\n".join(b64[i : i + 76] for i in range(0, len(b64), 76))
     return name.encode() + b"\n" + FRAME + b"\n" + _BEGIN + b"644 -\n" + lines + b"\n====\n"

@@ -1,9 +1,9 @@
 """Where the factory keeps each source (formats doc §0), found with one scandir walk.
 
-    <factory>/client/user_<user>/glidein_<name>/entry_<entry>/job.<C>.<P>.out|.err
-    <factory>/client/user_<user>/glidein_<name>/entry_<entry>/condor_activity_<YYYYMMDD>_<client>.log
-    <factory>/server/entry_<entry>/completed_jobs_<YYYYMMDD>.log
-    <monitor>/entry_<entry>/schedd_status.xml, descript.xml
+<factory>/client/user_<user>/glidein_<name>/entry_<entry>/job.<C>.<P>.out|.err
+<factory>/client/user_<user>/glidein_<name>/entry_<entry>/condor_activity_<YYYYMMDD>_<client>.log
+<factory>/server/entry_<entry>/completed_jobs_<YYYYMMDD>.log
+<monitor>/entry_<entry>/schedd_status.xml, descript.xml
 """
 
 from __future__ import annotations

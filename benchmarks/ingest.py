@@ -1,0 +1,177 @@
+"""Ingest benchmark: completed_jobs lines/s, full pilots/s, peak memory, vs a bare read.
+
+    python benchmarks/ingest.py [--pilots 200000] [--seed 7] [--lines 2000000] [--record]
+
+Builds (once, cached under benchmarks/work/) a simulated factory of --pilots
+pilots with the project's simulator, then measures, each in a fresh
+subprocess so peak RSS is its own:
+
+* completed_jobs: --lines lines (the simulated lines, repeated) parsed with
+  the exporter's reader, against a bare ``for line in file`` over the same bytes;
+* pilots: one full exporter scan (every .out + .err read, accounted, added to
+  the ledger), against a bare read of the same files' bytes;
+* memory flatness: the completed_jobs reader's peak RSS at 1/4, 1/2 and all
+  of the lines (the history grows; memory must not).
+
+--record writes the figures to benchmarks/results/ingest-<host>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORK = HERE / "work"
+
+
+def _child(kind: str, path: str, extra: str) -> None:
+    """Runs in a subprocess: one measurement, printed as JSON."""
+    from gwms_obs.parse_errors import ParseErrors
+
+    t0 = time.perf_counter()
+    n = 0
+    nbytes = 0
+    if kind == "cj_parse":
+        from gwms_obs.sources import completed_jobs
+
+        errors = ParseErrors()
+        for _ in completed_jobs.iter_file(path, errors):
+            n += 1
+        nbytes = os.path.getsize(path)
+    elif kind == "cj_bare":
+        with open(path, "rb") as f:
+            for _ in f:
+                n += 1
+        nbytes = os.path.getsize(path)
+    elif kind == "pilots_scan":
+        from gwms_obs.pipeline import Ingest, IngestConfig
+
+        ing = Ingest(IngestConfig(factory_dir=path, settle_seconds=0.0))
+        res = ing.scan()
+        n = res.by_source.get("glidein_out", 0)
+        nbytes = sum(ing.health.bytes_read.values())
+    elif kind == "pilots_bare":
+        for root, _dirs, files in os.walk(os.path.join(path, "client")):
+            for name in files:
+                if name.endswith((".out", ".err")):
+                    with open(os.path.join(root, name), "rb") as f:
+                        nbytes += len(f.read())
+                    n += name.endswith(".out")
+    dt = time.perf_counter() - t0
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"kind": kind, "n": n, "bytes": nbytes, "seconds": dt, "peak_rss_mb": rss_kb / 1024}))
+
+
+def run(kind: str, path: Path, extra: str = "") -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(path), extra],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def factory(pilots: int, seed: int) -> Path:
+    d = WORK / f"factory-{pilots}-{seed}"
+    if not (d / ".done").exists():
+        from gwms_obs.simulate.factory import simulate
+
+        print(f"simulating {pilots} pilots into {d} (cached for later runs)...", flush=True)
+        t0 = time.perf_counter()
+        simulate(d, pilots, seed)
+        (d / ".done").write_text(f"{time.perf_counter() - t0:.1f}\n")
+    return d
+
+
+def completed_file(fac: Path, lines: int) -> Path:
+    """All simulated completed_jobs lines, repeated up to ``lines``."""
+    dst = WORK / f"completed-{fac.name}-{lines}.log"
+    if dst.exists():
+        return dst
+    src = b"".join(p.read_bytes() for p in sorted((fac / "server").glob("entry_*/completed_jobs_*.log")))
+    if not src:
+        raise SystemExit("the simulated factory has no completed_jobs lines")
+    src_lines = src.splitlines(keepends=True)
+    with open(dst, "wb") as f:
+        written = 0
+        while written < lines:
+            chunk = src_lines[: lines - written]
+            f.writelines(chunk)
+            written += len(chunk)
+    return dst
+
+
+def best(kind: str, path: Path, repeat: int) -> dict[str, float]:
+    runs = [run(kind, path) for _ in range(repeat)]
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pilots", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--lines", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is kept")
+    ap.add_argument("--record", action="store_true", help="write benchmarks/results/ingest-<host>.md")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        _child(*a.child)
+        return 0
+    WORK.mkdir(exist_ok=True)
+    fac = factory(a.pilots, a.seed)
+    cj = completed_file(fac, a.lines)
+
+    rows = []
+    bare = best("cj_bare", cj, a.repeat)
+    parse = best("cj_parse", cj, a.repeat)
+    rows.append(("completed_jobs lines", parse, bare))
+    bare_p = best("pilots_bare", fac, a.repeat)
+    scan = best("pilots_scan", fac, 1)  # one full scan of 200k pilots; the page cache is warm from the bare read
+    rows.append(("full pilots (.out+.err)", scan, bare_p))
+
+    flat = []
+    for frac in (4, 2, 1):
+        part = completed_file(fac, a.lines // frac)
+        flat.append((a.lines // frac, run("cj_parse", part)["peak_rss_mb"]))
+
+    lines = [
+        f"# Ingest benchmark — {platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
+        "",
+        f"Simulated factory: {a.pilots} pilots, seed {a.seed}; completed_jobs: {a.lines} lines. "
+        f"Best of {a.repeat} (the scan: 1 run). Command: `python benchmarks/ingest.py --pilots {a.pilots} "
+        f"--seed {a.seed} --lines {a.lines}`.",
+        "",
+        "| what | records | MB | exporter s | records/s | bare read s | bare records/s | exporter/bare | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r, b in rows:
+        lines.append(
+            f"| {name} | {r['n']:,} | {r['bytes'] / 1e6:,.0f} | {r['seconds']:.2f} | {r['n'] / r['seconds']:,.0f} | "
+            f"{b['seconds']:.2f} | {b['n'] / b['seconds']:,.0f} | {r['seconds'] / b['seconds']:.1f}x | "
+            f"{r['peak_rss_mb']:.0f} |"
+        )
+    lines += ["", "completed_jobs reader peak RSS by history size (must stay flat):", ""]
+    lines += [f"- {n:,} lines: {mb:.0f} MB" for n, mb in flat]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.record:
+        out = HERE / "results" / f"ingest-{platform.node() or 'host'}.md"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(text)
+        print(f"recorded in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

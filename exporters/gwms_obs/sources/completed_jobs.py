@@ -1,0 +1,291 @@
+"""Reader for the factory's ``server/entry_<entry>/completed_jobs_YYYYMMDD.log``.
+
+One line per completed glidein, written by ``MonitoringConfig.logCompleted``
+with fixed ``%Ns`` widths (so a variable run of spaces between attributes)::
+
+    <job terminated="2022-02-09T05:55:38-08:00" client="..."  username="..."  id="6767402.000" ...>
+    <user jobsnr=".." duration=".." goodput=".." terminated=".."/>
+    <wastemill validation=".." idle=".." nosuccess=".." badput=".."/></job>
+
+(all on one line). Python-3 factories write ``id="b'6767402.000'"``.
+
+Speed matters (a busy factory writes millions of lines a month and the
+exporter re-reads them after a restart), so every line first meets ONE
+compiled bytes regex via ``finditer``; only lines it does not match go to a
+careful per-line XML parse, and only lines that also fail are counted bad.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from xml.etree.ElementTree import Element, ParseError
+
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring
+
+from gwms_obs.model import CompletedJob
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.registry import Source
+
+MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever
+READ_CHUNK = 8 << 20
+
+_SRC = Source.COMPLETED_JOBS.value
+
+# The exact writer format. Strings are capped so that an absurd line falls to
+# the careful path, which length-checks it. The last alternative eats any
+# other line whole; the scan is bounded by the last newline, so every byte
+# belongs to exactly one match and a long unterminated tail is never rescanned.
+_LINE = re.compile(
+    rb'<job +terminated="([^"\n]{0,64})" +client="([^"\n]{0,512})" +username="([^"\n]{0,512})"'
+    rb" +id=\"b?'?(\d{1,18})\.(\d{1,9})'?\" +duration=\"(-?\d{1,18})\" +condor_started=\"(True|False)\""
+    rb' +condor_duration="(-?\d{1,18})">'
+    rb'<user +jobsnr="(-?\d{1,18})" +duration="(-?\d{1,18})" +goodput="(-?\d{1,18})" +terminated="(-?\d{1,18})"/>'
+    rb'<wastemill +validation="(-?\d{1,18})" +idle="(-?\d{1,18})" +nosuccess="(-?\d{1,18})" +badput="(-?\d{1,18})"/>'
+    rb"</job>\r?\n"
+    rb"|([^\n]*)\n"
+)
+_ID = re.compile(r"(?:b')?(\d+)\.(\d+)'?")
+_ENTRY_DIR = re.compile(r"entry_(.+)")
+
+# A v3.10.12+ line carries the raw (un-normalized) Total next to a normalized
+# condor_duration: user time above condor time is impossible when consistent.
+_HALF_NORMALIZED_RATIO = 1.01
+
+
+def entry_from_path(path: str) -> str | None:
+    """``.../server/entry_<entry>/completed_jobs_YYYYMMDD.log`` -> ``<entry>``."""
+    m = _ENTRY_DIR.fullmatch(os.path.basename(os.path.dirname(path)))
+    return m.group(1) if m else None
+
+
+# ISO8601-with-offset -> epoch. The lines of one factory loop share a few
+# timestamps, so a dict beats re-parsing; it is cleared rather than LRU'd
+# because a miss costs only one fromisoformat.
+_TIMES: dict[bytes, float] = {}
+
+
+def _epoch(raw: bytes) -> float:
+    dt = datetime.fromisoformat(raw.decode("ascii"))
+    if dt.tzinfo is None:
+        # The writer always adds an offset: a naive time is a foreign line.
+        raise ValueError("terminated has no UTC offset")
+    t = dt.timestamp()
+    if len(_TIMES) >= 4096:
+        _TIMES.clear()
+    _TIMES[raw] = t
+    return t
+
+
+def _careful(line: bytes, entry: str | None) -> CompletedJob | str:
+    """Parse one line the regex refused; return the record or a reason word."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bad_encoding"
+    try:
+        root: Element = fromstring(text.strip())
+    except (ParseError, DefusedXmlException, ValueError):
+        return "bad_line"
+    if root.tag != "job":
+        return "bad_line"
+    user = root.find("user")
+    waste = root.find("wastemill")
+    if user is None or waste is None:
+        return "bad_line"
+    a, u, w = root.attrib, user.attrib, waste.attrib
+    try:
+        m = _ID.fullmatch(a["id"].strip())
+        if m is None:
+            return "bad_line"
+        terminated = datetime.fromisoformat(a["terminated"].strip())
+        if terminated.tzinfo is None:
+            return "bad_line"
+        started = a["condor_started"].strip()
+        if started not in ("True", "False"):
+            return "bad_line"
+
+        def num(d: dict[str, str], k: str) -> int:
+            # "%i" always writes ints; accept "12.0" from hand-made files.
+            return int(float(d[k]))
+
+        job = CompletedJob(
+            terminated.timestamp(),
+            a["client"],
+            a["username"],
+            int(m.group(1)),
+            int(m.group(2)),
+            num(a, "duration"),
+            started == "True",
+            num(a, "condor_duration"),
+            num(u, "jobsnr"),
+            num(u, "duration"),
+            num(u, "goodput"),
+            num(u, "terminated"),
+            num(w, "validation"),
+            num(w, "idle"),
+            num(w, "nosuccess"),
+            num(w, "badput"),
+        )
+    except (KeyError, ValueError, OverflowError):
+        return "bad_line"
+    job.half_normalized = job.condor_duration > 0 and job.user_duration > job.condor_duration * _HALF_NORMALIZED_RATIO
+    job.entry = entry
+    return job
+
+
+# A line the fast pattern matched: its 16 fields as bytes, converted only when
+# needed (most lines belong to pilots already counted from their .out, and
+# then only the id is looked at).
+RawLine = tuple[bytes, ...]
+
+
+def scan_buffer(
+    buf: bytes, path: str, base_offset: int, errors: ParseErrors, entry: str | None = None
+) -> tuple[list[RawLine | CompletedJob], int]:
+    """Split ``buf`` (which starts at file byte ``base_offset``) into lines, lazily.
+
+    Lines the whole-line pattern matched come back as :data:`RawLine`; the
+    others have already been through the careful path and come back as
+    records (or were counted as bad). Returns them and the bytes consumed: an
+    unterminated last line is left for the next call, unless it is already
+    longer than ``MAX_LINE`` (then it is consumed and counted as
+    ``line_too_long``; its tail, read later, is counted once more as a bad
+    line — the price of a stateless reader). ``entry`` defaults to the one in
+    ``path``.
+    """
+    if entry is None:
+        entry = entry_from_path(path)
+    end = buf.rfind(b"\n") + 1
+    out: list[RawLine | CompletedJob] = []
+    append = out.append
+    for m in _LINE.finditer(buf, 0, end):
+        g = m.groups()
+        if g[16] is None:
+            append(g)
+            continue
+        other = g[16]
+        if len(other) > MAX_LINE:
+            errors.record(_SRC, "line_too_long", path, base_offset + m.start(), f"{len(other)} bytes")
+            continue
+        if not other.strip():
+            continue  # blank lines carry nothing; not worth a counter
+        rec = _careful(other, entry)
+        if isinstance(rec, str):
+            errors.record(_SRC, rec, path, base_offset + m.start(), other[:200].decode("utf-8", "replace"))
+        else:
+            append(rec)
+    if len(buf) - end > MAX_LINE:
+        errors.record(_SRC, "line_too_long", path, base_offset + end, f"> {MAX_LINE} bytes, unterminated")
+        end = len(buf)
+    return out, end
+
+
+def line_id(rec: RawLine | CompletedJob) -> tuple[int, int]:
+    """(cluster, proc) of a line, without converting the rest."""
+    if isinstance(rec, CompletedJob):
+        return rec.cluster, rec.proc
+    return int(rec[3]), int(rec[4])
+
+
+_strs: dict[bytes, str] = {}  # client/username repeat on nearly every line
+
+
+def _str(b: bytes) -> str:
+    s = _strs.get(b)
+    if s is None:
+        if len(_strs) > 4096:
+            _strs.clear()
+        s = _strs[b] = b.decode("ascii")
+    return s
+
+
+def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | str:
+    """The full record of a line, or a reason word when it does not convert."""
+    if isinstance(rec, CompletedJob):
+        return rec
+    (term, cl, us, c, p, dur, cs, cdur, jn, ud, gp, ut, wv, wi, wn, wb, _) = rec
+    t = _TIMES.get(term)
+    if t is None:
+        try:
+            t = _epoch(term)
+        except ValueError:
+            # An odd timestamp: the careful path decides, on the rebuilt line.
+            return "bad_line"
+    udur = int(ud)
+    cdur_i = int(cdur)
+    return CompletedJob(
+        t,
+        _str(cl),
+        _str(us),
+        int(c),
+        int(p),
+        int(dur),
+        cs == b"True",
+        cdur_i,
+        int(jn),
+        udur,
+        int(gp),
+        int(ut),
+        int(wv),
+        int(wi),
+        int(wn),
+        int(wb),
+        cdur_i > 0 and udur > cdur_i * _HALF_NORMALIZED_RATIO,
+        entry,
+    )
+
+
+def parse_buffer(
+    buf: bytes, path: str, base_offset: int, errors: ParseErrors, entry: str | None = None
+) -> tuple[list[CompletedJob], int]:
+    """Like :func:`scan_buffer`, with every line converted to a record."""
+    if entry is None:
+        entry = entry_from_path(path)
+    raw, end = scan_buffer(buf, path, base_offset, errors, entry)
+    out: list[CompletedJob] = []
+    for r in raw:
+        rec = to_record(r, entry)
+        if isinstance(rec, str):
+            errors.record(_SRC, rec, path, base_offset, "unparseable terminated time")
+        else:
+            out.append(rec)
+    return out, end
+
+
+def iter_file(path: str, errors: ParseErrors, start: int = 0) -> Iterator[CompletedJob]:
+    """Stream the records of ``path`` from byte ``start`` in bounded chunks."""
+    entry = entry_from_path(path)
+    with open(path, "rb") as f:
+        f.seek(start)
+        offset = start
+        pending = b""
+        while True:
+            chunk = f.read(READ_CHUNK)
+            if not chunk:
+                break
+            buf = pending + chunk if pending else chunk
+            recs, used = parse_buffer(buf, path, offset, errors, entry=entry)
+            yield from recs
+            offset += used
+            pending = buf[used:]
+        if pending:
+            # A crash can leave a last line without its newline; a complete
+            # record is still a record, a cut one is counted.
+            scratch = ParseErrors()
+            recs, _ = parse_buffer(pending + b"\n", path, offset, scratch, entry=entry)
+            if not recs:
+                errors.record(_SRC, "truncated_line", path, offset, pending[:200].decode("utf-8", "replace"))
+            yield from recs
+
+
+def read_file(path: str, errors: ParseErrors) -> list[CompletedJob]:
+    """All records of one file (an unreadable file is counted, never raised)."""
+    try:
+        return list(iter_file(path, errors))
+    except OSError as e:
+        errors.record(_SRC, "unreadable", path, None, str(e))
+        return []

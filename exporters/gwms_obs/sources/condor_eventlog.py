@@ -1,0 +1,299 @@
+"""Reader for the HTCondor-G event logs, ``entry_<entry>/condor_activity_<YYYYMMDD>_<client>.log``.
+
+Standard HTCondor user log: each event is a header line
+``NNN (cluster.proc.subproc) DATE TIME text``, optional body lines, and a
+line ``...``. DATE is ``YYYY-MM-DD`` since HTCondor 8.9.3 and the year-less
+``MM/DD`` before (or with DEFAULT_USERLOG_FORMAT_OPTIONS); the year then
+comes from the file name, which is the glidein's submit day. Times are the
+factory's local time unless the ISO form carries ``Z`` or an offset.
+
+GlideinWMS's own timings break on the modern date form (formats doc 7.3),
+so this parser is the only source of pilot start/end when the .out is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
+from typing import Any
+
+from gwms_obs.model import PilotTimes
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.registry import Source
+
+MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
+READ_CHUNK = 8 << 20
+
+SUBMITTED, EXECUTING, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED = 0, 1, 5, 9, 12, 13, 27
+_KEPT = frozenset({SUBMITTED, EXECUTING, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED})
+
+_SRC = Source.EVENT_LOG.value
+
+_END = re.compile(rb"^\.\.\.[ \t\r]*$", re.M)
+_HEADER = re.compile(
+    rb"(\d{3}) \((\d{1,18})\.(\d{1,9})\.\d{1,9}\) "
+    rb"(?:(\d{4})-(\d\d)-(\d\d)|(\d\d)/(\d\d))[ T](\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:?\d\d)?(?![^ \t\r\n])"
+)
+_HEADER_START = re.compile(rb"^\d{3} \(", re.M)  # a new event inside an unterminated one
+_NORMAL = re.compile(rb"\(1\) Normal termination \(return value (-?\d{1,9})\)")
+_ABNORMAL = re.compile(rb"\(0\) Abnormal termination \(signal (\d{1,9})\)")
+_FILE = re.compile(r"condor_activity_(\d{8})_(.+)\.log")
+_ENTRY_DIR = re.compile(r"entry_(.+)")
+
+
+@dataclass(slots=True)
+class CondorEvent:
+    cluster: int
+    proc: int
+    code: int  # 0 submitted, 1 executing, 5 terminated, 9 aborted, 12 held, 13 released, 27 grid submitted
+    time: float
+    return_value: int | None = None  # 005 normal termination
+    reason: str | None = None  # 012 hold reason, 009 first body line, 005 "signal N"
+
+
+def names_from_path(path: str) -> tuple[str | None, date | None, str | None]:
+    """``.../entry_<e>/condor_activity_<YYYYMMDD>_<client>.log`` -> (entry, day, client)."""
+    em = _ENTRY_DIR.fullmatch(os.path.basename(os.path.dirname(path)))
+    fm = _FILE.fullmatch(os.path.basename(path))
+    day: date | None = None
+    client: str | None = None
+    if fm:
+        client = fm.group(2)
+        try:
+            day = datetime.strptime(fm.group(1), "%Y%m%d").date()
+        except ValueError:
+            day = None
+    return (em.group(1) if em else None), day, client
+
+
+def _year_for(month: int, dom: int, ref: date) -> int:
+    """The year that puts MM/DD nearest the reference day (the file's submit
+    day: events follow it by days, seldom precede it by more than hours)."""
+    best = ref.year
+    best_gap: int | None = None
+    for y in (ref.year - 1, ref.year, ref.year + 1):
+        try:
+            gap = abs((date(y, month, dom) - ref).days)
+        except ValueError:  # 02/29 in a non-leap year
+            continue
+        if best_gap is None or gap < best_gap:
+            best, best_gap = y, gap
+    return best
+
+
+def _to_epoch(m: re.Match[bytes], ref: date, tz: tzinfo | None) -> float:
+    g = m.groups()
+    if g[3] is not None:
+        y, mo, d = int(g[3]), int(g[4]), int(g[5])
+    else:
+        mo, d = int(g[6]), int(g[7])
+        y = _year_for(mo, d, ref)
+    frac = float(g[11]) if g[11] else 0.0
+    zone = tz
+    if g[12]:
+        off = g[12].replace(b":", b"")
+        zone = (
+            UTC
+            if off == b"Z"
+            else timezone((-1 if off[:1] == b"-" else 1) * timedelta(hours=int(off[1:3]), minutes=int(off[3:5])))
+        )
+    dt = datetime(y, mo, d, int(g[8]), int(g[9]), int(g[10]), tzinfo=zone)
+    # A naive datetime's timestamp() is the host's local time, DST included.
+    return dt.timestamp() + frac
+
+
+def _parse_event(
+    ev: bytes, path: str, offset: int, errors: ParseErrors, *, ref: date, tz: tzinfo | None
+) -> CondorEvent | None:
+    m = _HEADER.match(ev)
+    if m is None:
+        errors.record(_SRC, "bad_event", path, offset, ev[:200].decode("utf-8", "replace"))
+        return None
+    code = int(m.group(1))
+    if code not in _KEPT:
+        return None
+    try:
+        t = _to_epoch(m, ref, tz)
+    except (ValueError, OverflowError, OSError):
+        errors.record(_SRC, "bad_time", path, offset, ev[:80].decode("utf-8", "replace"))
+        return None
+    e = CondorEvent(int(m.group(2)), int(m.group(3)), code, t)
+    body = ev[m.end() :]
+    if code == TERMINATED:
+        n = _NORMAL.search(body)
+        if n:
+            e.return_value = int(n.group(1))
+        else:
+            s = _ABNORMAL.search(body)
+            if s:
+                e.reason = f"signal {int(s.group(1))}"
+    elif code in (HELD, ABORTED):
+        # The reason is the first body line; "Code N Subcode M" follows it.
+        for line in body.split(b"\n")[1:]:
+            text = line.strip().decode("utf-8", "replace")
+            if text and not text.startswith("Code "):
+                e.reason = text[:500]
+                break
+    return e
+
+
+def parse_buffer(
+    buf: bytes,
+    path: str,
+    base_offset: int,
+    errors: ParseErrors,
+    *,
+    tz: tzinfo | None = None,
+    ref_day: date | None = None,
+) -> tuple[list[CondorEvent], int]:
+    """Parse every complete event (ending with a ``...`` line) of ``buf``.
+
+    Returns the kept events (codes 000/001/005/009/012/013/027) and the bytes
+    consumed; an unterminated last event is left for the next call unless it
+    is already longer than ``MAX_EVENT``. ``tz`` is the factory's zone
+    (None: this host's local zone); ``ref_day`` anchors year-less dates and
+    defaults to the date in the file name, else today.
+    """
+    if ref_day is None:
+        ref_day = names_from_path(path)[1] or date.today()
+    out: list[CondorEvent] = []
+    pos = 0
+    for em in _END.finditer(buf):
+        start = pos
+        pos = em.end() + 1 if em.end() < len(buf) else em.end()
+        if em.end() >= len(buf):
+            # "..." without its newline yet: wait, the writer may still be mid-line.
+            pos = start
+            break
+        chunk = buf[start : em.start()]
+        if len(chunk) > MAX_EVENT:
+            errors.record(_SRC, "line_too_long", path, base_offset + start, f"{len(chunk)} bytes")
+            continue
+        # A crash can cut an event and the next one start right after it,
+        # without "...": split there so the later, complete event survives.
+        heads = [h.start() for h in _HEADER_START.finditer(chunk)]
+        if not heads or heads[0] != 0:
+            lead = chunk[: heads[0]] if heads else chunk
+            if lead.strip():
+                errors.record(_SRC, "bad_event", path, base_offset + start, lead[:200].decode("utf-8", "replace"))
+        for i, h in enumerate(heads):
+            piece = chunk[h : heads[i + 1] if i + 1 < len(heads) else len(chunk)]
+            if i + 1 < len(heads):
+                cut = piece[:80].decode("utf-8", "replace")
+                errors.record(_SRC, "truncated_event", path, base_offset + start + h, cut)
+                continue
+            ev = _parse_event(piece, path, base_offset + start + h, errors, ref=ref_day, tz=tz)
+            if ev is not None:
+                out.append(ev)
+    if len(buf) - pos > MAX_EVENT:
+        errors.record(_SRC, "line_too_long", path, base_offset + pos, f"> {MAX_EVENT} bytes, unterminated")
+        pos = len(buf)
+    return out, pos
+
+
+def read_file(path: str, errors: ParseErrors, tz: tzinfo | None = None) -> list[CondorEvent]:
+    """All events of one file; a cut last event is counted, never raised."""
+    ref = names_from_path(path)[1] or date.today()
+    out: list[CondorEvent] = []
+    try:
+        with open(path, "rb") as f:
+            offset = 0
+            pending = b""
+            while chunk := f.read(READ_CHUNK):
+                buf = pending + chunk if pending else chunk
+                recs, used = parse_buffer(buf, path, offset, errors, tz=tz, ref_day=ref)
+                out.extend(recs)
+                offset += used
+                pending = buf[used:]
+    except OSError as e:
+        errors.record(_SRC, "unreadable", path, None, str(e))
+        return out
+    if pending.strip():
+        errors.record(_SRC, "truncated_event", path, offset, pending[:80].decode("utf-8", "replace"))
+    return out
+
+
+class PilotTimeline:
+    """Folds events into :class:`PilotTimes`, one per (entry, client, cluster, proc).
+
+    A pilot is returned by :meth:`feed` and forgotten as soon as it ends (005
+    or 009); a hold alone is not an end, since 013 may release it. Memory is
+    bounded: pilots silent for ``max_age`` seconds (see :meth:`expire`) or
+    beyond ``max_pilots`` are returned as they are, oldest first.
+    """
+
+    def __init__(self, max_pilots: int = 200_000, max_age: float = 30 * 86400) -> None:
+        self.max_pilots = max_pilots
+        self.max_age = max_age
+        # Value: (pilot, time of its newest event); ordered by insertion.
+        self._open: OrderedDict[tuple[str | None, str | None, int, int], tuple[PilotTimes, float]] = OrderedDict()
+        # Late stray events of an ended pilot must not resurrect it.
+        self._ended: OrderedDict[tuple[str | None, str | None, int, int], None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def feed(self, events: Iterable[CondorEvent], path: str) -> list[PilotTimes]:
+        """Apply events read from ``path``; return the pilots that ended."""
+        entry, _, client = names_from_path(path)
+        done: list[PilotTimes] = []
+        for e in events:
+            key = (entry, client, e.cluster, e.proc)
+            if key in self._ended:
+                continue
+            item = self._open.get(key)
+            p = PilotTimes(e.cluster, e.proc, entry=entry, client=client) if item is None else item[0]
+            if e.code == SUBMITTED:
+                if p.submitted is None:
+                    p.submitted = e.time
+            elif e.code == GRID_SUBMITTED:
+                p.grid_submitted = e.time
+            elif e.code == EXECUTING:
+                p.started = e.time
+            elif e.code == HELD:
+                p.ended, p.end_event, p.held_reason = e.time, "held", e.reason
+            elif e.code == RELEASED:
+                if p.end_event == "held":
+                    p.ended = p.end_event = None
+            elif e.code in (TERMINATED, ABORTED):
+                p.ended = e.time
+                p.end_event = "terminated" if e.code == TERMINATED else "aborted"
+                if e.code == TERMINATED:
+                    p.return_value = e.return_value
+                self._open.pop(key, None)
+                self._ended[key] = None
+                if len(self._ended) > self.max_pilots:
+                    self._ended.popitem(last=False)
+                done.append(p)
+                continue
+            self._open[key] = (p, e.time)
+        while len(self._open) > self.max_pilots:
+            done.append(self._open.popitem(last=False)[1][0])
+        return done
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe state for the exporter's checkpoint."""
+        return {
+            "open": [[*k, asdict(p), t] for k, (p, t) in self._open.items()],
+            "ended": [list(k) for k in self._ended],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], max_pilots: int = 200_000, max_age: float = 30 * 86400) -> PilotTimeline:
+        """Inverse of :meth:`to_json`; ``{}`` gives an empty timeline."""
+        tl = cls(max_pilots, max_age)
+        for entry, client, cluster, proc, p, t in data.get("open", []):
+            tl._open[(entry, client, int(cluster), int(proc))] = (PilotTimes(**p), float(t))
+        for entry, client, cluster, proc in data.get("ended", []):
+            tl._ended[(entry, client, int(cluster), int(proc))] = None
+        return tl
+
+    def expire(self, now: float) -> list[PilotTimes]:
+        """Return and forget pilots with no event for ``max_age`` seconds
+        (e.g. held forever, or whose end fell in a rotated-away file)."""
+        old = [k for k, (_, t) in self._open.items() if now - t > self.max_age]
+        return [self._open.pop(k)[0] for k in old]
