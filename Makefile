@@ -9,6 +9,13 @@ SAMPLE ?= build/sample-factory
 SAMPLE_PILOTS ?= 3000
 LISTEN ?= 127.0.0.1:9822
 export PIP_CACHE_DIR := $(CACHE_DIR)/pip
+# Go builds (our otelcol distribution, Jaeger, dashboard-linter): module and
+# build caches under the versioned cache dir, binaries named by version in
+# $(TOOLS_BIN) so a pin change rebuilds and nothing else does.
+export GOMODCACHE := $(CACHE_DIR)/go/mod
+export GOCACHE := $(CACHE_DIR)/go/build
+export GOFLAGS := -buildvcs=false -modcacherw
+TOOLS_BIN := $(CACHE_DIR)/bin
 
 .PHONY: help venv run sample test check lint typecheck unit live bench generate clean
 help:

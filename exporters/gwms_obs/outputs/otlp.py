@@ -59,8 +59,13 @@ class _Snapshot:
 def start_otlp(ingest: Ingest, service_name: str = "gwms-obs-exporter") -> MeterProvider:
     """Start exporting; the caller shuts the returned provider down on exit."""
     snap = _Snapshot(FactoryCollector(ingest))
-    # OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME still win, as the SDK merges them in.
-    resource = Resource.create({"service.name": service_name, "service.version": __version__})
+    # Our name is only the default: OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES win.
+    attrs = {"service.version": __version__}
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    ):
+        attrs["service.name"] = service_name
+    resource = Resource.create(attrs)
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(resource=resource, metric_readers=[reader])
     meter = provider.get_meter("gwms_obs", __version__)
