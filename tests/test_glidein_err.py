@@ -144,7 +144,7 @@ def synthetic_err(history: bytes = HISTORY, scripts: list[str] = TWO_SCRIPTS) ->
     return (
         b"=== validation OK in main/setup_script.sh (1) ===\n"
         + CONFIG
-        + b"condor_gpu_discovery found 2 GPUs: DetectedGPUs=\"GPU-aa, GPU-bb\"\n"
+        + b'condor_gpu_discovery found 2 GPUs: DetectedGPUs="GPU-aa, GPU-bb"\n'
         + b"=== Exit messages left by periodic scripts ===\n"
         + encode("MasterLog", b"06/24/22 04:06:30 ** condor_master (CONDOR_MASTER) STARTING UP\n" * 50)
         + b"\n"
@@ -161,8 +161,7 @@ def test_synthetic_err() -> None:
     err = parse_err(synthetic_err(), "job.1.0.err", errors)
     assert errors.counts == {(SRC, "no_start"): 1}
     assert err.jobs == [
-        Job(1656036500.0, 1656040100.0, 8, 16000, 1, True, 0, False, None, 4,
-            "submit.example.org#40.0#1656036400"),
+        Job(1656036500.0, 1656040100.0, 8, 16000, 1, True, 0, False, None, 4, "submit.example.org#40.0#1656036400"),
         Job(1656040200.0, 1656041000.0, 1, 2000, 0, True, 1, False, None, 4, None),
         # Not a literal RequestCpus → 1; no end but JobStatus 3 → EnteredCurrentStatus.
         Job(1656041100.0, 1656041900.0, 1, 0, 0, True, None, True, 9, 3, None),
@@ -257,7 +256,7 @@ def test_malformed_long_xml_is_salvaged() -> None:
 
 def test_xml_bomb_in_long_xml() -> None:
     xml = long_xml(TWO_SCRIPTS).replace(
-        b"<OSGTestResult id=\"glidein_startup.sh\"",
+        b'<OSGTestResult id="glidein_startup.sh"',
         b'<!DOCTYPE r [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
         b'<OSGTestResult id="glidein_startup.sh"',
         1,
@@ -335,3 +334,22 @@ def test_utf16_xml_bomb_in_long_xml() -> None:
     err = parse_err(encoded_xml(xml), "e", errors)
     assert errors.counts[(SRC, "xml_forbidden")] == 1
     assert err.scripts == []
+
+
+def test_fast_path_keeps_what_the_accounting_reads() -> None:
+    """detail=False (the exporter's path) gives the same accounting inputs, without the long XML."""
+    data = synthetic_err()
+    full = parse_err(data, "x.err", ParseErrors())
+    fast = parse_err(data, "x.err", ParseErrors(), detail=False)
+    assert (fast.jobs, fast.gpus, fast.cpus, fast.memory_mb, fast.site, fast.trace_spool) == (
+        full.jobs,
+        full.gpus,
+        full.cpus,
+        full.memory_mb,
+        full.site,
+        full.trace_spool,
+    )
+    assert fast.scripts == [] and full.scripts
+    assert fast.config == {
+        k: full.config[k] for k in ("GLIDEIN_CPUS", "MEMORY", "GLIDEIN_Site", "GLIDEIN_Resource_Slots")
+    }

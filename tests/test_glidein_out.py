@@ -167,7 +167,7 @@ def test_invalid_utf8_is_harmless(real: bytes) -> None:
 
 
 def test_invalid_utf8_inside_xml_falls_back(real: bytes) -> None:
-    bad = real.replace(b"<env name=\"arch\">x86_64", b"<env name=\"arch\">\xff\xfe", 1)
+    bad = real.replace(b'<env name="arch">x86_64', b'<env name="arch">\xff\xfe', 1)
     errors = ParseErrors()
     out = parse_out(bad, "utf8xml.out", errors)
     assert errors.counts[(SRC, "bad_xml")] == 1
@@ -220,7 +220,7 @@ def test_xml_bomb(real: bytes) -> None:
 
 
 def test_truncated(real: bytes) -> None:
-    cut = real.index(b"<metric name=\"CondorDuration\"")
+    cut = real.index(b'<metric name="CondorDuration"')
     errors = ParseErrors()
     out = parse_out(real[:cut], "trunc.out", errors)
     assert errors.counts[(SRC, "truncated")] == 1

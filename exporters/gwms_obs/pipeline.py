@@ -159,7 +159,6 @@ class Ingest:
         self.health.files[Source.GLIDEIN_OUT] = len(pilots)
         bar = _progress(len(todo), "pilots") if self.progress and len(todo) > 1000 else None
         last_save = now
-        unsettled = False
         for p in todo:
             if bar is not None:
                 bar.update(1)
@@ -168,8 +167,7 @@ class Ingest:
             except OSError:
                 continue  # deleted since the listing
             if now - st.st_mtime < self.cfg.settle_seconds:
-                unsettled = True
-                continue
+                continue  # still arriving; not lag, the next scan takes it
             out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
             self.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
             if out is None:
@@ -177,7 +175,7 @@ class Ingest:
                 continue
             err = None
             if os.path.exists(p.err):
-                err = glidein_err.read_err(p.err, self.errors)
+                err = glidein_err.read_err(p.err, self.errors, detail=False)
                 with contextlib.suppress(OSError):
                     self.health.bytes_read[Source.GLIDEIN_ERR] += os.path.getsize(p.err)
                 if err is not None:
@@ -206,8 +204,7 @@ class Ingest:
                 last_save = self.clock()
         if bar is not None:
             bar.close()
-        if not unsettled:
-            self.health.caught_up[Source.GLIDEIN_OUT] = self.clock()
+        self.health.caught_up[Source.GLIDEIN_OUT] = self.clock()
 
     def _mark_seen(self, p: tree.PilotFiles) -> None:
         with self.lock:

@@ -63,47 +63,79 @@ def _int(v: classad.Value) -> int | None:
 
 _JOB_ATTRS = classad.names_pattern(
     (
-        "JobCurrentStartDate", "JobStartDate", "JobStatus", "CompletionDate", "LastVacateTime",
-        "EnteredCurrentStatus", "ExitCode", "ExitBySignal", "ExitSignal", "GlobalJobId",
-        "CpusProvisioned", "RequestCpus", "MemoryProvisioned", "RequestMemory", "GPUsProvisioned", "RequestGPUs",
+        "JobCurrentStartDate",
+        "JobStartDate",
+        "JobStatus",
+        "CompletionDate",
+        "LastVacateTime",
+        "EnteredCurrentStatus",
+        "ExitCode",
+        "ExitBySignal",
+        "ExitSignal",
+        "GlobalJobId",
+        "CpusProvisioned",
+        "RequestCpus",
+        "MemoryProvisioned",
+        "RequestMemory",
+        "GPUsProvisioned",
+        "RequestGPUs",
     )
 )
 
 
-def _first_int(ad: dict[str, classad.Value], names: tuple[str, ...], minimum: int) -> int | None:
+def _value(raw: bytes) -> classad.Value:
+    return classad.parse_value(raw.decode("utf-8", "replace"))
+
+
+def _iv(raw: bytes | None) -> int | None:
+    """``_int(parse_value(raw))``; digit runs (most values) skip the decode and the regexes."""
+    if raw is None:
+        return None
+    if raw.isdigit() and len(raw) <= 19:  # what classad's _INT accepts, unsigned
+        return int(raw)
+    return _int(_value(raw))
+
+
+def _first_int(ad: dict[bytes, bytes], names: tuple[bytes, ...], minimum: int) -> int | None:
     for name in names:
-        v = _int(ad.get(name))
+        v = _iv(ad.get(name))
         if v is not None and v >= minimum:
             return v
     return None
 
 
-def job_from_ad(raw_ad: classad.Ad) -> Job | None:
-    """A :class:`Job` from one StartdHistoryLog ad; None when it has no start."""
-    ad = raw_ad.pick(_JOB_ATTRS)
-    start = _first_int(ad, ("JobCurrentStartDate", "JobStartDate"), 1)
+def _job(ad: dict[bytes, bytes]) -> Job | None:
+    """A :class:`Job` from one ad's raw picked values; None when it has no start."""
+    start = _first_int(ad, (b"JobCurrentStartDate", b"JobStartDate"), 1)
     if start is None:
         return None
-    status = _int(ad.get("JobStatus"))
-    end = _first_int(ad, ("CompletionDate", "LastVacateTime"), 1)
+    status = _iv(ad.get(b"JobStatus"))
+    end = _first_int(ad, (b"CompletionDate", b"LastVacateTime"), 1)
     if end is None and status in (3, 4):
-        end = _first_int(ad, ("EnteredCurrentStatus",), 1)
-    exit_code = _int(ad.get("ExitCode"))
-    by_signal = ad.get("ExitBySignal") is True
-    gid = ad.get("GlobalJobId")
+        end = _first_int(ad, (b"EnteredCurrentStatus",), 1)
+    exit_code = _iv(ad.get(b"ExitCode"))
+    raw = ad.get(b"ExitBySignal")
+    by_signal = raw is not None and _value(raw) is True
+    raw = ad.get(b"GlobalJobId")
+    gid = None if raw is None else _value(raw)
     return Job(
         start=float(start),
         end=None if end is None else float(end),
-        cpus=_first_int(ad, ("CpusProvisioned", "RequestCpus"), 1) or 1,
-        memory_mb=_first_int(ad, ("MemoryProvisioned", "RequestMemory"), 0) or 0,
-        gpus=_first_int(ad, ("GPUsProvisioned", "RequestGPUs"), 0) or 0,
+        cpus=_first_int(ad, (b"CpusProvisioned", b"RequestCpus"), 1) or 1,
+        memory_mb=_first_int(ad, (b"MemoryProvisioned", b"RequestMemory"), 0) or 0,
+        gpus=_first_int(ad, (b"GPUsProvisioned", b"RequestGPUs"), 0) or 0,
         exited=(exit_code is not None or by_signal) and end is not None,
         exit_code=exit_code,
         exit_by_signal=by_signal,
-        exit_signal=_int(ad.get("ExitSignal")),
+        exit_signal=_iv(ad.get(b"ExitSignal")),
         job_status=status,
         global_job_id=gid if isinstance(gid, str) and not isinstance(gid, classad.Expr) else None,
     )
+
+
+def job_from_ad(raw_ad: classad.Ad) -> Job | None:
+    """A :class:`Job` from one StartdHistoryLog ad; None when it has no start."""
+    return _job(raw_ad.pick_raw(_JOB_ATTRS))
 
 
 def parse_history(sc: Scanner, text: bytes, offset: int) -> list[Job]:
@@ -113,7 +145,7 @@ def parse_history(sc: Scanner, text: bytes, offset: int) -> list[Job]:
         if n >= classad.MAX_ADS:
             sc.record("too_many_ads", offset, f"more than {classad.MAX_ADS}")
             break
-        job = job_from_ad(ad)
+        job = _job(ad.pick_raw(_JOB_ATTRS))
         if job is None:
             sc.record("no_start", offset, f"ad {n}")
         else:
@@ -175,7 +207,11 @@ def _dashes(data: bytes, start: int, stop: int) -> int:
             return -1
 
 
-def _config(sc: Scanner, err: GlideinErr) -> None:
+# The keys the accounting reads; the exporter extracts only these (detail=False).
+_USED_KEYS = re.compile(rb"^(GLIDEIN_CPUS|MEMORY|GLIDEIN_Site|GLIDEIN_Resource_Slots) ([^\n]*)$", re.M)
+
+
+def _config(sc: Scanner, err: GlideinErr, detail: bool) -> None:
     data = sc.data
     begin = data.find(CONFIG_BEGIN)
     if begin < 0:
@@ -193,7 +229,15 @@ def _config(sc: Scanner, err: GlideinErr) -> None:
         sc.record("too_large", body, "glidein_config dump")
         end = data.rfind(b"\n", body, body + MAX_CONFIG)
         end = body if end < 0 else end
-    lines = data[body:end].decode("utf-8", "replace").split("\n")
+    # Without the newline that ends the last line: its empty "line" would
+    # send every dump down the slow path below.
+    stop = end - 1 if end > body and data[end - 1] == 0x0A else end
+    if not detail:
+        # A repeated key keeps its last value, as gconfig_get does: later matches overwrite.
+        config = {k.decode(): v.decode("utf-8", "replace") for k, v in _USED_KEYS.findall(data, body, stop)}
+        _config_values(err, config)
+        return
+    lines = data[body:stop].decode("utf-8", "replace").split("\n")
     # A repeated key keeps its last value, as gconfig_get does.
     try:
         config = dict(map(_SPLIT1, lines))  # C speed: ~500 lines per pilot
@@ -203,6 +247,10 @@ def _config(sc: Scanner, err: GlideinErr) -> None:
             key, _, value = line.partition(" ")
             config[key] = value
     config.pop("", None)  # blank or indented lines
+    _config_values(err, config)
+
+
+def _config_values(err: GlideinErr, config: dict[str, str]) -> None:
     err.config = config
     cpus = config.get("GLIDEIN_CPUS", "").strip()
     if cpus.isdigit() and len(cpus) < 10:
@@ -215,23 +263,32 @@ def _config(sc: Scanner, err: GlideinErr) -> None:
         err.site = site.strip()
 
 
+def _first_text(el: Element, tag: str) -> str | None:
+    """text_of the first ``tag`` descendant that has text (as a one-pass scan would keep)."""
+    for sub in el.iter(tag):  # filtered in C: ~4x cheaper than testing every element here
+        text = text_of(sub)
+        if text is not None:
+            return text
+    return None
+
+
 def _script(el: Element) -> ScriptTiming | None:
     name = el.get("id")
     if not name:
         return None
-    # One pass over the few elements of a script (ElementPath finds cost more).
-    start = end = status = failure = None
-    for sub in el.iter():
-        tag = sub.tag
-        if tag == "tStart" and start is None:
-            start = text_of(sub)
-        elif tag == "tEnd" and end is None:
-            end = text_of(sub)
-        elif tag == "status" and status is None:
-            status = text_of(sub)
-        elif tag == "metric" and failure is None and sub.get("name") == "failure":
+    failure = None
+    for sub in el.iter("metric"):
+        if sub.get("name") == "failure":
             failure = text_of(sub)
-    return ScriptTiming(name=name[:500], start=iso_epoch(start), end=iso_epoch(end), ok=status == "OK", failure=failure)
+            if failure is not None:
+                break
+    return ScriptTiming(
+        name=name[:500],
+        start=iso_epoch(_first_text(el, "tStart")),
+        end=iso_epoch(_first_text(el, "tEnd")),
+        ok=_first_text(el, "status") == "OK",
+        failure=failure,
+    )
 
 
 def _script_rx(name: bytes, body: bytes) -> ScriptTiming:
@@ -299,8 +356,14 @@ def _long_xml(sc: Scanner, err: GlideinErr) -> None:
     err.scripts = parse_long_xml(sc, xml, body)
 
 
-def parse_err(data: bytes, path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20) -> GlideinErr:
-    """Everything the stderr tells; never raises on any input."""
+def parse_err(
+    data: bytes, path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20, *, detail: bool = True
+) -> GlideinErr:
+    """Everything the stderr tells; never raises on any input.
+
+    ``detail=False`` is the exporter's fast path: it skips the per-script long
+    XML and keeps only the glidein_config keys the accounting reads.
+    """
     err = GlideinErr(path=path)
     if not data:
         return err
@@ -309,13 +372,19 @@ def parse_err(data: bytes, path: str, errors: ParseErrors, max_section_bytes: in
         sc.check_long_lines()
     _sections(sc, err, max_section_bytes)
     _gpus(sc, err)
-    _config(sc, err)
-    _long_xml(sc, err)
+    _config(sc, err, detail)
+    if detail:
+        _long_xml(sc, err)
     return err
 
 
 def read_err(
-    path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20, max_bytes: int = 256 << 20
+    path: str,
+    errors: ParseErrors,
+    max_section_bytes: int = 64 << 20,
+    max_bytes: int = 256 << 20,
+    *,
+    detail: bool = True,
 ) -> GlideinErr | None:
     """Read and parse one .err; None (and a recorded error) when unreadable.
 
@@ -332,4 +401,4 @@ def read_err(
         return None
     if size > max_bytes:
         errors.record(src, "too_large", path, max_bytes, f"{size} bytes, tail skipped")
-    return parse_err(data, path, errors, max_section_bytes)
+    return parse_err(data, path, errors, max_section_bytes, detail=detail)

@@ -61,9 +61,7 @@ _ACTIVATIONS = re.compile(rb"Total number of activations/claims: (\d+)")
 _GLIDEIN_END = re.compile(rb"=== Glidein ending (?:.*?\((\d+)\))?.*? with code (\d+) after (\d+) ===")
 _CPUS = re.compile(rb"Setting GLIDEIN_CPUS=(\d+)")
 _MEMORY = re.compile(rb"Setting GLIDEIN_MaxMemMBs=(\d+)")
-_COUNT = re.compile(
-    rb"^(?:\((Real|Normalized)\) )?Total(?: (\w+))? jobs (\d+) [^\n]*?utilization (\d+)", re.M
-)
+_COUNT = re.compile(rb"^(?:\((Real|Normalized)\) )?Total(?: (\w+))? jobs (\d+) [^\n]*?utilization (\d+)", re.M)
 _NORMALIZATION = re.compile(rb"^Normalization \[parallelism\] factor (\d+)", re.M)
 # Fallback for a description that is not well-formed (values are not escaped
 # by the shell scripts that write them, so a "&" in a URL breaks the XML).
@@ -152,7 +150,6 @@ class Scanner:
             end = n if end < 0 else end
             self.record("line_too_long", pos, f"{end - pos} bytes")
             pos = end + 1
-
 
 
 def iso_epoch(text: str | None) -> float | None:

@@ -1,0 +1,289 @@
+"""Throughput of the pilot readers: ``read_out`` + ``read_err`` per pilot, one core.
+
+Typical pilot: the real production .out from shared/reference and a
+synthetic ~100 KB .err (500-line glidein_config dump, condor log sections,
+a StartdHistoryLog of 10 ads x ~100 attributes, a 20-script long XML),
+written to disk and read back N times. Goal: >= 2,000 pilots/s (<= 500 µs).
+Numbers are noisy on a shared VM: compare best-of runs made back to back.
+
+    python benchmarks/readers.py                 # typical pilot, best-of-5 + median
+    python benchmarks/readers.py -n 2000 -r 7
+    python benchmarks/readers.py --simulated /tmp/sim --pilots 500   # simulator tree
+    python benchmarks/readers.py --profile       # cProfile of the typical pilot
+"""
+
+from __future__ import annotations
+
+import argparse
+import binascii
+import gzip
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.sources.condor_sections import encode
+from gwms_obs.sources.glidein_err import read_err
+from gwms_obs.sources.glidein_out import read_out
+
+REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "glideinwms"
+REAL_OUT = REF / "glideFactoryLogParser_glidein_stdout.out"
+T0 = 1656036400
+
+
+def _iso(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))
+
+
+def _config(rng: random.Random, lines: int = 500) -> bytes:
+    consumed = [
+        "GLIDEIN_CPUS 8",
+        "MEMORY 20000",
+        "GLIDEIN_Site Hephy-Vienna",
+        "GLIDEIN_UUID 3ce9dfca-0e7f-4d69-bfc9-5f58cb266ab7",
+        "GLIDEIN_Resource_Slots GPUs,1,type=main",
+        "GLIDEIN_Entry_Name CMSHTPC_T2_AT_Vienna_ce-1",
+        "GLIDEIN_Factory OSG",
+        "GLIDEIN_Name gfactory_instance",
+        "GLIDEIN_ClusterId 10176593",
+        "GLIDEIN_ProcId 0",
+        "GLIDEIN_Schedd schedd_glideins9@gfactory-2.opensciencegrid.org",
+    ]
+    out = ["ADD_CONFIG_LINE_SOURCE /tmp/glide_x/add_config_line.source"]
+    for i in range(lines - len(consumed) - 1):
+        kind = i % 5
+        if kind == 0:
+            out.append(f'GLIDECLIENT_ATTR_{i} ifthenelse(TARGET.Owner == "u{i}", true, false)')
+        elif kind == 1:
+            out.append(f"CONDOR_VARS_FILE_{i} /tmp/glide_x/condor_vars_{i}.lst")
+        elif kind == 2:
+            out.append(f"GLIDEIN_PARAM_{i} {rng.randint(0, 10**9)}")
+        elif kind == 3:
+            out.append(f"SCRIPT_{i}_PATH /tmp/glide_x/main/script_{i}.sh")
+        else:
+            out.append(f"X509_{i} /tmp/glide_x/ticket/x509_{rng.getrandbits(64):016x}")
+        if i % 50 == 25:  # consumed keys spread through the dump
+            out.append(consumed[(i // 50) % len(consumed)])
+    out.extend(consumed)
+    body = "\n".join(out[:lines]).encode()
+    return (
+        b"Removed condor variables CONDOR_CONFIG\n"
+        b"-------- glidein_config in condor_startup.sh ----------\n"
+        + body
+        + b"\n-----------------------------------------------------\n"
+        b"--- condor_config ---\nNUM_CPUS = $(GLIDEIN_CPUS)\n--- ============= ---\n"
+    )
+
+
+def _history(rng: random.Random, ads: int = 10, attrs: int = 100) -> bytes:
+    parts: list[str] = []
+    t = T0
+    for n in range(ads):
+        start, end = t + rng.randint(10, 100), t + rng.randint(600, 3600)
+        t = end
+        lines = [
+            f"ClusterId = {4000 + n}",
+            "ProcId = 0",
+            f'GlobalJobId = "submit.example.org#{4000 + n}.0#{start - 100}"',
+            "JobStatus = 4",
+            f"JobCurrentStartDate = {start}",
+            f"JobStartDate = {start}",
+            f"CompletionDate = {end}",
+            f"EnteredCurrentStatus = {end}",
+            f"ExitCode = {n % 3}",
+            "ExitBySignal = false",
+            "CpusProvisioned = 8",
+            "RequestCpus = 8",
+            "MemoryProvisioned = 16000",
+            "RequestMemory = ifthenelse(MemoryUsage =!= undefined, MemoryUsage, 2000)",
+            "GPUsProvisioned = 0",
+            "RequestGPUs = 0",
+        ]
+        for i in range(attrs - len(lines)):
+            kind = i % 4
+            if kind == 0:
+                lines.append(f'Attr{i}String = "value {rng.getrandbits(48):012x} of {n}"')
+            elif kind == 1:
+                lines.append(f"Attr{i}Int = {rng.randint(0, 10**9)}")
+            elif kind == 2:
+                lines.append(f"Attr{i}Real = {rng.random() * 1000:.6f}")
+            else:
+                lines.append(f"Attr{i}Expr = (TARGET.Attr{i} =?= MY.Attr{i}) && (Memory >= {rng.randint(1, 99)})")
+        rng.shuffle(lines)
+        parts.append("\n".join(lines))
+        parts.append(f'*** Offset = {n * 4000} ClusterId = {4000 + n} ProcId = 0 Owner = "u" CompletionDate = {end}')
+    return ("\n".join(parts) + "\n").encode()
+
+
+def _script(name: str, start: int, ok: bool) -> str:
+    end = start + 3
+    status = "OK" if ok else "ERROR"
+    fail = "" if ok else f'\n      <metric name="failure" ts="{_iso(end)}" uri="local">VO_Config</metric>'
+    return f"""<OSGTestResult id="{name}" version="4.3.1">
+  <operatingenvironment>
+    <env name="cwd">/tmp/glide_x</env>
+  </operatingenvironment>
+  <test>
+      <cmd>/tmp/glide_x/{name} glidein_config</cmd>
+      <tStart>{_iso(start)}</tStart>
+      <tEnd>{_iso(end)}</tEnd>
+  </test>
+  <result>
+    <status>{status}</status>{fail}
+    <metric name="NrAttributes" ts="{_iso(end)}" uri="local">12</metric>
+  </result>
+</OSGTestResult>"""
+
+
+def _long_xml(scripts: int = 20) -> bytes:
+    body = "\n".join(
+        _script(f"{'main' if i % 2 else 'client'}/script_{i}.sh", T0 + 5 * i, i != scripts - 1) for i in range(scripts)
+    )
+    xml = f"""<?xml version="1.0"?>
+<OSGTestResult id="glidein_startup.sh" version="4.3.1">
+  <subtestlist>
+    <OSGTestResults>
+{body}
+    </OSGTestResults>
+  </subtestlist>
+  <operatingenvironment>
+    <env name="client_name">fe.main</env>
+  </operatingenvironment>
+  <test>
+    <tStart>{_iso(T0)}</tStart>
+    <tEnd>{_iso(T0 + 120)}</tEnd>
+  </test>
+  <result>
+    <status>OK</status>
+  </result>
+</OSGTestResult>
+""".encode()
+    b64 = binascii.b2a_base64(gzip.compress(xml, mtime=0), newline=False)
+    lines = b"\n".join(b64[i : i + 57] for i in range(0, len(b64), 57))
+    return (
+        b"\n=== Encoded XML description of glidein activity ===\nbegin-base64 644 -\n"
+        + lines
+        + b"\n====\n=== End encoded XML description of glidein activity ===\n"
+    )
+
+
+def _condor_log(rng: random.Random, name: str, lines: int) -> bytes:
+    words = ("STARTING UP", "Changing state", "Got activate_claim", "Job 1.0 set to execute",
+             "Sent ClassAd update", "Received TCP command", "Claim expired")  # fmt: skip
+    text = "".join(
+        f"06/24/22 04:{i // 60 % 60:02d}:{i % 60:02d} ({name}) {rng.choice(words)} {rng.getrandbits(32):08x}\n"
+        for i in range(lines)
+    )
+    return encode(name, text.encode()) + b"\n"
+
+
+def typical_err(seed: int = 1) -> bytes:
+    rng = random.Random(seed)
+    return (
+        b"=== validation OK in main/setup_script.sh (1) ===\n"
+        + _config(rng)
+        + b'condor_gpu_discovery found 0 GPUs: DetectedGPUs=""\n'
+        + b"=== Exit messages left by periodic scripts ===\n"
+        + _condor_log(rng, "MasterLog", 600)
+        + _condor_log(rng, "StartdLog", 2300)
+        + _condor_log(rng, "StarterLog", 2300)
+        + encode("StartdHistoryLog", _history(rng))
+        + b"\n"
+        + _long_xml()
+    )
+
+
+def _time(pairs: Sequence[tuple[str, str]], iterations: int, repeats: int) -> list[float]:
+    """Seconds per pilot of each repeat."""
+    per: list[float] = []
+    for _ in range(repeats):
+        errors = ParseErrors()
+        t = time.perf_counter()
+        for _ in range(iterations):
+            for out, err in pairs:
+                read_out(out, errors)
+                read_err(err, errors)
+        per.append((time.perf_counter() - t) / (iterations * len(pairs)))
+    return per
+
+
+def _report(label: str, per: list[float]) -> None:
+    best, med = min(per), statistics.median(per)
+    print(f"{label}: best {best * 1e6:7.1f} µs/pilot ({1 / best:7.0f} pilots/s), "
+          f"median {med * 1e6:7.1f} µs/pilot ({1 / med:7.0f} pilots/s)")  # fmt: skip
+
+
+def _simulated(root: Path, pilots: int, seed: int) -> list[tuple[str, str]]:
+    if not any(root.rglob("job.*.out")):
+        try:
+            from gwms_obs.simulate.factory import simulate
+        except ImportError as e:
+            sys.exit(f"no job.*.out under {root} and no simulator: {e}")
+        simulate(root, pilots, seed)
+    pairs = []
+    for out in sorted(root.rglob("job.*.out")):
+        err = out.with_suffix(".err")
+        if err.exists():
+            pairs.append((str(out), str(err)))
+    if not pairs:
+        sys.exit(f"no job.*.out/.err pairs under {root}")
+    return pairs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--iterations", type=int, default=1000, help="pilots per repeat (typical mode)")
+    ap.add_argument("-r", "--repeats", type=int, default=5)
+    ap.add_argument("--simulated", type=Path, metavar="DIR",
+                    help="time every job.*.out/.err under DIR (simulated there first when empty)")  # fmt: skip
+    ap.add_argument("--pilots", type=int, default=300, help="pilots to simulate into an empty DIR")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", action="store_true", help="cProfile the typical pilot instead of timing")
+    a = ap.parse_args(argv)
+
+    if a.simulated is not None:
+        pairs = _simulated(a.simulated, a.pilots, a.seed)
+        size = sum(Path(p).stat().st_size for pair in pairs for p in pair) / len(pairs)
+        print(f"{len(pairs)} simulated pilots under {a.simulated}, {size / 1024:.1f} KB/pilot on average")
+        _time(pairs, 1, 1)  # warm the page cache
+        _report("simulated", _time(pairs, max(1, a.iterations // len(pairs)), a.repeats))
+        return 0
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "job.1.0.out", Path(tmp) / "job.1.0.err"
+        out.write_bytes(REAL_OUT.read_bytes())
+        err.write_bytes(typical_err(a.seed))
+        print(f"typical pilot: .out {out.stat().st_size / 1024:.1f} KB, .err {err.stat().st_size / 1024:.1f} KB")
+        pairs = [(str(out), str(err))]
+        if a.profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.runcall(_time, pairs, a.iterations, 1)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            return 0
+        _time(pairs, 50, 1)  # warm-up
+        _report("out only ", _time_one(read_out, str(out), a.iterations, a.repeats))
+        _report("err only ", _time_one(read_err, str(err), a.iterations, a.repeats))
+        _report("out + err", _time(pairs, a.iterations, a.repeats))
+    return 0
+
+
+def _time_one(fn: Callable[[str, ParseErrors], object], path: str, iterations: int, repeats: int) -> list[float]:
+    per: list[float] = []
+    for _ in range(repeats):
+        errors = ParseErrors()
+        t = time.perf_counter()
+        for _ in range(iterations):
+            fn(path, errors)
+        per.append((time.perf_counter() - t) / iterations)
+    return per
+
+
+if __name__ == "__main__":
+    sys.exit(main())
