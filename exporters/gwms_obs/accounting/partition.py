@@ -11,7 +11,7 @@ hypothesis).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..model import Job
@@ -114,6 +114,32 @@ def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
     return p
 
 
+class _Active:
+    """What runs at one instant: totals kept as jobs start and end (all ints, so exact).
+
+    Per category only the sums matter (every job of a category gets the same
+    treatment), so a segment costs O(categories), not O(running jobs).
+    """
+
+    __slots__ = ("cat_count", "cat_cpus", "cat_gpus", "cores", "count", "gpus", "mb")
+
+    def __init__(self) -> None:
+        self.count = self.cores = self.gpus = self.mb = 0
+        self.cat_count: dict[Category, int] = {}
+        self.cat_cpus: dict[Category, int] = {}
+        self.cat_gpus: dict[Category, int] = {}
+
+    def change(self, j: Job, cat: Category, sign: int) -> None:
+        c, g = max(0, j.cpus) * sign, max(0, j.gpus) * sign
+        self.count += sign
+        self.cores += c
+        self.gpus += g
+        self.mb += max(0, j.memory_mb) * sign
+        self.cat_count[cat] = self.cat_count.get(cat, 0) + sign
+        self.cat_cpus[cat] = self.cat_cpus.get(cat, 0) + c
+        self.cat_gpus[cat] = self.cat_gpus.get(cat, 0) + g
+
+
 def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], cs: float, ce: float) -> None:
     """Walk HTCondor's lifetime segment by segment, between job starts and ends."""
     # Events: (time, +1 start / -1 end, job index); ends sort before starts at a tie.
@@ -125,52 +151,45 @@ def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], c
             events.append((s, 1, i))
             events.append((e, -1, i))
     events.sort()
-    active: set[int] = set()
+    act = _Active()
     t = cs
-    for when, kind, i in events:
+    for when, sign, i in events:
         if when > t:
-            _segment(p, u, jobs, cats, active, when - t)
+            _segment(p, u, act, when - t)
             t = when
-        if kind > 0:
-            active.add(i)
-        else:
-            active.discard(i)
+        act.change(jobs[i], cats[i], sign)
     if ce > t:
-        _segment(p, u, jobs, cats, active, ce - t)
+        _segment(p, u, act, ce - t)
 
 
-def _segment(
-    p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], active: Iterable[int], dt: float
-) -> None:
-    act = sorted(active)
-    if not act:
+def _segment(p: Partition, u: PilotUsage, act: _Active, dt: float) -> None:
+    if act.count == 0:
         _whole(p, Category.OVERHEAD, u, dt)
         return
-    used_cores = sum(max(0, jobs[i].cpus) for i in act)
-    used_gpus = sum(max(0, jobs[i].gpus) for i in act)
-    used_mb = sum(max(0, jobs[i].memory_mb) for i in act)
     # CPU. Records claiming more cores than the pilot has are scaled down so
     # the pilot's total stays exact.
-    if used_cores > u.cpus:
-        shares = [u.cpus * max(0, jobs[i].cpus) / used_cores for i in act]
+    if act.cores > u.cpus:
+        per_core, per_job = u.cpus / act.cores, 0.0
     else:
-        idle = u.cpus - used_cores
-        idle_mb = None if u.memory_mb is None else max(0, u.memory_mb - used_mb)
+        idle = u.cpus - act.cores
+        idle_mb = None if u.memory_mb is None else max(0, u.memory_mb - act.mb)
         k = canonical_idle_units(idle, idle_mb)
         p.add(Category.OVERHEAD, cpu=k * dt)
         rest = idle - k  # idle but unusable for lack of memory: charged to the jobs that took it
-        if used_cores > 0:
-            shares = [max(0, jobs[i].cpus) * (1 + rest / used_cores) for i in act]
+        if act.cores > 0:
+            per_core, per_job = 1 + rest / act.cores, 0.0
         else:
-            shares = [rest / len(act)] * len(act)
-    for i, s in zip(act, shares, strict=True):
-        p.add(cats[i], cpu=s * dt)
+            per_core, per_job = 0.0, rest / act.count
+    for cat, n in act.cat_count.items():
+        if n:
+            p.add(cat, cpu=(act.cat_cpus[cat] * per_core + n * per_job) * dt)
     # GPU: the canonical unit is one GPU, so idle GPUs are always overhead.
     if u.gpus > 0:
-        scale = u.gpus / used_gpus if used_gpus > u.gpus else 1.0
-        for i in act:
-            p.add(cats[i], gpu=max(0, jobs[i].gpus) * scale * dt)
-        p.add(Category.OVERHEAD, gpu=max(0.0, u.gpus - used_gpus) * dt)
+        scale = u.gpus / act.gpus if act.gpus > u.gpus else 1.0
+        for cat, g in act.cat_gpus.items():
+            if g:
+                p.add(cat, gpu=g * scale * dt)
+        p.add(Category.OVERHEAD, gpu=max(0.0, u.gpus - act.gpus) * dt)
 
 
 @dataclass(slots=True)
