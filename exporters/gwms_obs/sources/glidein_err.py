@@ -115,9 +115,13 @@ def _job(ad: dict[bytes, bytes]) -> Job | None:
         end = _first_int(ad, (b"EnteredCurrentStatus",), 1)
     exit_code = _iv(ad.get(b"ExitCode"))
     raw = ad.get(b"ExitBySignal")
-    by_signal = raw is not None and _value(raw) is True
+    # ClassAd booleans are case-insensitive literals; anything else is not "true".
+    by_signal = raw is not None and raw.strip().lower() == b"true"
     raw = ad.get(b"GlobalJobId")
-    gid = None if raw is None else _value(raw)
+    if raw is not None and len(raw) > 1 and raw[:1] == raw[-1:] == b'"' and b"\\" not in raw:
+        gid: classad.Value = raw[1:-1].decode("utf-8", "replace")  # a plain quoted string: no escapes to undo
+    else:
+        gid = None if raw is None else _value(raw)
     return Job(
         start=float(start),
         end=None if end is None else float(end),
