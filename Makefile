@@ -16,13 +16,35 @@ export GOMODCACHE := $(CACHE_DIR)/go/mod
 export GOCACHE := $(CACHE_DIR)/go/build
 export GOFLAGS := -buildvcs=false -modcacherw
 TOOLS_BIN := $(CACHE_DIR)/bin
+# Our collector distribution: the binary's name carries the manifest's hash, so
+# an unchanged otel-collector/builder-config.yaml never rebuilds. ocb itself is
+# installed at the core version the manifest declares (dist.version).
+OTELCOL_MANIFEST := otel-collector/builder-config.yaml
+OTELCOL_VERSION := $(shell sed -n 's/^  version: *//p' $(OTELCOL_MANIFEST))
+OTELCOL := $(TOOLS_BIN)/otelcol-gwms-$(OTELCOL_VERSION)-$(shell sha256sum $(OTELCOL_MANIFEST) | cut -c1-12)
+OCB := $(TOOLS_BIN)/ocb-v$(OTELCOL_VERSION)
+# Jaeger v2: its Go module is tagged v1.x alongside each v2.y release
+# (v1.76.0 = v2.13.0, 2025-12-03, the newest on the module proxy).
+JAEGER_VERSION := v1.76.0
+JAEGER_V2 := v2.13.0
+JAEGER := $(TOOLS_BIN)/jaeger-$(JAEGER_VERSION)
+# the live tests and benchmarks/collector.py find the binaries through these
+export GWMS_OBS_OTELCOL := $(OTELCOL)
+export GWMS_OBS_JAEGER := $(JAEGER)
+# Grafana's dashboard-linter, pinned; tests/test_dashboard_linter.py runs it.
+DASHBOARD_LINTER_VERSION := v0.2.0
+DASHBOARD_LINTER := $(TOOLS_BIN)/dashboard-linter-$(DASHBOARD_LINTER_VERSION)
+export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
+# tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
+export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: help venv run sample test check lint typecheck unit live bench generate clean
+.PHONY: help venv run sample test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboards dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
 	@echo "make check  - the fast inner loop: lint, types, unit tests without live servers"
 	@echo "make bench  - ingest benchmarks (writes benchmarks/results/)"
+	@echo "make dashboards - regenerate dashboards/ (Grafana JSON, rules, rule tests, Alertmanager example, provisioning)"
 
 $(BIN)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +67,8 @@ run: sample
 	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint build/sample-checkpoint.json --interval 30
 
 lint: venv
-	$(BIN)/ruff check exporters tests benchmarks
-	$(BIN)/ruff format --check exporters tests benchmarks
+	$(BIN)/ruff check exporters tests benchmarks dashboards
+	$(BIN)/ruff format --check exporters tests benchmarks dashboards
 
 typecheck: venv
 	$(BIN)/mypy
@@ -54,19 +76,78 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q -m "not live" -p no:cacheprovider
 
-live: venv
+live: venv otelcol jaeger
 	$(BIN)/pytest -q -m live -p no:cacheprovider -rs
 
 check: lint typecheck unit
 
-test: lint typecheck
+test: lint typecheck otelcol jaeger dashboard-linter
 	$(BIN)/pytest -q -p no:cacheprovider -rs
+
+dashboards: venv
+	$(BIN)/python -m dashboards.gen
+
+# Not `go install ...@version`: its go.mod has a replace directive, which go
+# install refuses; build the pinned module from the proxy as the main module.
+# The proxy here refuses one of v0.2.0's dependencies (a grafana/grafana
+# pseudo-version), so a failed build is reported, not fatal: the test that
+# runs the linter then skips and says why; our own lint (dashboards/gen/lint.py)
+# always runs.
+$(DASHBOARD_LINTER):
+	@mkdir -p $(TOOLS_BIN)
+	go mod download github.com/grafana/dashboard-linter@$(DASHBOARD_LINTER_VERSION)
+	cd $(GOMODCACHE)/github.com/grafana/dashboard-linter@$(DASHBOARD_LINTER_VERSION) && \
+	  CGO_ENABLED=0 go build -trimpath -o $@.tmp .
+	mv $@.tmp $@
+dashboard-linter:
+	@mkdir -p $(TOOLS_BIN)
+	@$(MAKE) --no-print-directory $(DASHBOARD_LINTER) >$(TOOLS_BIN)/dashboard-linter-build.log 2>&1 \
+	  || echo "dashboard-linter $(DASHBOARD_LINTER_VERSION) not built: $$(grep -m1 -iE 'error|forbidden|not available' $(TOOLS_BIN)/dashboard-linter-build.log)"
 
 generate: venv
 	$(BIN)/python -m gwms_obs.generate
 
 bench: venv
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/trace_shell.py
+
+bench-collector: venv otelcol jaeger
+	$(BIN)/python benchmarks/collector.py
+
+# Go-built servers (cold builds measured in benchmarks/results/collector.md).
+$(OCB):
+	@mkdir -p $(TOOLS_BIN)/.ocb-tmp
+	GOBIN=$(TOOLS_BIN)/.ocb-tmp go install go.opentelemetry.io/collector/cmd/builder@v$(OTELCOL_VERSION)
+	mv $(TOOLS_BIN)/.ocb-tmp/builder $@
+
+# no prerequisite on the manifest's mtime (a fresh checkout would look newer):
+# its hash is in $(OTELCOL), so a changed manifest is a different target.
+$(OTELCOL): | $(OCB)
+	rm -rf build/otelcol-gwms && mkdir -p build
+	$(OCB) --config=$(OTELCOL_MANIFEST)
+	mv build/otelcol-gwms/otelcol-gwms $@.tmp && mv $@.tmp $@
+otelcol: $(OTELCOL)
+	@echo "$(OTELCOL)"
+
+# Not `go install .../cmd/jaeger@version`: Jaeger's go.mod has a replace directive
+# (sarama), which go install refuses. So: fetch the pinned module from the proxy
+# (checksummed by sum.golang.org) and build it as the main module, honouring its go.sum.
+$(JAEGER):
+	@mkdir -p $(TOOLS_BIN)
+	go mod download github.com/jaegertracing/jaeger@$(JAEGER_VERSION)
+	cd $(GOMODCACHE)/github.com/jaegertracing/jaeger@$(JAEGER_VERSION) && CGO_ENABLED=0 go build -trimpath \
+	  -ldflags='-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$(JAEGER_V2)' -o $@.tmp ./cmd/jaeger
+	mv $@.tmp $@
+jaeger: $(JAEGER)
+	@echo "$(JAEGER)"
+
+# Artifacts for `ansible-playbook deploy.yml` on air-gapped hosts (docs/deploy.md):
+# the exporter's wheelhouse, our collector and Jaeger, each with its sha256.
+wheelhouse: venv
+	$(BIN)/python -m gwms_obs.wheelhouse build/artifacts
+deploy-artifacts: wheelhouse otelcol jaeger
+	cp $(OTELCOL) build/artifacts/otelcol-gwms && cp $(JAEGER) build/artifacts/jaeger
+	cd build/artifacts && sha256sum otelcol-gwms jaeger *-wheelhouse.tar.gz
 
 clean:
 	rm -rf build $(VENV)

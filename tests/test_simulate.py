@@ -19,6 +19,7 @@ from gwms_obs.simulate.factory import (
     SimulationSummary,
     simulate,
 )
+from gwms_obs.simulate.traces import returns_spool
 from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err
@@ -211,6 +212,9 @@ def test_err_files(tree: tuple[Path, SimulationSummary]) -> None:
         assert ids[0] == "main/setup_script.sh"
         assert f'<env name="condorg_cluster">{p.cluster}</env>' in long_xml
         sections = {sec.name: sec for sec in iter_sections(data)}
+        # gwms-trace.sh's span spool, in the pilots that could not send it (simulate/traces.py)
+        assert ("GWMSTraceSpool" in sections) == returns_spool(s.seed, p.cluster, p.proc)
+        sections.pop("GWMSTraceSpool", None)
         if p.kind == "validation_failed":
             assert ids[-1] == p.failed_script
             assert re.search(r"^=== Validation error in \S+ ===$", text, re.M)

@@ -58,6 +58,10 @@ def cmd_export(a: argparse.Namespace) -> int:
             log.error("config: %s", p)
         return 2
     ingest = Ingest(cfg.ingest(), progress=True)
+    forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors)
+    if forwarder is not None:
+        ingest.spool_sink = forwarder
+        forwarder.start()
     registry = CollectorRegistry()
     registry.register(FactoryCollector(ingest))
     host, port = parse_listen(cfg.listen)
@@ -83,7 +87,34 @@ def cmd_export(a: argparse.Namespace) -> int:
         thread.join(5)
         if provider is not None:
             provider.shutdown()
+        if forwarder is not None:
+            # What is not sent stays in the outbox for the next start.
+            if not forwarder.drain(a.traces_drain_seconds if a.once else 5.0):
+                log.warning("%d span spools not yet sent, kept in %s", len(forwarder.pending()), forwarder.outbox)
+            forwarder.stop()
     return 0
+
+
+def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors) -> Any:
+    """The SpoolForwarder for pilots' span spools, when a traces endpoint is configured."""
+    import tempfile
+
+    from .tracing.spool import SpoolForwarder, otlp_headers, traces_endpoint
+
+    endpoint = a.traces_endpoint or traces_endpoint()
+    if not endpoint:
+        return None
+    token = os.environ.get("GWMS_OBS_TRACES_TOKEN")
+    if a.traces_token_file:
+        token = Path(a.traces_token_file).read_text().strip()
+    if a.traces_outbox:
+        outbox = Path(a.traces_outbox)
+    elif checkpoint:
+        outbox = Path(checkpoint + ".traces")  # survives restarts with the rest of the state
+    else:
+        outbox = Path(tempfile.mkdtemp(prefix="gwms-obs-traces-"))
+    log.info("forwarding pilots' span spools to %s (outbox %s)", endpoint, outbox)
+    return SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers())
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -185,6 +216,40 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_traces(a: argparse.Namespace) -> int:
+    import time
+
+    from .tracing import conventions as C
+    from .tracing import jaeger as J
+
+    try:
+        if a.trace_id:
+            traces = [t for tid in a.trace_id for t in J.get_trace(a.jaeger, tid)]
+        else:
+            until = a.until if a.until is not None else time.time()
+            since = a.since if a.since is not None else until - 86400
+            services = a.service or [C.SERVICE_PILOT]
+            traces = J.search(
+                a.jaeger, services=services, entry=a.entry, client=a.client, start=since, end=until, limit=a.limit
+            )
+        rows = J.rows(traces)
+        if a.format == "parquet":
+            if not a.output:
+                log.error("--format parquet needs --output")
+                return 2
+            J.to_parquet(rows, a.output)
+            return 0
+    except J.JaegerError as e:
+        log.error("%s", e)
+        return 1
+    text = J.to_csv(rows) if a.format == "csv" else J.to_table(rows)
+    if a.output:
+        Path(a.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_check_config(a: argparse.Namespace) -> int:
     try:
         cfg = load(a.file)
@@ -216,6 +281,14 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--settle-seconds", type=float, help="age a .out must have before it is read (default 30)")
     e.add_argument("--lost-after-seconds", type=float, help="wait this long for a .out before a pilot is lost")
     e.add_argument("--once", action="store_true", help="one scan, then exit")
+    e.add_argument(
+        "--traces-endpoint",
+        help="OTLP/HTTP traces URL for span spools found in .err files "
+        "(default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or $OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces)",
+    )
+    e.add_argument("--traces-token-file", help="bearer token for --traces-endpoint (default $GWMS_OBS_TRACES_TOKEN)")
+    e.add_argument("--traces-outbox", help="directory of spools waiting to be sent (default <checkpoint>.traces)")
+    e.add_argument("--traces-drain-seconds", type=float, default=30.0, help="with --once: wait this long for sends")
     e.set_defaults(func=cmd_export)
 
     r = sub.add_parser("report", help="one-shot accounting of a factory's logs")
@@ -238,6 +311,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pilots", type=int, default=1000)
     s.add_argument("--seed", type=int, default=1)
     s.set_defaults(func=cmd_simulate)
+
+    t = sub.add_parser("traces", help="pilots' spans from Jaeger, as a table, CSV or Parquet")
+    t.add_argument("--jaeger", default=os.environ.get("GWMS_OBS_JAEGER_URL", "http://127.0.0.1:16686"),
+                   help="Jaeger query base URL (default $GWMS_OBS_JAEGER_URL or http://127.0.0.1:16686)")  # fmt: skip
+    t.add_argument("--entry", help="only traces with a span of this gwms.entry")
+    t.add_argument("--client", help="only traces with a span of this gwms.client (frontend client)")
+    t.add_argument("--service", action="append", help="Jaeger service (repeatable; default glidein)")
+    t.add_argument("--since", type=_time, help="from (ISO 8601 or epoch; default 24 h ago)")
+    t.add_argument("--until", type=_time, help="to (default now)")
+    t.add_argument("--trace-id", action="append", help="these traces instead of a search (repeatable)")
+    t.add_argument("--limit", type=int, default=100, help="traces per service (default 100)")
+    t.add_argument("--format", choices=("table", "csv", "parquet"), default="table")
+    t.add_argument("--output", "-o", help="write here instead of stdout (required for parquet)")
+    t.set_defaults(func=cmd_traces)
 
     c = sub.add_parser("check-config", help="validate an exporter configuration file")
     c.add_argument("file")

@@ -89,9 +89,13 @@ class Ingest:
         sink: Callable[[PilotAccount], None] | None = None,
         clock: Callable[[], float] = time.time,
         progress: bool = False,
+        spool_sink: Callable[[bytes, str], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.sink = sink
+        # Gets (span spool, .err path) of each pilot that returned its spans in
+        # its stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
+        self.spool_sink = spool_sink
         self.clock = clock
         self.progress = progress
         self.lock = threading.RLock()  # held while state changes; the collector reads under it
@@ -176,6 +180,11 @@ class Ingest:
             err = None
             if os.path.exists(p.err):
                 err = glidein_err.read_err(p.err, self.errors, detail=False)
+                if err is not None and err.trace_spool is not None and self.spool_sink is not None:
+                    try:
+                        self.spool_sink(err.trace_spool, p.err)
+                    except Exception:  # tracing must never cost the accounting of a pilot
+                        log.exception("trace spool of %s not handled", p.err)
                 with contextlib.suppress(OSError):
                     self.health.bytes_read[Source.GLIDEIN_ERR] += os.path.getsize(p.err)
                 if err is not None:

@@ -88,12 +88,22 @@ def resolve(values: dict[str, Any], rounds: int = 5) -> dict[str, Any]:
         return v
 
     out = dict(values)
+    unresolved: set[str] = set()
     for _ in range(rounds):
-        new = {k: expand(v, out) for k, v in out.items()}
+        new: dict[str, Any] = {}
+        unresolved = set()
+        for k, v in out.items():
+            try:
+                new[k] = expand(v, out)
+            except jinja2.UndefinedError:
+                # e.g. "{{ playbook_dir }}/artifacts": only Ansible knows it. Lazy, as
+                # in Ansible: an error only if the template uses this variable.
+                new[k] = v
+                unresolved.add(k)
         if new == out:
             break
         out = new
-    return out
+    return {k: v for k, v in out.items() if k not in unresolved}
 
 
 def render(role: str, template: str, **overrides: Any) -> str:

@@ -25,7 +25,9 @@ from pathlib import Path
 
 from gwms_obs.model import StatsFormat
 from gwms_obs.simulate import formats as F
+from gwms_obs.simulate import traces as T
 from gwms_obs.sources.condor_sections import encode
+from gwms_obs.sources.glidein_err import TRACE_SECTION
 
 DEFAULT_START = 1_781_000_000  # 2026-06-09T10:13:20Z: fixed so output is reproducible
 FACTORY = "OSG"
@@ -373,6 +375,7 @@ class _Sim:
     def __init__(self, out: Path, seed: int, start: int, span: int, entries: Sequence[EntrySpec]) -> None:
         self.out = out
         self.rng = random.Random(seed)
+        self.seed = seed
         self.start = start
         self.span = span
         self.snapshot = start + span + 3 * 3600  # submissions stop 3 h before
@@ -918,12 +921,30 @@ class _Sim:
         # print_tail: gzip | b64uuencode with no section-name/frame line (cat_XMLResult.py's shape).
         framed = encode("x", ("\n".join(long_xml) + "\n").encode())
         body = framed[framed.index(b"begin-base64") :]
-        err = (
-            "\n".join(e) + "\n=== Exit messages left by periodic scripts ===\n\n"
-            "=== Encoded XML description of glidein activity ===\n"
-        ).encode()
+        err = ("\n".join(e) + "\n=== Exit messages left by periodic scripts ===\n\n").encode()
+        if T.returns_spool(self.seed, p.cluster, p.proc):  # gwms_trace_flush in glidein_exit, before print_tail
+            err += encode(TRACE_SECTION, self.trace_spool(p, st, c, u, host))
+        err += b"=== Encoded XML description of glidein activity ===\n"
         err += body + b"=== End encoded XML description of glidein activity ===\n"
         return ("\n".join(o) + "\n").encode(), err, parsed
+
+    def trace_spool(self, p: SimPilot, st: _EntryStatic, c: Client, u: uuid.UUID, host: str) -> bytes:
+        """The gwms-trace.sh spool of a pilot that could not reach the collector (simulate/traces.py)."""
+        assert p.startup is not None and p.glidein_end is not None and p.exit_code is not None
+        main = None
+        if p.failed_script is None:
+            assert p.validation_end is not None and p.last_script_end is not None
+            main = (p.validation_end, p.last_script_end)
+        resource: dict[str, str | int] = {
+            "service.name": "glidein", "gwms.conventions": "1", "host.name": host, "gwms.factory": FACTORY,
+            "gwms.entry": st.spec.name, "gwms.client": c.client_name, "gwms.site": st.spec.site,
+            "gwms.glidein.uuid": str(u), "gwms.condor.cluster": p.cluster, "gwms.condor.proc": p.proc,
+        }  # fmt: skip
+        return T.spool(
+            seed=self.seed, cluster=p.cluster, proc=p.proc, resource=resource, startup=p.startup,
+            glidein_end=p.glidein_end, scripts=self.script_times(p), failed=p.failed_script, main=main,
+            exit_code=p.exit_code,
+        )  # fmt: skip
 
     @staticmethod
     def otrx(name: str, cwd: str, cmd: str, s: int, t: int, *, result: list[str]) -> str:

@@ -1,0 +1,118 @@
+"""The span spool a simulated glidein returns in its .err (what pilot/gwms-trace.sh writes).
+
+Same shape as the shell library's output (conventions v1): one
+ExportTraceServiceRequest per line, written as each span ends; a root span
+``glidein`` under the factory's per-glidein span, the phases of
+glidein_startup.sh under it, validation scripts under ``setup`` and
+condor_startup.sh under ``main``. Times are the simulated pilot's own.
+
+Ids and the choice of which pilots return a spool are hashes of (seed,
+cluster, proc): the simulator's random stream is not touched, so everything
+else it writes is byte-for-byte what it wrote before spools existed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from gwms_obs.tracing import conventions as C
+
+SPOOL_SHARE = 3  # one pilot in this many had no outbound network and returns its spool in the .err
+
+
+def _h(*parts: object) -> str:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+
+
+def returns_spool(seed: int, cluster: int, proc: int) -> bool:
+    return int(_h("spool", seed, cluster, proc)[:8], 16) % SPOOL_SHARE == 0
+
+
+def factory_context(seed: int, cluster: int, proc: int) -> tuple[str, str]:
+    """(trace id, span id) of the factory's span for this glidein: one trace per submit cluster."""
+    return _h("trace", seed, cluster)[:32], _h("glidein", seed, cluster, proc)[:16]
+
+
+def _kv(k: str, v: str | int | bool) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"key": k, "value": {"boolValue": v}}
+    if isinstance(v, int):
+        return {"key": k, "value": {"intValue": str(v)}}
+    return {"key": k, "value": {"stringValue": v}}
+
+
+def spool(
+    *,
+    seed: int,
+    cluster: int,
+    proc: int,
+    resource: dict[str, str | int],
+    startup: int,
+    glidein_end: int,
+    scripts: list[tuple[str, int, int]],
+    failed: str | None,
+    main: tuple[int, int] | None,
+    exit_code: int,
+) -> bytes:
+    """The JSONL spool; ``scripts`` are (name, start, end) as the .out tells, ``main`` condor's interval."""
+    trace_id, parent = factory_context(seed, cluster, proc)
+    res = {"attributes": [_kv(k, v) for k, v in resource.items()]}
+    scope = {"name": "gwms-trace.sh", "version": C.VERSION}
+    lines: list[bytes] = []
+    n = 0
+
+    def sid() -> str:
+        nonlocal n
+        n += 1
+        return _h("span", seed, cluster, proc, n)[:16]
+
+    def emit(
+        span_id: str,
+        parent_id: str,
+        name: str,
+        kind: int,
+        start: int,
+        end: int,
+        attrs: list[dict[str, Any]],
+        rc: int | None = None,
+    ) -> None:
+        span: dict[str, Any] = {
+            "traceId": trace_id,
+            "spanId": span_id,
+            "parentSpanId": parent_id,
+            "name": name,
+            "kind": kind,
+            "startTimeUnixNano": str(start * 1_000_000_000),
+            "endTimeUnixNano": str(end * 1_000_000_000),
+            "attributes": attrs,
+            "events": [],
+            "links": [],
+        }
+        if rc is not None:
+            span["attributes"] = [*attrs, _kv(C.PROCESS_EXIT_CODE, rc)]
+            ok = rc == 0
+            span["status"] = {"code": C.STATUS_OK} if ok else {"code": C.STATUS_ERROR, "message": f"exit code {rc}"}
+        doc = {"resourceSpans": [{"resource": res, "scopeSpans": [{"scope": scope, "spans": [span]}]}]}
+        lines.append(json.dumps(doc, separators=(",", ":")).encode())
+
+    root = sid()
+    t_setup = startup + 3  # descriptor and signature downloads (as the simulator's script_times)
+    setup_end = scripts[-1][2] if failed else (main[0] if main else scripts[-1][2])
+    emit(sid(), root, C.PHASE_INIT, C.KIND_INTERNAL, startup, startup + 1, [_kv(C.PHASE, C.PHASE_INIT)])
+    emit(sid(), root, C.PHASE_PRE_SETUP, C.KIND_INTERNAL, startup + 1, t_setup, [_kv(C.PHASE, C.PHASE_PRE_SETUP)])
+    setup = sid()
+    for name, s, t in scripts:
+        emit(sid(), setup, name, C.KIND_INTERNAL, s, t, [_kv(C.SCRIPT, name)], 1 if name == failed else 0)
+    emit(setup, root, C.PHASE_SETUP, C.KIND_INTERNAL, t_setup, setup_end, [_kv(C.PHASE, C.PHASE_SETUP)],
+         1 if failed else None)  # fmt: skip
+    cleanup_start = setup_end
+    if main is not None:
+        m = sid()
+        emit(sid(), m, "condor_startup.sh", C.KIND_INTERNAL, main[0], main[1], [_kv(C.SCRIPT, "condor_startup.sh")], 0)
+        emit(m, root, C.PHASE_MAIN, C.KIND_INTERNAL, main[0], main[1], [_kv(C.PHASE, C.PHASE_MAIN)])
+        cleanup_start = main[1]
+    emit(sid(), root, C.PHASE_CLEANUP, C.KIND_INTERNAL, cleanup_start, glidein_end, [_kv(C.PHASE, C.PHASE_CLEANUP)], 0)
+    emit(root, parent, C.SPAN_PILOT, C.KIND_CONSUMER, startup, glidein_end, [], exit_code)
+    return b"\n".join(lines) + b"\n"

@@ -1,0 +1,155 @@
+"""Pilot tracing conventions v1: the one place that spells span and attribute names.
+
+The factory tracer (``tracing.factory``), the spool validator
+(``tracing.spool``), ``gwms-obs traces``, the simulator, the collector's
+spanmetrics dimensions and the dashboards import these names; the shell
+library ``pilot/gwms-trace.sh`` spells the same strings (a test checks they
+agree). docs/tracing.md explains them. OpenTelemetry semantic conventions are
+used where one exists; everything GlideinWMS-specific is under ``gwms.``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+VERSION: Final = "1"  # bump when a name below changes meaning; gwms.conventions carries it
+
+# --- W3C trace context -----------------------------------------------------------------------
+ENV_TRACEPARENT: Final = "TRACEPARENT"  # in the glidein's environment (as jobsub_lite does)
+CLASSAD_TRACEPARENT: Final = "TraceParent"  # job ClassAd attribute in the submit description
+# The pilot's own span context, exported for the user payload: payload spans
+# *link* to it (they keep the TRACEPARENT their own submitter gave them).
+ENV_PILOT_TRACEPARENT: Final = "GWMS_PILOT_TRACEPARENT"
+# Factory → condor_submit environment: one traceparent per glidein, comma
+# separated, picked per job by $CHOICE(Process, ...) in the submit file.
+ENV_TRACEPARENT_LIST: Final = "GLIDEIN_TRACEPARENTS"
+ENV_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
+ENV_TOKEN: Final = "GWMS_TRACE_TOKEN"  # bearer token a pilot sends to the collector
+
+# --- services (resource service.name) ---------------------------------------------------------
+SERVICE_FACTORY: Final = "gwms-factory"
+SERVICE_PILOT: Final = "glidein"
+
+# --- resource and span attributes: OpenTelemetry semantic conventions ----------------------
+SERVICE_NAME: Final = "service.name"
+SERVICE_VERSION: Final = "service.version"
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
+HOST_NAME: Final = "host.name"
+PROCESS_PID: Final = "process.pid"
+PROCESS_EXIT_CODE: Final = "process.exit.code"
+ERROR_TYPE: Final = "error.type"
+
+# --- ours -----------------------------------------------------------------------------------
+CONVENTIONS: Final = "gwms.conventions"  # resource: VERSION
+FACTORY: Final = "gwms.factory"  # factory name (glidein_factory)
+GLIDEIN_NAME: Final = "gwms.glidein.name"  # factory instance (glidein_name, e.g. gfactory_instance)
+ENTRY: Final = "gwms.entry"
+CLIENT: Final = "gwms.client"  # the frontend client name (client_name)
+FRONTEND: Final = "gwms.frontend"  # frontend name (GLIDEIN_FRONTEND_NAME)
+SITE: Final = "gwms.site"
+GLIDEIN_UUID: Final = "gwms.glidein.uuid"
+CONDOR_CLUSTER: Final = "gwms.condor.cluster"
+CONDOR_PROC: Final = "gwms.condor.proc"
+CONDOR_SCHEDD: Final = "gwms.condor.schedd"
+GLIDEIN_COUNT: Final = "gwms.glidein.count"  # glideins in one submit cluster
+SUBMIT_FILE: Final = "gwms.submit.file"
+PHASE: Final = "gwms.phase"
+SCRIPT: Final = "gwms.script"
+# Set on the pilot's root span when TRACEPARENT was unusable and a new trace began.
+PARENT_INVALID: Final = "gwms.trace.parent_invalid"
+PARENT_RECEIVED: Final = "gwms.trace.parent_received"  # the rejected value, cut to 64 printable chars
+DROPPED_SPANS: Final = "gwms.trace.dropped_spans"  # spans the pilot did not spool (span cap)
+UNFINISHED: Final = "gwms.trace.unfinished"  # span still open when the pilot flushed
+
+# spanmetrics dimensions of the collector (phase-duration histograms per entry).
+SPANMETRICS_DIMENSIONS: Final = (ENTRY, CLIENT, SITE, PHASE)
+
+# --- span names -------------------------------------------------------------------------------
+SPAN_SUBMIT: Final = "condor_submit"  # factory: one per submit cluster (kind CLIENT)
+SPAN_GLIDEIN_SUBMIT: Final = "glidein submit"  # factory: one per glidein, child of the cluster (PRODUCER)
+SPAN_PILOT: Final = "glidein"  # pilot root, child of its glidein submit span (CONSUMER)
+# Phases of glidein_startup.sh (formats doc §6.3), children of the pilot root;
+# the names of the tracer2022 prototype where it had one.
+PHASE_INIT: Final = "init"  # arguments, environment, work dir, glidein_config (§6.3 steps 1-8)
+PHASE_PRE_SETUP: Final = "pre_setup"  # descriptors and signatures fetched and verified (step 9)
+PHASE_SETUP: Final = "setup"  # file lists: downloads and validation scripts (step 10)
+PHASE_MAIN: Final = "main"  # condor_startup.sh (step 11)
+PHASE_CLEANUP: Final = "cleanup"  # glidein_exit: cleanup scripts, XML, failure sleep (step 12)
+PHASES: Final = (PHASE_INIT, PHASE_PRE_SETUP, PHASE_SETUP, PHASE_MAIN, PHASE_CLEANUP)
+# A validation/setup script span is named after the script (e.g. "main/setup_x509.sh"),
+# carries SCRIPT with the same value, and is a child of the phase it runs in.
+
+# OTLP enums (opentelemetry-proto trace.proto), as they appear in OTLP/JSON.
+KIND_INTERNAL: Final = 1
+KIND_SERVER: Final = 2
+KIND_CLIENT: Final = 3
+KIND_PRODUCER: Final = 4
+KIND_CONSUMER: Final = 5
+STATUS_UNSET: Final = 0
+STATUS_OK: Final = 1
+STATUS_ERROR: Final = 2
+
+# --- traceparent --------------------------------------------------------------------------------
+_TP = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+TRACE_ID_HEX: Final = 32
+SPAN_ID_HEX: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TraceParent:
+    trace_id: str  # 32 lowercase hex
+    span_id: str  # 16 lowercase hex
+    flags: int = 1
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.flags & 1)
+
+    def __str__(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
+
+
+def parse_traceparent(value: str | None) -> TraceParent | None:
+    """A W3C traceparent, or None when absent or malformed (the caller starts a new trace).
+
+    Per the W3C spec: version ff is invalid; version 00 has exactly four
+    fields; a later version may append fields after a dash; upper-case hex and
+    all-zero ids are invalid.
+    """
+    if not value:
+        return None
+    m = _TP.fullmatch(value.strip(" \t"))
+    if m is None:
+        return None
+    version, trace_id, span_id, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest is not None):
+        return None
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return TraceParent(trace_id, span_id, int(flags, 16))
+
+
+def is_trace_id(s: object) -> bool:
+    return isinstance(s, str) and len(s) == TRACE_ID_HEX and _is_hex(s) and s.strip("0") != ""
+
+
+def is_span_id(s: object) -> bool:
+    return isinstance(s, str) and len(s) == SPAN_ID_HEX and _is_hex(s) and s.strip("0") != ""
+
+
+def _is_hex(s: str) -> bool:
+    # OTLP/JSON ids are hex; case-insensitive on input.
+    return all(c in "0123456789abcdefABCDEF" for c in s)
+
+
+def resource_attributes_env(attrs: dict[str, str]) -> str:
+    """``OTEL_RESOURCE_ATTRIBUTES`` text: ``k=v`` pairs, comma separated, values %-encoded.
+
+    The OpenTelemetry spec (W3C Baggage octets) asks for percent-encoding of
+    anything outside the safe set; gwms-trace.sh decodes the same way.
+    """
+    from urllib.parse import quote
+
+    return ",".join(f"{k}={quote(v, safe='')}" for k, v in attrs.items() if v)

@@ -1,0 +1,195 @@
+"""Factory-side spans: one per condor_submit cluster, a traceparent per glidein.
+
+Called from GlideinWMS's ``glideFactoryLib.submitGlideins`` around each
+``executeSubmit`` (docs/tracing.md, "Factory integration")::
+
+    with tracer.submit_cluster(entry_name, client_name, nr_to_submit, frontend=frontend_name,
+                               schedd=schedd, submit_file=submit_file) as sc:
+        exe_env = entry_env + sub_env + sc.submit_env()
+        submit_out = executeSubmit(log, factoryConfig, username, schedd, exe_env, submit_file)
+        cluster, count = extractJobId(submit_out)
+        sc.submitted(cluster, count)
+
+The spans go through a BatchSpanProcessor: ending a span only queues it, the
+export runs in the SDK's thread, and a full queue drops spans rather than
+wait, so the factory loop never blocks on tracing (no sleep, unlike the
+tracer2022 prototype's two seconds per cluster). The OTLP exporter is
+configured by the standard OTEL_EXPORTER_OTLP_* variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from .. import __version__
+from . import conventions as C
+
+
+def otlp_traces_configured(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    if env.get("OTEL_TRACES_EXPORTER", "otlp") == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def make_provider(
+    factory: str, glidein_name: str = "", exporter: SpanExporter | None = None, **batch: int
+) -> TracerProvider:
+    """A TracerProvider for the factory; OTLP/HTTP when the OTEL_* variables name an endpoint.
+
+    Without an exporter spans are still created (pilots get valid
+    traceparents) and simply not exported. ``batch`` goes to
+    BatchSpanProcessor (max_queue_size, schedule_delay_millis, ...).
+    """
+    attrs = {
+        C.SERVICE_NAME: C.SERVICE_FACTORY,
+        C.SERVICE_VERSION: __version__,
+        C.CONVENTIONS: C.VERSION,
+        C.FACTORY: factory,
+    }
+    if glidein_name:
+        attrs[C.GLIDEIN_NAME] = glidein_name
+    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME over these.
+    provider = TracerProvider(resource=Resource.create(attrs))
+    if exporter is None and otlp_traces_configured():
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    if exporter is not None:
+        provider.add_span_processor(BatchSpanProcessor(exporter, **batch))  # type: ignore[arg-type]
+    return provider
+
+
+def traceparent(span: Span) -> str:
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+class SubmitCluster:
+    """One condor_submit: its span, and a child span (and traceparent) per glidein."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        span: Span,
+        count: int,
+        resource_attrs: dict[str, str],
+        glidein_attrs: dict[str, str],
+    ) -> None:
+        self.span = span
+        self.count = count
+        self._resource_attrs = resource_attrs
+        ctx = trace.set_span_in_context(span)
+        # Created before condor_submit runs, so their contexts can go in the
+        # submit description; their cluster/proc are set once known.
+        self.glideins: list[Span] = [
+            tracer.start_span(C.SPAN_GLIDEIN_SUBMIT, ctx, SpanKind.PRODUCER, {**glidein_attrs, C.CONDOR_PROC: i})
+            for i in range(count)
+        ]
+        self.traceparents = [traceparent(g) for g in self.glideins]
+        self._done = False
+
+    @property
+    def traceparent(self) -> str:
+        return traceparent(self.span)
+
+    def submit_env(self) -> list[str]:
+        """``VAR=value`` entries for condor_submit's environment (GlideinWMS's exe_env).
+
+        The submit file picks the glidein's own traceparent with
+        ``$CHOICE(Process, GWMS_TRACEPARENT_LIST)`` and passes the resource
+        attributes on (docs/tracing.md).
+        """
+        return [
+            f"{C.ENV_TRACEPARENT_LIST}={','.join(self.traceparents)}",
+            f"GLIDEIN_{C.ENV_RESOURCE_ATTRIBUTES}={C.resource_attributes_env(self._resource_attrs)}",
+        ]
+
+    def submitted(self, cluster: int, count: int | None = None) -> None:
+        """condor_submit succeeded: record the cluster; glideins beyond ``count`` were not queued."""
+        n = self.count if count is None else count
+        self.span.set_attribute(C.CONDOR_CLUSTER, cluster)
+        self.span.set_attribute(C.GLIDEIN_COUNT, n)
+        for i, g in enumerate(self.glideins):
+            g.set_attribute(C.CONDOR_CLUSTER, cluster)
+            if i >= n:
+                g.set_status(Status(StatusCode.ERROR, "not queued by condor_submit"))
+        self._end()
+
+    def failed(self, exc: BaseException) -> None:
+        self.span.record_exception(exc)
+        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200]))
+        for g in self.glideins:
+            g.set_status(Status(StatusCode.ERROR, "condor_submit failed"))
+        self._end()
+
+    def _end(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        for g in self.glideins:
+            g.end()
+        self.span.end()
+
+
+class FactoryTracer:
+    """The factory's tracer; one per factory (or entry) process."""
+
+    def __init__(self, factory: str, glidein_name: str = "", provider: TracerProvider | None = None) -> None:
+        self.factory = factory
+        self.glidein_name = glidein_name
+        self.provider = provider or make_provider(factory, glidein_name)
+        self.tracer = self.provider.get_tracer("gwms_obs.tracing.factory", __version__)
+
+    @contextlib.contextmanager
+    def submit_cluster(
+        self,
+        entry: str,
+        client: str,
+        count: int,
+        *,
+        frontend: str = "",
+        site: str = "",
+        schedd: str = "",
+        submit_file: str = "",
+    ) -> Iterator[SubmitCluster]:
+        """Span the condor_submit of ``count`` glideins; ends it on exit (an exception marks it failed)."""
+        common = {C.FACTORY: self.factory, C.ENTRY: entry, C.CLIENT: client}
+        extra = {C.FRONTEND: frontend, C.SITE: site, C.CONDOR_SCHEDD: schedd, C.GLIDEIN_NAME: self.glidein_name}
+        common.update({k: v for k, v in extra.items() if v})
+        attrs: dict[str, str | int] = {**common, C.GLIDEIN_COUNT: count}
+        if submit_file:
+            attrs[C.SUBMIT_FILE] = submit_file
+        # A new trace per cluster: the factory's cycle is not a request to hang glideins under.
+        span = self.tracer.start_span(C.SPAN_SUBMIT, trace.set_span_in_context(trace.INVALID_SPAN),
+                                      SpanKind.CLIENT, attrs)  # fmt: skip
+        resource = {k: v for k, v in common.items() if k != C.CONDOR_SCHEDD}
+        sc = SubmitCluster(self.tracer, span, count, resource, common)
+        try:
+            yield sc
+        except BaseException as e:
+            sc.failed(e)
+            raise
+        finally:
+            sc._end()
+
+    def flush(self, timeout_millis: int = 5000) -> bool:
+        return self.provider.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+    def __enter__(self) -> FactoryTracer:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.shutdown()

@@ -1,0 +1,445 @@
+"""A pilot's span spool, returned in its .err, validated and forwarded over OTLP/HTTP.
+
+gwms-trace.sh writes OTLP/JSON, one ExportTraceServiceRequest per line
+(docs/tracing.md); a single document is accepted too. The spool comes from a
+worker node, so it is hostile input: :func:`parse_spool` bounds its size and
+span count, checks the OTLP shape and that ids are hex of the right length,
+drops (and counts) bad lines or spans, and refuses a spool with nothing valid.
+:class:`SpoolForwarder` is the pipeline's ``spool_sink``: it stores each valid
+spool in an outbox directory at once (cheap, so the scan never waits on the
+network) and a background thread posts the outbox to the collector,
+retrying with backoff while the collector is away, so no span is lost to an
+outage or a restart of the exporter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from ..parse_errors import ParseErrors
+from ..registry import Source
+from . import conventions as C
+
+log = logging.getLogger("gwms_obs.tracing.spool")
+
+SOURCE = Source.TRACE_SPOOL.value
+MAX_SPOOL_BYTES = 16 << 20  # as glidein_err.MAX_TRACE: the reader never hands more
+MAX_SPANS = 50_000  # a pilot writes ~10-100; gwms-trace.sh caps itself at 10,000
+MAX_NAME = 1024
+MAX_KEY = 256
+MAX_ATTRIBUTES = 256
+MAX_EVENTS = 1024
+MAX_LINKS = 128
+_VALUE_KEYS = frozenset(
+    ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
+)
+_NANOS = re.compile(r"[0-9]{1,20}")
+
+
+class SpoolError(ValueError):
+    """The whole spool is refused; ``reason`` is the ParseErrors reason."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class _Bad(ValueError):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Spool:
+    resource_spans: list[dict[str, Any]] = field(default_factory=list)
+    spans: int = 0
+    rejected: int = 0  # lines or spans dropped
+
+    def request(self) -> dict[str, Any]:
+        """One ExportTraceServiceRequest; spans of the same resource and scope grouped."""
+        groups: dict[str, dict[str, Any]] = {}
+        scopes: dict[tuple[str, str], dict[str, Any]] = {}
+        for rs in self.resource_spans:
+            rkey = json.dumps(rs.get("resource", {}), sort_keys=True)
+            g = groups.get(rkey)
+            if g is None:
+                g = groups[rkey] = {"resource": rs.get("resource", {}), "scopeSpans": []}
+            for ss in rs["scopeSpans"]:
+                skey = (rkey, json.dumps(ss.get("scope", {}), sort_keys=True))
+                s = scopes.get(skey)
+                if s is None:
+                    s = scopes[skey] = {"scope": ss.get("scope", {}), "spans": []}
+                    g["scopeSpans"].append(s)
+                s["spans"].extend(ss["spans"])
+        return {"resourceSpans": list(groups.values())}
+
+
+def _nanos(v: object, what: str) -> int:
+    # OTLP/JSON writes int64 as a decimal string; a JSON number is accepted too.
+    if isinstance(v, bool):
+        raise _Bad("bad_time", what)
+    if isinstance(v, int) and v >= 0:
+        return v
+    if isinstance(v, str) and _NANOS.fullmatch(v):
+        return int(v)
+    raise _Bad("bad_time", f"{what}={str(v)[:40]!r}")
+
+
+def _attributes(v: object) -> None:
+    if v is None:
+        return
+    if not isinstance(v, list) or len(v) > MAX_ATTRIBUTES:
+        raise _Bad("bad_shape", "attributes")
+    for kv in v:
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str) or not 0 < len(kv["key"]) <= MAX_KEY:
+            raise _Bad("bad_shape", "attribute key")
+        value = kv.get("value")
+        if not isinstance(value, dict) or len(value) > 1 or not set(value) <= _VALUE_KEYS:
+            raise _Bad("bad_shape", f"attribute {kv['key'][:40]!r} value")
+
+
+def _span(s: object) -> None:
+    if not isinstance(s, dict):
+        raise _Bad("bad_shape", "span is not an object")
+    if not C.is_trace_id(s.get("traceId")):
+        raise _Bad("bad_id", f"traceId {str(s.get('traceId'))[:40]!r}")
+    if not C.is_span_id(s.get("spanId")):
+        raise _Bad("bad_id", f"spanId {str(s.get('spanId'))[:40]!r}")
+    parent = s.get("parentSpanId", "")
+    if parent not in ("", None) and not C.is_span_id(parent):
+        raise _Bad("bad_id", f"parentSpanId {str(parent)[:40]!r}")
+    name = s.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+        raise _Bad("bad_shape", "span name")
+    kind = s.get("kind", 0)
+    if not isinstance(kind, int) or isinstance(kind, bool) or not 0 <= kind <= 5:
+        raise _Bad("bad_shape", f"kind {kind!r}")
+    start = _nanos(s.get("startTimeUnixNano"), "startTimeUnixNano")
+    end = _nanos(s.get("endTimeUnixNano"), "endTimeUnixNano")
+    if end < start:
+        raise _Bad("bad_time", "ends before it starts")
+    _attributes(s.get("attributes"))
+    events = s.get("events") or []
+    if not isinstance(events, list) or len(events) > MAX_EVENTS:
+        raise _Bad("bad_shape", "events")
+    for ev in events:
+        if not isinstance(ev, dict) or not isinstance(ev.get("name"), str):
+            raise _Bad("bad_shape", "event")
+        _nanos(ev.get("timeUnixNano"), "event timeUnixNano")
+        _attributes(ev.get("attributes"))
+    links = s.get("links") or []
+    if not isinstance(links, list) or len(links) > MAX_LINKS:
+        raise _Bad("bad_shape", "links")
+    for ln in links:
+        if not isinstance(ln, dict) or not C.is_trace_id(ln.get("traceId")) or not C.is_span_id(ln.get("spanId")):
+            raise _Bad("bad_id", "link")
+        _attributes(ln.get("attributes"))
+    status = s.get("status")
+    if status is not None:
+        code = status.get("code", 0) if isinstance(status, dict) else None
+        if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 2:
+            raise _Bad("bad_shape", "status")
+    # Normalize what OTLP/JSON allows either way, so the collector gets one form.
+    s["traceId"] = s["traceId"].lower()
+    s["spanId"] = s["spanId"].lower()
+    s["parentSpanId"] = (parent or "").lower()
+
+
+def _resource_spans(doc: object, report: _Reporter) -> Iterable[dict[str, Any]]:
+    """The valid resourceSpans of one ExportTraceServiceRequest, bad spans dropped."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
+        raise _Bad("bad_shape", "no resourceSpans list")
+    for rs in doc["resourceSpans"]:
+        if not isinstance(rs, dict) or not isinstance(rs.get("scopeSpans", []), list):
+            raise _Bad("bad_shape", "resourceSpans entry")
+        resource = rs.get("resource", {})
+        if not isinstance(resource, dict):
+            raise _Bad("bad_shape", "resource")
+        _attributes(resource.get("attributes"))
+        kept_scopes = []
+        for ss in rs.get("scopeSpans", []):
+            if not isinstance(ss, dict) or not isinstance(ss.get("spans", []), list):
+                raise _Bad("bad_shape", "scopeSpans entry")
+            if not isinstance(ss.get("scope", {}), dict):
+                raise _Bad("bad_shape", "scope")
+            kept = []
+            for s in ss.get("spans", []):
+                try:
+                    _span(s)
+                except _Bad as e:
+                    report(e)
+                    continue
+                kept.append(s)
+            if kept:
+                kept_scopes.append({"scope": ss.get("scope", {}), "spans": kept})
+        if kept_scopes:
+            yield {"resource": resource, "scopeSpans": kept_scopes}
+
+
+class _Reporter:
+    def __init__(self, errors: ParseErrors | None, path: str) -> None:
+        self.errors = errors
+        self.path = path
+        self.offset: int | None = None
+        self.count = 0
+        self.first: _Bad | None = None
+
+    def __call__(self, e: _Bad) -> None:
+        self.count += 1
+        self.first = self.first or e
+        if self.errors is not None:
+            self.errors.record(SOURCE, e.reason, self.path, self.offset, str(e))
+
+
+def parse_spool(
+    data: bytes,
+    path: str = "",
+    errors: ParseErrors | None = None,
+    *,
+    max_bytes: int = MAX_SPOOL_BYTES,
+    max_spans: int = MAX_SPANS,
+) -> Spool:
+    """The valid spans of a decoded spool; raises :class:`SpoolError` when none can be used.
+
+    Bad lines and bad spans are dropped and recorded in ``errors`` (source
+    ``trace_spool``); a refused spool is recorded by the caller.
+    """
+    if len(data) > max_bytes:
+        raise SpoolError("too_large", f"{len(data)} bytes, limit {max_bytes}")
+    report = _Reporter(errors, path)
+    out = Spool()
+    try:  # one document (pretty-printed or not)
+        chunks: list[tuple[int, object]] = [(0, json.loads(data))]
+    except (ValueError, RecursionError):
+        chunks = []
+        off = 0
+        for line in data.split(b"\n"):
+            here, off = off, off + len(line) + 1
+            if not line.strip():
+                continue
+            try:
+                chunks.append((here, json.loads(line)))
+            except (ValueError, RecursionError) as e:
+                report.offset = here
+                report(_Bad("bad_json", str(e)[:100]))
+    for here, doc in chunks:
+        report.offset = here
+        try:
+            for rs in _resource_spans(doc, report):
+                out.resource_spans.append(rs)
+                out.spans += sum(len(ss["spans"]) for ss in rs["scopeSpans"])
+        except _Bad as e:
+            report(e)
+        if out.spans > max_spans:
+            raise SpoolError("too_many_spans", f"more than {max_spans}")
+    out.rejected = report.count
+    if out.spans == 0:
+        first = report.first
+        raise SpoolError(first.reason if first else "empty", str(first) if first else "no spans")
+    return out
+
+
+# --- forwarding -------------------------------------------------------------------------------
+
+
+def otlp_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` (or ``..._HEADERS``): k=v pairs, %-encoded values."""
+    env = os.environ if env is None else env
+    raw = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS", env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
+    out: dict[str, str] = {}
+    for item in raw.split(","):
+        k, sep, v = item.partition("=")
+        if sep and k.strip():
+            out[k.strip()] = unquote(v.strip())
+    return out
+
+
+def traces_endpoint(env: Mapping[str, str] | None = None) -> str | None:
+    """The OTLP/HTTP traces URL the OTEL_* variables name, as the SDK resolves it."""
+    env = os.environ if env is None else env
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return base.rstrip("/") + "/v1/traces" if base else None
+
+
+@dataclass
+class ForwarderStats:
+    accepted: int = 0  # spools validated and queued
+    refused: int = 0  # spools refused by validation
+    sent_requests: int = 0
+    sent_spans: int = 0
+    collector_rejected: int = 0  # requests refused by the collector (kept in outbox/rejected)
+    failures: int = 0  # transient send failures (retried)
+
+
+class SpoolForwarder:
+    """``Ingest.spool_sink``: validate, queue on disk, post in the background."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        outbox: Path,
+        errors: ParseErrors,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+        retry_min: float = 0.5,
+        retry_max: float = 30.0,
+        max_spans: int = MAX_SPANS,
+    ) -> None:
+        self.endpoint = endpoint
+        self.outbox = Path(outbox)
+        self.rejected_dir = self.outbox / "rejected"
+        self.errors = errors
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+        self.retry_min = retry_min
+        self.retry_max = retry_max
+        self.max_spans = max_spans
+        self.stats = ForwarderStats()
+        self._seq = 0
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.outbox.mkdir(parents=True, exist_ok=True)
+
+    # The sink: called by the scan, must be quick and must not raise.
+    def __call__(self, spool: bytes, path: str) -> None:
+        try:
+            parsed = parse_spool(spool, path, self.errors, max_spans=self.max_spans)
+        except SpoolError as e:
+            self.errors.record(SOURCE, e.reason, path, None, f"spool refused: {e}")
+            self.stats.refused += 1
+            return
+        body = json.dumps(parsed.request(), separators=(",", ":")).encode()
+        with self._cond:
+            self._seq += 1
+            # The span count rides in the name: the sender's statistics need no re-parse.
+            name = f"{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{parsed.spans}.json"
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=self.outbox)
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            os.replace(tmp, self.outbox / name)
+        except OSError as e:
+            self.errors.record(SOURCE, "outbox_unwritable", path, None, str(e))
+            return
+        self.stats.accepted += 1
+        with self._cond:
+            self._cond.notify_all()
+
+    def pending(self) -> list[Path]:
+        with contextlib.suppress(FileNotFoundError):
+            return sorted(p for p in self.outbox.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+        return []
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gwms-trace-forwarder", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until the outbox is empty (sent or rejected); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.pending():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.notify_all()
+                self._cond.wait(min(left, 0.5))
+        return True
+
+    def send_once(self) -> bool:
+        """Post everything in the outbox, oldest first; False when the collector is unreachable."""
+        for p in self.pending():
+            try:
+                body = p.read_bytes()
+            except FileNotFoundError:
+                continue
+            ok = self._post(p, body)
+            if ok is None:
+                return False
+            with self._cond:
+                self._cond.notify_all()
+        return True
+
+    def _post(self, p: Path, body: bytes) -> bool | None:
+        """True sent, False refused for good (moved aside), None retry later."""
+        req = urllib.request.Request(self.endpoint, data=body, headers=self.headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                reply = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (408, 429) or e.code >= 500:
+                self.stats.failures += 1
+                log.warning("collector answered %d for %s; retrying", e.code, p.name)
+                return None
+            # A 4xx other than those will not change on retry (bad token, bad data).
+            self.rejected_dir.mkdir(exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.replace(p, self.rejected_dir / p.name)
+            self.stats.collector_rejected += 1
+            self.errors.record(SOURCE, "collector_rejected", str(p), None, f"HTTP {e.code}")
+            return False
+        except (OSError, ValueError) as e:
+            self.stats.failures += 1
+            log.warning("cannot send spans to %s: %s; retrying", self.endpoint, e)
+            return None
+        with contextlib.suppress(ValueError, AttributeError):
+            partial = json.loads(reply or b"{}").get("partialSuccess") or {}
+            if int(partial.get("rejectedSpans", 0)):
+                log.warning("collector rejected %s spans of %s: %s", partial["rejectedSpans"], p.name, partial)
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+        self.stats.sent_requests += 1
+        with contextlib.suppress(ValueError):
+            self.stats.sent_spans += int(p.stem.rsplit("-", 1)[1])
+        return True
+
+    def _run(self) -> None:
+        delay = self.retry_min
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+            if self.send_once():
+                delay = self.retry_min
+                with self._cond:
+                    if self._stop:
+                        return
+                    if not self.pending():
+                        self._cond.wait(5.0)  # woken by the sink; the timeout picks up files of a restart
+            else:
+                with self._cond:
+                    if self._stop:
+                        return
+                    self._cond.wait(delay)
+                delay = min(delay * 2, self.retry_max)

@@ -1,0 +1,515 @@
+# shellcheck shell=bash
+# gwms-trace.sh - OpenTelemetry spans from glidein_startup.sh, conventions v1 (docs/tracing.md).
+#
+# Sourced, never executed. Runs on bash 4.2 (EL7) to 5.x (EL9+). Spans are
+# appended to a spool file as OTLP/JSON, one ExportTraceServiceRequest per
+# line, as each span ends; gwms_trace_flush sends the spool over OTLP/HTTP or,
+# when that is impossible, writes it into stderr framed like condor's logs so
+# the factory's exporter forwards it. Every function returns 0 (except
+# gwms_trace_script, which returns its command's status): tracing never fails
+# a pilot, and the only network wait is the bounded one in gwms_trace_flush.
+#
+# API (names match exporters/gwms_obs/tracing/conventions.py):
+#   gwms_trace_init [spool]          start the pilot's root span "glidein" (reads TRACEPARENT)
+#   gwms_trace_resource KEY VALUE    resource attribute (before the first span ends; later: on the root span)
+#   gwms_trace_phase NAME            end the open phase (if any) and begin phase NAME
+#   gwms_trace_phase_end [RC]        end the open phase
+#   gwms_trace_begin NAME [K=V ...]  begin a child of the innermost open span
+#   gwms_trace_end [RC [MESSAGE]]    end the innermost span; RC 0 -> OK, other -> ERROR + process.exit.code
+#   gwms_trace_script NAME CMD ...   run CMD in a span for script NAME; returns CMD's status
+#   gwms_trace_attr [-i|-b|-d] K V   attribute on the innermost open span (string, int, bool, double)
+#   gwms_trace_event NAME [K=V ...]  timestamped event on the innermost open span
+#   gwms_trace_link TRACEPARENT [K=V ...]  link from the innermost open span
+#   gwms_trace_flush [RC]            end every open span (the root with RC), then send or frame the spool
+# Variables it sets: TRACEPARENT (innermost open span, exported), GWMS_PILOT_TRACEPARENT
+# (the root span, exported for the payload to link to), GWMS_TRACE_SPAN_ID (last begun span),
+# GWMS_TRACE_SPOOL, GWMS_TRACE_RESULT (after flush: sent | stderr | kept | empty | off).
+# Settings (environment): GWMS_TRACE=0 disables; GWMS_TRACE_MAX_SPANS (10000);
+# GWMS_TRACE_TIMEOUT (5 s for the whole POST); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+# OTEL_EXPORTER_OTLP_ENDPOINT (+/v1/traces); GWMS_TRACE_TOKEN (bearer token);
+# OTEL_EXPORTER_OTLP_TRACES_HEADERS / OTEL_EXPORTER_OTLP_HEADERS (k=v,...);
+# OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME.
+#
+# Cost: on bash >= 5 a span forks nothing (EPOCHREALTIME, SRANDOM, printf -v,
+# one appending redirection). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
+# splitmix64 generator seeded once from /dev/urandom, and time from
+# /proc/uptime read with the builtin read (10 ms resolution, anchored to one
+# `date +%s%N` at init) - still no fork per span; where /proc/uptime is not
+# readable, `date +%s%N` runs once per timestamp. GWMS_TRACE_COMPAT=4 forces
+# the bash-4 path and GWMS_TRACE_CLOCK=date the date clock (tests, benchmarks).
+
+# shellcheck disable=SC2034  # GWMS_TRACE_* are set for the sourcing script
+true
+[[ -n ${_GWMS_TRACE_LOADED-} ]] && return 0
+_GWMS_TRACE_LOADED=1
+GWMS_TRACE_VERSION=1
+
+_gt_on=0
+_gt_fast=0
+_gt_clock=
+_gt_spool=
+_gt_trace=
+_gt_rparent=        # remote parent span id (from TRACEPARENT), "" for a new trace
+_gt_n=0             # open spans on the stack
+_gt_phase=-1        # stack index of the open phase
+_gt_ids=() _gt_names=() _gt_t0=() _gt_kind=() _gt_attrs=() _gt_events=() _gt_links=()
+_gt_res=            # resource attributes, JSON array body
+_gt_resj=           # frozen resource JSON, set when the first span is written
+_gt_spans=0
+_gt_dropped=0
+_gt_max=10000
+_gt_t=
+_gt_id=
+_gt_e=
+_gt_a=
+
+# --- clock and ids ---------------------------------------------------------------------------
+# _gt_now: _gt_t = now, Unix nanoseconds (a decimal string).
+_gt_now() {
+  if ((_gt_fast)); then
+    _gt_t=${EPOCHREALTIME/[.,]/}000   # the radix follows LC_NUMERIC
+  elif [[ $_gt_clock == uptime ]]; then
+    local up
+    read -r up _ </proc/uptime 2>/dev/null || up=
+    up=${up/./}
+    case $up in
+      '' | *[!0-9]*) _gt_clock='date'; _gt_now; return 0 ;;
+    esac
+    _gt_t=$((_gt_base_ns + (10#$up - _gt_base_cs) * 10000000))
+  else
+    _gt_t=$(date +%s%N 2>/dev/null) || _gt_t=''   # a failed assignment would end a `set -e` pilot
+    case $_gt_t in
+      '' | *[!0-9]*) printf -v _gt_t '%(%s)T000000000' -1 ;;   # no %N: whole seconds
+    esac
+  fi
+}
+
+# _gt_rand64: _gt_id = 16 hex digits.
+_gt_rand64() {
+  if ((_gt_fast)); then
+    printf -v _gt_id '%08x%08x' "$SRANDOM" "$SRANDOM"
+  else
+    # splitmix64; bash arithmetic is signed 64-bit, so right shifts are masked to be logical.
+    local z
+    _gt_rs=$((_gt_rs + 0x9E3779B97F4A7C15))
+    z=$_gt_rs
+    z=$(((z ^ ((z >> 30) & 0x3FFFFFFFF)) * 0xBF58476D1CE4E5B9))
+    z=$(((z ^ ((z >> 27) & 0x1FFFFFFFFF)) * 0x94D049BB133111EB))
+    z=$((z ^ ((z >> 31) & 0x1FFFFFFFF)))
+    printf -v _gt_id '%016x' "$z"
+  fi
+  [[ $_gt_id == 0000000000000000 ]] && _gt_rand64   # the all-zero id is invalid
+  return 0
+}
+
+_gt_seed() {
+  local a b
+  # One fork per pilot, not per span; without od, what the shell knows about itself.
+  read -r a b < <(od -An -N8 -tx4 /dev/urandom 2>/dev/null) || true
+  case "$a$b" in
+    '' | *[!0-9a-f]*) _gt_rs=$((RANDOM << 48 ^ RANDOM << 32 ^ $$ << 16 ^ RANDOM ^ ${_gt_base_ns:-0})) ;;
+    *) _gt_rs=$((0x$a << 32 | 0x$b)) ;;
+  esac
+}
+
+# --- JSON ----------------------------------------------------------------------------------------
+# _gt_esc STRING: _gt_e = STRING as the inside of a JSON string. Values outside
+# printable ASCII become "?" so the spool is valid UTF-8 whatever the input.
+_gt_esc() {
+  _gt_e=$1
+  case $_gt_e in
+    *[!A-Za-z0-9._/:@+=,%\ -]*) ;;
+    *) return 0 ;;
+  esac
+  # Rare slow path, a byte at a time: no ${//} replacement strings, whose
+  # backslash handling differs between bash 4.2, 4.3+ and 5.2.
+  local LC_ALL=C s=$1 out='' c i
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    # shellcheck disable=SC1003  # '\' is one backslash, in single quotes
+    case $c in
+      '"') out+='\"' ;;
+      '\') out+='\\' ;;
+      $'\n') out+='\n' ;;
+      $'\t') out+='\t' ;;
+      $'\r') out+='\r' ;;
+      [\ -~]) out+=$c ;;
+      *) out+='?' ;;
+    esac
+  done
+  _gt_e=$out
+}
+
+# _gt_kv KEY VALUE [TYPE]: _gt_a = one OTLP/JSON KeyValue.
+_gt_kv() {
+  local t=${3:-s}
+  _gt_esc "$1"
+  local k=$_gt_e
+  case $t in
+    i) case $2 in -[0-9]* | [0-9]*) [[ ${2#-} != *[!0-9]* ]] || t=s ;; *) t=s ;; esac ;;
+    d) case $2 in '' | *[!0-9.eE+-]*) t=s ;; esac ;;
+    b) case $2 in true | false) ;; *) t=s ;; esac ;;
+  esac
+  case $t in
+    i) _gt_a="{\"key\":\"$k\",\"value\":{\"intValue\":\"$2\"}}" ;;
+    d) _gt_a="{\"key\":\"$k\",\"value\":{\"doubleValue\":$2}}" ;;
+    b) _gt_a="{\"key\":\"$k\",\"value\":{\"boolValue\":$2}}" ;;
+    *) _gt_esc "$2"; _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"$_gt_e\"}}" ;;
+  esac
+}
+
+# _gt_kvs K=V ...: _gt_a = comma-joined KeyValues.
+_gt_kvs() {
+  local out='' kv
+  for kv in "$@"; do
+    [[ $kv == *=* ]] || continue
+    _gt_kv "${kv%%=*}" "${kv#*=}"
+    out+=${out:+,}$_gt_a
+  done
+  _gt_a=$out
+}
+
+
+_gt_pct_decode() {   # _gt_e = $1 with %XX decoded (OTEL_RESOURCE_ATTRIBUTES values)
+  local v=$1 out='' pre hex ch
+  while [[ $v == *%* ]]; do
+    pre=${v%%\%*}
+    hex=${v:${#pre}+1:2}
+    if [[ $hex == [0-9A-Fa-f][0-9A-Fa-f] ]]; then
+      printf -v ch '%b' "\\x$hex"
+      out+=$pre$ch
+      v=${v:${#pre}+3}
+    else
+      out+=$pre%
+      v=${v:${#pre}+1}
+    fi
+  done
+  _gt_e=$out$v
+}
+
+# _gt_typed KEY VALUE: _gt_a = KeyValue, integer-valued attributes of the
+# conventions typed as int even when they arrive as text.
+_gt_typed() {
+  case $1 in
+    gwms.condor.cluster | gwms.condor.proc | process.pid | process.exit.code | gwms.glidein.count)
+      _gt_kv "$1" "$2" i ;;
+    *) _gt_kv "$1" "$2" s ;;
+  esac
+}
+
+_gt_res_add() {   # KEY VALUE: add to the resource
+  _gt_typed "$1" "$2"
+  _gt_res+=${_gt_res:+,}$_gt_a
+}
+
+# --- spans ---------------------------------------------------------------------------------
+_gt_push() {   # NAME KIND [K=V ...]
+  local i=$_gt_n
+  _gt_now
+  _gt_rand64
+  _gt_ids[i]=$_gt_id
+  _gt_names[i]=$1
+  _gt_t0[i]=$_gt_t
+  _gt_kind[i]=$2
+  shift 2
+  _gt_kvs "$@"
+  _gt_attrs[i]=$_gt_a
+  _gt_events[i]=
+  _gt_links[i]=
+  _gt_n=$((i + 1))
+  GWMS_TRACE_SPAN_ID=$_gt_id
+  TRACEPARENT=00-$_gt_trace-$_gt_id-01
+  return 0
+}
+
+# _gt_pop RC MESSAGE [UNFINISHED]: end and write the innermost span.
+_gt_pop() {
+  ((_gt_n > 0)) || return 0
+  local i=$((_gt_n - 1)) rc=$1 msg=$2 parent status='' attrs
+  _gt_now
+  _gt_n=$i
+  if ((i > 0)); then
+    parent=${_gt_ids[i - 1]}
+  else
+    parent=$_gt_rparent
+  fi
+  TRACEPARENT=00-$_gt_trace-${parent:-${_gt_ids[0]}}-01
+  attrs=${_gt_attrs[i]}
+  case $rc in
+    '') ;;
+    0 | -[0-9]* | [0-9]*)
+      if [[ ${rc#-} == *[!0-9]* ]]; then
+        _gt_esc "$rc"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
+      else
+        attrs+=${attrs:+,}"{\"key\":\"process.exit.code\",\"value\":{\"intValue\":\"$rc\"}}"
+        if [[ $rc == 0 ]]; then
+          status=',"status":{"code":1}'
+        else
+          _gt_esc "${msg:-exit code $rc}"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
+        fi
+      fi ;;
+    *) _gt_esc "$rc"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}" ;;
+  esac
+  [[ -n ${3-} ]] && attrs+=${attrs:+,}'{"key":"gwms.trace.unfinished","value":{"boolValue":true}}'
+  if ((i == 0)) && ((_gt_dropped > 0)); then
+    attrs+=${attrs:+,}"{\"key\":\"gwms.trace.dropped_spans\",\"value\":{\"intValue\":\"$_gt_dropped\"}}"
+  fi
+  # The root is always written, so the trace keeps its top and the dropped count.
+  if ((_gt_spans >= _gt_max && i > 0)); then
+    _gt_dropped=$((_gt_dropped + 1))
+    return 0
+  fi
+  if [[ -z $_gt_resj ]]; then
+    _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
+  fi
+  _gt_esc "${_gt_names[i]}"
+  printf '%s\n' "{\"resourceSpans\":[$_gt_resj{\"traceId\":\"$_gt_trace\",\"spanId\":\"${_gt_ids[i]}\",\"parentSpanId\":\"$parent\",\"name\":\"$_gt_e\",\"kind\":${_gt_kind[i]},\"startTimeUnixNano\":\"${_gt_t0[i]}\",\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$attrs],\"events\":[${_gt_events[i]}],\"links\":[${_gt_links[i]}]$status}]}]}]}" \
+    2>/dev/null >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
+  _gt_spans=$((_gt_spans + 1))
+  return 0
+}
+
+gwms_trace_init() {
+  local tp=${TRACEPARENT-} bad='' f
+  _gt_on=0
+  GWMS_TRACE_RESULT=off
+  [[ ${GWMS_TRACE-1} == 0 ]] && return 0
+  if [[ -n ${EPOCHREALTIME-} && -n ${SRANDOM-} && ${GWMS_TRACE_COMPAT-} != 4 ]]; then
+    _gt_fast=1
+  else
+    _gt_fast=0
+    _gt_clock='date'
+    _gt_now
+    _gt_base_ns=$_gt_t
+    if [[ ${GWMS_TRACE_CLOCK-} != date ]] && read -r _gt_base_cs _ </proc/uptime 2>/dev/null; then
+      _gt_base_cs=${_gt_base_cs/./}
+      case $_gt_base_cs in
+        '' | *[!0-9]*) ;;
+        *) _gt_base_cs=$((10#$_gt_base_cs)); _gt_clock=uptime ;;
+      esac
+    fi
+    _gt_seed
+  fi
+  _gt_max=${GWMS_TRACE_MAX_SPANS:-10000}
+  case $_gt_max in '' | *[!0-9]*) _gt_max=10000 ;; esac
+  _gt_spool=${1:-${GWMS_TRACE_SPOOL:-$PWD/gwms-trace.spool.jsonl}}
+  GWMS_TRACE_SPOOL=$_gt_spool
+  : 2>/dev/null >"$_gt_spool" || return 0   # cannot write the spool: stay off
+  # W3C traceparent (version 00; later versions may append "-..."); lower-case hex only.
+  if [[ -n $tp ]]; then
+    if [[ $tp =~ ^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$ ]] &&
+      [[ ${BASH_REMATCH[1]} != ff ]] && ! [[ ${BASH_REMATCH[1]} == 00 && -n ${BASH_REMATCH[5]} ]] &&
+      [[ ${BASH_REMATCH[2]} != 00000000000000000000000000000000 && ${BASH_REMATCH[3]} != 0000000000000000 ]]; then
+      f=${BASH_REMATCH[4]}
+      if (((0x$f & 1) == 0)); then   # the factory decided not to sample this glidein
+        return 0
+      fi
+      _gt_trace=${BASH_REMATCH[2]}
+      _gt_rparent=${BASH_REMATCH[3]}
+    else
+      bad=1
+    fi
+  fi
+  if [[ -z $_gt_rparent ]]; then
+    _gt_rand64; _gt_trace=$_gt_id
+    _gt_rand64; _gt_trace+=$_gt_id
+  fi
+  # Resource: OTEL_RESOURCE_ATTRIBUTES (k=v, comma separated, %-encoded), then ours.
+  _gt_res=
+  _gt_resj=
+  local kv kvs=()
+  [[ -n ${OTEL_RESOURCE_ATTRIBUTES-} ]] && IFS=, read -r -a kvs <<<"$OTEL_RESOURCE_ATTRIBUTES"
+  for kv in ${kvs[@]+"${kvs[@]}"}; do
+    [[ $kv == ?*=* ]] || continue
+    _gt_pct_decode "${kv#*=}"
+    _gt_res_add "${kv%%=*}" "$_gt_e"
+  done
+  _gt_res_add service.name "${OTEL_SERVICE_NAME:-glidein}"
+  _gt_res_add gwms.conventions "$GWMS_TRACE_VERSION"
+  _gt_res_add host.name "${HOSTNAME-}"
+  _gt_res_add process.pid "$$"
+  _gt_n=0
+  _gt_phase=-1
+  _gt_spans=0
+  _gt_dropped=0
+  _gt_on=1
+  _gt_push glidein 5
+  if [[ -n $bad ]]; then   # said on the root span: this pilot's trace is not its factory's
+    gwms_trace_attr -b gwms.trace.parent_invalid true
+    gwms_trace_attr gwms.trace.parent_received "${tp:0:64}"
+  fi
+  GWMS_PILOT_TRACEPARENT=$TRACEPARENT
+  export TRACEPARENT GWMS_PILOT_TRACEPARENT
+  GWMS_TRACE_RESULT=
+  return 0
+}
+
+gwms_trace_resource() {
+  ((_gt_on)) || return 0
+  if [[ -z $_gt_resj ]]; then
+    _gt_res_add "$1" "${2-}"
+  else   # the resource is already in the spool: the root span carries it instead
+    _gt_typed "$1" "${2-}"
+    _gt_attrs[0]+=${_gt_attrs[0]:+,}$_gt_a
+  fi
+  return 0
+}
+
+gwms_trace_begin() {
+  ((_gt_on)) || return 0
+  _gt_push "${1:-span}" 1 "${@:2}"
+}
+
+gwms_trace_end() {
+  ((_gt_on && _gt_n > 1)) || return 0   # the root ends in gwms_trace_flush
+  ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
+  _gt_pop "${1-}" "${2-}"
+}
+
+gwms_trace_phase() {
+  ((_gt_on)) || return 0
+  gwms_trace_phase_end ''
+  _gt_push "${1:-phase}" 1 "gwms.phase=${1:-phase}"
+  _gt_phase=$((_gt_n - 1))
+}
+
+gwms_trace_phase_end() {
+  ((_gt_on && _gt_phase > 0)) || return 0
+  while ((_gt_n - 1 > _gt_phase)); do
+    _gt_pop "" "" unfinished
+  done
+  _gt_phase=-1
+  _gt_pop "${1-}" ""
+}
+
+gwms_trace_script() {
+  local name=$1 rc
+  shift
+  gwms_trace_begin "$name" "gwms.script=$name"
+  "$@"
+  rc=$?
+  gwms_trace_end "$rc"
+  return "$rc"
+}
+
+gwms_trace_attr() {
+  ((_gt_on && _gt_n > 0)) || return 0
+  local t=s
+  case ${1-} in -i) t=i; shift ;; -b) t=b; shift ;; -d) t=d; shift ;; esac
+  _gt_kv "${1-}" "${2-}" "$t"
+  local i=$((_gt_n - 1))
+  _gt_attrs[i]+=${_gt_attrs[i]:+,}$_gt_a
+  return 0
+}
+
+gwms_trace_event() {
+  ((_gt_on && _gt_n > 0)) || return 0
+  local i=$((_gt_n - 1))
+  _gt_now
+  _gt_esc "${1:-event}"
+  local name=$_gt_e
+  _gt_kvs "${@:2}"
+  _gt_events[i]+=${_gt_events[i]:+,}"{\"timeUnixNano\":\"$_gt_t\",\"name\":\"$name\",\"attributes\":[$_gt_a]}"
+  return 0
+}
+
+gwms_trace_link() {
+  ((_gt_on && _gt_n > 0)) || return 0
+  [[ ${1-} =~ ^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$ ]] || return 0
+  local i=$((_gt_n - 1)) t=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]}
+  _gt_kvs "${@:2}"
+  _gt_links[i]+=${_gt_links[i]:+,}"{\"traceId\":\"$t\",\"spanId\":\"$s\",\"attributes\":[$_gt_a]}"
+  return 0
+}
+
+# --- flush -------------------------------------------------------------------------------------
+gwms_trace_flush() {
+  ((_gt_on)) || return 0
+  local rc=${1-} inner=
+  [[ -n $rc && $rc != 0 ]] && inner=$rc   # spans cut short by a failure share it; else unset
+  while ((_gt_n > 1)); do
+    _gt_pop "$inner" "" unfinished
+  done
+  _gt_pop "$rc" ""
+  _gt_on=0
+  _gt_phase=-1
+  if [[ ! -s $_gt_spool ]]; then
+    GWMS_TRACE_RESULT=empty
+    return 0
+  fi
+  local ep=${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT-} why
+  [[ -z $ep && -n ${OTEL_EXPORTER_OTLP_ENDPOINT-} ]] && ep=${OTEL_EXPORTER_OTLP_ENDPOINT%/}/v1/traces
+  if [[ -z $ep ]]; then
+    why="no endpoint"
+  elif why=$(_gt_post "$ep" 2>&1); then
+    GWMS_TRACE_RESULT=sent
+    echo "gwms-trace: $_gt_spans spans sent" >&2
+    return 0
+  fi
+  why=${why//$'\n'/; }   # one log line
+  if _gt_frame >&2; then
+    GWMS_TRACE_RESULT=stderr
+    echo "gwms-trace: $_gt_spans spans returned in stderr (${why:-send failed})" >&2
+  else
+    GWMS_TRACE_RESULT=kept
+    echo "gwms-trace: spans kept in $_gt_spool (no gzip/base64)" >&2
+  fi
+  return 0
+}
+
+# The spool as one ExportTraceServiceRequest (OTLP/HTTP takes one per request).
+_gt_body() {
+  local line sep=
+  printf '{"resourceSpans":['
+  while IFS= read -r line || [[ -n $line ]]; do
+    [[ $line == '{"resourceSpans":['*']}' ]] || continue   # a line cut by a killed pilot
+    line=${line#'{"resourceSpans":['}
+    printf '%s%s' "$sep" "${line%']}'}"
+    sep=,
+  done <"$_gt_spool"
+  printf ']}\n'
+}
+
+# Request headers as curl config lines, so the token never shows in `ps`.
+_gt_headers() {
+  local h kv kvs=()
+  [[ -n ${GWMS_TRACE_TOKEN-} ]] && printf 'header = "Authorization: Bearer %s"\n' "$GWMS_TRACE_TOKEN"
+  h=${OTEL_EXPORTER_OTLP_TRACES_HEADERS-${OTEL_EXPORTER_OTLP_HEADERS-}}
+  [[ -n $h ]] && IFS=, read -r -a kvs <<<"$h"
+  for kv in ${kvs[@]+"${kvs[@]}"}; do
+    [[ $kv == ?*=* && $kv != *[\"\\]* ]] || continue
+    _gt_pct_decode "${kv#*=}"
+    printf 'header = "%s: %s"\n' "${kv%%=*}" "$_gt_e"
+  done
+}
+
+_gt_post() {
+  local ep=$1 body=$_gt_spool.request.json to=${GWMS_TRACE_TIMEOUT:-5} rc
+  _gt_body >"$body" 2>/dev/null || return 1
+  if command -v curl >/dev/null 2>&1; then
+    _gt_headers | curl -sS --fail -o /dev/null --connect-timeout 2 --max-time "$to" -K - \
+      -H 'Content-Type: application/json' --data-binary @"$body" "$ep"
+    rc=$?
+  elif command -v wget >/dev/null 2>&1; then
+    local cfg=$_gt_spool.wgetrc
+    (umask 077 && _gt_headers | sed 's/^header = "\(.*\)"$/header = \1/' >"$cfg")
+    echo 'header = Content-Type: application/json' >>"$cfg"
+    wget -q -O /dev/null --config="$cfg" --timeout="$to" --tries=1 --post-file="$body" "$ep"
+    rc=$?
+    rm -f "$cfg"
+  else
+    echo "no curl or wget"
+    rc=1
+  fi
+  rm -f "$body"
+  ((rc == 0)) || echo "exit code $rc"
+  return "$rc"
+}
+
+# The condor_startup.sh framing (exporters/gwms_obs/sources/condor_sections.py).
+_gt_frame() {
+  command -v gzip >/dev/null 2>&1 && command -v base64 >/dev/null 2>&1 || return 1
+  printf 'GWMSTraceSpool\n======== gzip | uuencode =============\nbegin-base64 644 -\n'
+  gzip -c <"$_gt_spool" | base64
+  printf '====\n'
+}
