@@ -7,10 +7,14 @@ is stopped by the context manager that started it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import email
+import email.policy
 import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -80,12 +84,17 @@ def have(binary: str) -> bool:
 
 
 @contextlib.contextmanager
-def prometheus(workdir: Path, config_yaml: str, extra_args: list[str] | None = None) -> Iterator[str]:
-    """A real Prometheus on 127.0.0.1 with its own config and data dir; yields its base URL."""
+def prometheus(
+    workdir: Path, config_yaml: str, extra_args: list[str] | None = None, port: int | None = None
+) -> Iterator[str]:
+    """A real Prometheus on 127.0.0.1 with its own config and data dir; yields its base URL.
+
+    ``port``: when the config must name it (Prometheus scraping itself).
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = workdir / "prometheus.yml"
     cfg.write_text(config_yaml)
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
         "prometheus",
@@ -107,3 +116,64 @@ def prom_query(url: str, expr: str) -> list[dict[str, Any]]:
         raise ValueError(doc)
     result: list[dict[str, Any]] = doc["data"]["result"]
     return result
+
+
+@contextlib.contextmanager
+def alertmanager(workdir: Path, config_yaml: str) -> Iterator[str]:
+    """A real Alertmanager on 127.0.0.1 (no cluster gossip); yields its base URL."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg = workdir / "alertmanager.yml"
+    cfg.write_text(config_yaml)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        "prometheus-alertmanager",
+        f"--config.file={cfg}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",  # else it gossips on 0.0.0.0:9094
+    ]
+    with process(cmd, workdir / "alertmanager.log", f"{url}/-/ready"):
+        yield url
+
+
+@dataclasses.dataclass(frozen=True)
+class Mail:
+    rcpt_tos: tuple[str, ...]
+    subject: str
+    body: str
+
+
+class SmtpSink:
+    """An in-process SMTP server on 127.0.0.1 keeping every message it receives.
+
+    Envelope and message are stored together under one lock, so a reader never
+    sees half a delivery (the race of writing them as two files).
+    """
+
+    def __init__(self) -> None:
+        from aiosmtpd.controller import Controller
+
+        self._lock = threading.Lock()
+        self._mails: list[Mail] = []
+        self.port = free_port()
+        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
+
+    async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        part = msg.get_body(preferencelist=("plain", "html"))
+        body = part.get_content() if part is not None else ""
+        with self._lock:
+            self._mails.append(Mail(tuple(envelope.rcpt_tos), str(msg["Subject"]), body))
+        return "250 OK"
+
+    def mails(self) -> list[Mail]:
+        with self._lock:
+            return list(self._mails)
+
+    def __enter__(self) -> SmtpSink:
+        self._controller.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._controller.stop()

@@ -1,0 +1,90 @@
+"""Lint every panel and rule expression: valid PromQL, known metric names only.
+
+Grafana's ``$__`` macros are not PromQL, so they are replaced by durations
+first; template variables inside label-matcher strings (``=~"$entry"``)
+are valid as they are. Names must come from the registry or names.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import promql_parser as pp
+
+from . import names as N
+
+# Grafana's macros -> something PromQL accepts with the same type.
+MACROS = {
+    "$__rate_interval": "5m",
+    "$__interval_ms": "60000",
+    "$__interval": "1m",
+    "$__range_ms": "3600000",
+    "$__range_s": "3600",
+    "$__range": "1h",
+}
+_VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def substitute(expr: str, variables: dict[str, str] | None = None) -> str:
+    """``expr`` with Grafana's macros replaced (longest first) and, if given, variables."""
+    for k in sorted(MACROS, key=len, reverse=True):
+        expr = expr.replace(k, MACROS[k])
+    if variables:
+        expr = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), expr)
+    return expr
+
+
+def _children(node: Any) -> Iterator[Any]:
+    for attr in ("expr", "lhs", "rhs", "param", "vector_selector"):
+        child = getattr(node, attr, None)
+        if child is not None and not isinstance(child, (str, int, float)):
+            yield child
+    yield from getattr(node, "args", None) or ()
+
+
+def selectors(node: Any) -> Iterator[Any]:
+    if type(node).__name__ == "VectorSelector":
+        yield node
+        return
+    for c in _children(node):
+        yield from selectors(c)
+
+
+def check_expr(expr: str, allowed: frozenset[str] | None = None) -> list[str]:
+    """Problems with one expression (empty when it is fine)."""
+    allowed = N.allowed() if allowed is None else allowed
+    try:
+        tree = pp.parse(substitute(expr))
+    except ValueError as e:
+        return [f"not PromQL: {e}: {expr}"]
+    problems = []
+    for sel in selectors(tree):
+        if not sel.name:
+            problems.append(f"selector without a metric name: {expr}")
+        elif sel.name not in allowed:
+            problems.append(f"unknown metric {sel.name!r} (not in the registry or names.py): {expr}")
+    return problems
+
+
+def metric_names(expr: str) -> set[str]:
+    return {s.name for s in selectors(pp.parse(substitute(expr))) if s.name}
+
+
+def dashboard_exprs(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(where, expr)`` of every panel target and query variable of a dashboard."""
+    for p in doc.get("panels", []):
+        for t in p.get("targets", []):
+            yield f"{doc['uid']} panel {p['id']} {p['title']!r} {t['refId']}", t["expr"]
+    for v in doc.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            q = v["query"]
+            m = re.fullmatch(r"label_values\((.*),\s*\w+\)", q)
+            yield f"{doc['uid']} variable {v['name']}", m.group(1) if m else q
+
+
+def rule_exprs(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            yield f"{g['name']} {r.get('alert') or r.get('record')}", r["expr"]

@@ -1,0 +1,91 @@
+"""Every metric name the dashboards and rules may use that is not in gwms_obs.registry.
+
+Three kinds, each named once here: the recording rules we define, the
+span metrics the tracing pipeline (OpenTelemetry Collector ``spanmetrics``
+connector) produces, and the self-metrics of the stack's servers. The linter
+(lint.py) rejects any other name in a panel or rule expression.
+"""
+
+from __future__ import annotations
+
+from gwms_obs import registry as R
+from gwms_obs.tracing import collector as TC
+from gwms_obs.tracing import conventions as CONV
+
+# Prometheus job names, shared with ansible/roles/prometheus/defaults/main.yml
+# (tests/test_dashboards.py checks they agree).
+JOB_EXPORTER = "gwms-obs"
+JOB_COLLECTOR = "otel-collector"
+JOB_PROMETHEUS = "prometheus"
+JOB_ALERTMANAGER = "alertmanager"
+
+# Recording rules (rules.py defines them). level:metric:operation, per the Prometheus naming guide.
+RR_CPU_RATE = "gwms:pilot_cpu_seconds:rate5m"
+RR_GPU_RATE = "gwms:pilot_gpu_seconds:rate5m"
+RR_PILOTS_RATE = "gwms:pilots:rate5m"
+RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate5m"
+RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_BADPUT_RATIO)
+
+# Span metrics of pilot phases: the collector's spanmetrics connector emits
+# them; their names and labels are defined once, in gwms_obs.tracing.collector
+# (and the span attributes in gwms_obs.tracing.conventions).
+SPAN_DURATION = TC.SPANMETRICS_DURATION  # histogram
+SPAN_CALLS = TC.SPANMETRICS_CALLS  # counter
+SPAN_ENTRY = TC.LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
+SPAN_LABELS = (TC.LABEL_SERVICE, TC.LABEL_SPAN_NAME, TC.LABEL_STATUS, TC.LABEL_ENTRY)
+TRACE_SERVICE = CONV.SERVICE_PILOT
+
+# OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).
+OTELCOL_RECEIVER_ACCEPTED = TC.OTELCOL_ACCEPTED_SPANS
+OTELCOL_RECEIVER_REFUSED = TC.OTELCOL_REFUSED_SPANS
+OTELCOL_EXPORTER_SENT = TC.OTELCOL_SENT_SPANS
+OTELCOL_EXPORTER_FAILED = TC.OTELCOL_SEND_FAILED_SPANS
+OTELCOL_EXPORTER_ENQUEUE_FAILED = TC.OTELCOL_ENQUEUE_FAILED_SPANS
+OTELCOL_QUEUE_SIZE = TC.OTELCOL_QUEUE_SIZE
+OTELCOL_QUEUE_CAPACITY = "otelcol_exporter_queue_capacity"
+OTELCOL: tuple[str, ...] = (
+    OTELCOL_RECEIVER_ACCEPTED,
+    OTELCOL_RECEIVER_REFUSED,
+    OTELCOL_EXPORTER_SENT,
+    OTELCOL_EXPORTER_FAILED,
+    OTELCOL_EXPORTER_ENQUEUE_FAILED,
+    OTELCOL_QUEUE_SIZE,
+    OTELCOL_QUEUE_CAPACITY,
+)
+
+# Prometheus's and Alertmanager's own metrics (both present in 2.42 / 0.25).
+UP = "up"
+ALERTS = "ALERTS"  # Prometheus's own series of firing/pending alerts
+PROM_RULE_EVAL_FAILURES = "prometheus_rule_evaluation_failures_total"
+PROM_NOTIFICATIONS_DROPPED = "prometheus_notifications_dropped_total"
+PROM_HEAD_SERIES = "prometheus_tsdb_head_series"
+PROM_SCRAPE_DURATION = "scrape_duration_seconds"
+AM_NOTIFICATIONS = "alertmanager_notifications_total"
+AM_NOTIFICATIONS_FAILED = "alertmanager_notifications_failed_total"
+AM_ALERTS = "alertmanager_alerts"
+SERVERS: tuple[str, ...] = (
+    ALERTS,
+    UP,
+    PROM_RULE_EVAL_FAILURES,
+    PROM_NOTIFICATIONS_DROPPED,
+    PROM_HEAD_SERIES,
+    PROM_SCRAPE_DURATION,
+    AM_NOTIFICATIONS,
+    AM_NOTIFICATIONS_FAILED,
+    AM_ALERTS,
+)
+
+# Which process produces a name: the live test expects data from every panel
+# whose names all come from processes it runs (not the collector).
+COLLECTOR_NAMES: frozenset[str] = frozenset(
+    {*OTELCOL, SPAN_CALLS, *(f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count"))}
+)
+
+
+def allowed() -> frozenset[str]:
+    """Every series name a panel or rule may select."""
+    names: set[str] = set(RECORDING) | set(SERVERS) | set(OTELCOL) | {SPAN_CALLS}
+    names |= {f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count")}
+    for m in R.ALL:
+        names |= set(R.exposition_names(m))
+    return frozenset(names)

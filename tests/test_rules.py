@@ -1,0 +1,111 @@
+"""promtool checks the rules and runs their unit tests; every alert is tested, and thresholds are pinned by them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards.gen import rules
+from gwms_obs.generate import ROOT
+from tests.support.servers import have
+
+pytestmark = pytest.mark.skipif(not have("promtool"), reason="Debian prometheus (promtool) not installed")
+RULES = ROOT / "dashboards/rules"
+TESTS = RULES / "tests/gwms-alerts.test.yml"
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60, check=False, cwd=cwd)
+
+
+def test_promtool_check_rules() -> None:
+    r = promtool("check", "rules", str(RULES / "gwms-recording.rules.yml"), str(RULES / "gwms-alerts.rules.yml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_promtool_test_rules() -> None:
+    r = promtool("test", "rules", str(TESTS))
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+def test_every_alert_is_tested_firing_and_quiet() -> None:
+    doc = yaml.safe_load(TESTS.read_text())
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for t in doc["tests"]:
+        for case in t.get("alert_rule_test", []):
+            (firing if case["exp_alerts"] else quiet).add(case["alertname"])
+    names = {a.name for a in rules.alerts()}
+    assert names == firing, names ^ firing
+    assert names == quiet, names ^ quiet
+
+
+def test_every_alert_has_summary_description_with_value_and_runbook() -> None:
+    doc = yaml.safe_load((RULES / "gwms-alerts.rules.yml").read_text())
+    runbook = (ROOT / "docs/runbooks.md").read_text()
+    anchors = set(re.findall(r'<a id="([a-z0-9-]+)"></a>', runbook))
+    for r in doc["groups"][0]["rules"]:
+        ann = r["annotations"]
+        assert ann["summary"] and ("$value" in ann["description"] or "$labels" in ann["description"]), r["alert"]
+        path, anchor = ann["runbook_url"].split("#")
+        assert path == "docs/runbooks.md" and anchor in anchors, f"{r['alert']}: no anchor {anchor} in runbooks.md"
+        assert r["labels"]["severity"] in ("info", "warning", "critical")
+        assert r["labels"]["audience"] in ("site", "factory")
+
+
+def _thresholds(text: str) -> list[re.Match[str]]:
+    return list(re.finditer(r"(?<=[>=] )(\d+(?:\.\d+)?)(?=[ \n'\"]|$)", text))
+
+
+def _only(alert: dict[str, object], tests: dict[str, list[dict[str, object]]]) -> dict[str, object]:
+    """The unit tests of one alert, against a rule file holding only that alert (fast to evaluate)."""
+    groups = []
+    for g in tests["tests"]:
+        cases = [c for c in g.get("alert_rule_test", []) if c["alertname"] == alert["alert"]]  # type: ignore[union-attr]
+        if cases:
+            groups.append({**g, "alert_rule_test": cases, "promql_expr_test": []})
+    return {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": groups}
+
+
+def test_changing_any_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
+    """Each comparison constant of each alert, made 25% more sensitive, must fail `promtool test rules`.
+
+    This is what keeps a threshold from being changed without its test.
+    """
+    tests = yaml.safe_load(TESTS.read_text())
+    doc = yaml.safe_load((RULES / "gwms-alerts.rules.yml").read_text())
+    jobs: list[tuple[Path, str]] = []
+    baselines: list[Path] = []
+    for rule in doc["groups"][0]["rules"]:
+        expr = rule["expr"]
+        base = tmp_path / f"base-{rule['alert']}"
+        base.mkdir()
+        (base / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "m", "rules": [rule]}]}, width=1000))
+        (base / "t.yml").write_text(yaml.safe_dump(_only(rule, tests), width=1000))
+        baselines.append(base)
+        for m in _thresholds(expr):
+            v = float(m.group(1))
+            new = v * 0.75 if v else 1.5  # `> 0` made stricter instead: nothing is left to fire
+            if "==" in expr[max(0, m.start() - 3) : m.start()]:
+                new = v + 0.5  # an equality: any change must stop the match
+            d = tmp_path / f"m{len(jobs)}"
+            d.mkdir()
+            bad = {**rule, "expr": expr[: m.start()] + f"{new:g}" + expr[m.end() :]}
+            (d / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "m", "rules": [bad]}]}, width=1000))
+            (d / "t.yml").write_text(yaml.safe_dump(_only(rule, tests), width=1000))
+            jobs.append((d, f"{rule['alert']}: threshold {m.group(1)} -> {new:g}"))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        # Unmutated, the reduced tests must pass, or a failing mutant would prove nothing.
+        for b, r in zip(
+            baselines, pool.map(lambda d: promtool("test", "rules", "t.yml", cwd=d), baselines), strict=True
+        ):
+            assert r.returncode == 0, f"{b.name}: {r.stdout}{r.stderr}"
+        results = list(pool.map(lambda j: promtool("test", "rules", "t.yml", cwd=j[0]), jobs))
+    survivors = [what for (_, what), r in zip(jobs, results, strict=True) if r.returncode == 0]
+    assert not survivors, f"mutants the unit tests do not catch: {survivors}"
+    assert len(jobs) >= 15
