@@ -121,3 +121,20 @@ def test_bad_contacts_are_refused(tmp_path: Path, text: str, why: str) -> None:
     p.write_text(text)
     with pytest.raises(alerting.ContactsError, match=why):
         alerting.load_contacts(p)
+
+
+def test_smtp_credentials_reach_the_config_only_when_set() -> None:
+    from gwms_obs import render
+
+    plain = yaml.safe_load(render.render("alertmanager", "alertmanager.yml.j2"))
+    assert "smtp_auth_username" not in plain["global"]
+    auth = yaml.safe_load(
+        render.render(
+            "alertmanager",
+            "alertmanager.yml.j2",
+            alertmanager_smtp_auth_username="am@example.org",
+            alertmanager_smtp_auth_password="s3cret",
+        )
+    )
+    assert auth["global"]["smtp_auth_username"] == "am@example.org"
+    assert auth["global"]["smtp_auth_password"] == "s3cret"

@@ -1,0 +1,76 @@
+"""Build the exporter's wheelhouse for air-gapped hosts: ``python -m gwms_obs.wheelhouse OUTDIR``.
+
+One file, ``gwms-obs-<version>-wheelhouse.tar.gz``, holding the gwms-obs wheel
+built from this repository and the wheels of all its dependencies, under a
+top directory ``gwms-obs-<version>/``. The Ansible role gwms_exporter installs
+it (checked against the sha256 printed here and written next to it as
+``<file>.sha256``) and runs ``pip install --no-index --find-links`` on it, so
+the host never needs a package index. Like render.py this reads the source
+tree: it is a build tool, run by ``make wheelhouse`` and the deploy test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from . import __version__
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
+    """Write the wheelhouse tarball and its .sha256 into ``out_dir``; return (path, sha256)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = f"gwms-obs-{__version__}"
+    out = out_dir / f"{top}-wheelhouse.tar.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels = Path(tmp) / top
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(wheels), str(source)],
+            check=True,
+            timeout=900,
+        )
+        # sorted members owned by root: nothing of the build machine leaks into the host
+        with tarfile.open(f"{out}.tmp", "w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for path in [wheels, *sorted(wheels.iterdir())]:
+                info = tar.gettarinfo(str(path), arcname=str(path.relative_to(tmp)))
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mtime = 0
+                info.mode = 0o755 if path.is_dir() else 0o644
+                if path.is_dir():
+                    tar.addfile(info)
+                else:
+                    with open(path, "rb") as f:
+                        tar.addfile(info, f)
+    Path(f"{out}.tmp").replace(out)
+    digest = sha256(out)
+    Path(f"{out}.sha256").write_text(f"{digest}  {out.name}\n")
+    return out, digest
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gwms_obs.wheelhouse OUTDIR", file=sys.stderr)
+        return 2
+    path, digest = build(Path(args[0]))
+    print(f"{digest}  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

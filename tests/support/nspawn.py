@@ -1,0 +1,289 @@
+"""A Debian bookworm host with systemd as PID 1, booted with systemd-nspawn, for the deploy test.
+
+PID 1 of the test machine is not systemd, so roles that manage services are
+never run against it; they run inside a container whose init is systemd
+(``systemd-nspawn -b``), in its own private network namespace (only a
+loopback there), so every service it starts listens where nothing else on
+the machine can clash with it.
+
+The container is air-gapped like a factory host: its apt source is a local
+flat repository of .debs (what an operator's mirror would serve), bind-mounted
+read-only. The rootfs (debootstrap, ~1 min) and the .debs are cached under the
+versioned cache dir (``GWMS_OBS_CACHE_DIR``, the Makefile's ``CACHE_DIR``);
+their file names carry a hash of what went into them, so a changed package
+list builds a new cache entry and an unchanged one never rebuilds.
+
+Every process started here is stopped by the context manager that started
+it, by its PID, in bounded waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+SUITE = "bookworm"
+# systemd as init, and what Ansible needs on a managed Debian host (python3, python3-apt).
+INCLUDE = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt")
+# what the roles install from the distribution (the air-gapped host's mirror serves these)
+DEBS = ("prometheus", "prometheus-alertmanager", "python3-venv")
+MIRROR_IN_CONTAINER = "/srv/gwms-mirror"
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("GWMS_OBS_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gwms-obs" / "v1"
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
+
+
+def unavailable() -> str | None:
+    """Why a systemd-nspawn host cannot be built here (None when it can)."""
+    if os.geteuid() != 0:
+        return "systemd-nspawn needs root"
+    for tool in ("systemd-nspawn", "debootstrap", "nsenter", "dpkg-scanpackages"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install systemd-container debootstrap dpkg-dev)"
+    return None
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt uses (deb822 or one-line sources)."""
+    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for f in files:
+        if not f.is_file():
+            continue
+        text = f.read_text(errors="replace")
+        for m in re.finditer(r"^URIs:\s*(\S+)", text, re.M):
+            if "security" not in m.group(1) and "debian" in m.group(1):
+                return m.group(1)
+        for m in re.finditer(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", text, re.M):
+            return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def _run(cmd: Sequence[str], log: Path, timeout: float, **kw: object) -> None:
+    with open(log, "ab") as out:
+        out.write(f"\n$ {' '.join(cmd)}\n".encode())
+        out.flush()
+        r = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False, **kw)  # type: ignore[call-overload]
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({r.returncode}); see {log}:\n{log.read_text()[-3000:]}")
+
+
+def rootfs_tarball(log: Path) -> Path:
+    """A cached tarball of a minimal bookworm rootfs with systemd (built once, ~1 min)."""
+    mirror = debian_mirror()
+    tar = cache_dir() / "nspawn" / f"{SUITE}-minbase-{_key(SUITE, INCLUDE)}.tar"
+    if tar.exists():
+        return tar
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=tar.parent) as tmp:
+        root = Path(tmp) / "rootfs"
+        _run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(root), mirror],
+            log,
+            timeout=900,
+        )
+        (root / "etc/hostname").write_text("factory-test\n")
+        (root / "etc/apt/sources.list").write_text("")  # air-gapped: the test points apt at its own mirror
+        shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+        (root / "var/lib/apt/lists/partial").mkdir(parents=True)
+        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{tar}.tmp", "."], log, timeout=300)
+        os.replace(f"{tar}.tmp", tar)
+    _prune(tar, f"{SUITE}-minbase-*.tar")
+    return tar
+
+
+def _prune(keep: Path, pattern: str) -> None:
+    """Drop cache entries of older package lists (the new one replaces them)."""
+    for old in keep.parent.glob(pattern):
+        if old != keep:
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+
+def deb_repo(log: Path) -> Path:
+    """A cached flat apt repository with DEBS and their dependencies missing from the rootfs."""
+    repo = cache_dir() / "nspawn" / f"debs-{SUITE}-{_key(SUITE, INCLUDE, DEBS)}"
+    if (repo / "Packages").exists():
+        return repo
+    tar = rootfs_tarball(log)
+    mirror = debian_mirror()
+    with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
+        root = Path(tmp) / "rootfs"
+        root.mkdir()
+        _run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
+        (root / "etc/apt/sources.list").write_text(f"deb {mirror} {SUITE} main\n")
+        shutil.copy("/etc/resolv.conf", root / "etc/resolv.conf")
+        apt = ["chroot", str(root), "apt-get", "-q", "-o", "Acquire::Retries=3"]
+        _run([*apt, "update"], log, timeout=300)
+        _run(
+            [*apt, "install", "-y", "--download-only", "--no-install-recommends", *DEBS],
+            log,
+            timeout=600,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        staged = Path(tmp) / "repo"
+        staged.mkdir()
+        for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+            shutil.copy2(deb, staged / deb.name)
+        with open(staged / "Packages", "wb") as out:
+            subprocess.run(
+                ["dpkg-scanpackages", "--multiversion", "."], cwd=staged, stdout=out, check=True, timeout=120
+            )
+        shutil.rmtree(repo, ignore_errors=True)
+        os.replace(staged, repo)
+    _prune(repo, f"debs-{SUITE}-*")
+    return repo
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+class Container:
+    """A booted container; ``leader`` is the PID (in our namespace) of its systemd."""
+
+    def __init__(self, root: Path, proc: subprocess.Popen[bytes], leader: int, log: Path) -> None:
+        self.root = root
+        self.proc = proc
+        self.leader = leader
+        self.log = log
+
+    def exec(
+        self, *cmd: str, timeout: float = 120, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``cmd`` inside every namespace of the container (mount, pid, net, ...)."""
+        full = [
+            "nsenter",
+            "-t",
+            str(self.leader),
+            "-a",
+            *(["env", *(f"{k}={v}" for k, v in env.items())] if env else []),
+            *cmd,
+        ]
+        r = subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} -> {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+        return r
+
+    def netns(self, *cmd: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a program of *this* machine inside only the container's network namespace."""
+        return subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-n", *cmd],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def http_get(self, url: str, timeout: float = 5) -> str:
+        """GET ``url`` from outside the container's filesystem, inside its network namespace."""
+        code = (
+            "import sys, urllib.request\n"
+            "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read().decode())"
+        )
+        r = self.netns(sys.executable, "-c", code, url, str(timeout), timeout=timeout + 10)
+        if r.returncode != 0:
+            raise OSError(f"GET {url}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+        return r.stdout
+
+    def spawn_in_netns(self, cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as out:
+            return subprocess.Popen(
+                ["nsenter", "-t", str(self.leader), "-n", *cmd],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+
+def stop(p: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+@contextlib.contextmanager
+def booted(
+    workdir: Path, binds_ro: Sequence[tuple[str, str]] = (), binds: Sequence[tuple[str, str]] = ()
+) -> Iterator[Container]:
+    """Extract the cached rootfs into ``workdir``, add the mirror, boot it; yields once systemd is up."""
+    log = workdir / "nspawn-build.log"
+    tar = rootfs_tarball(log)
+    repo = deb_repo(log)
+    root = workdir / "rootfs"
+    root.mkdir(parents=True)
+    _run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
+    (root / "etc/apt/sources.list").write_text(f"deb [trusted=yes] file:{MIRROR_IN_CONTAINER} ./\n")
+    # debootstrap writes no /etc/hosts; without it "localhost" goes to DNS, unreachable here
+    (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")
+    (root / MIRROR_IN_CONTAINER.lstrip("/")).mkdir(parents=True)
+    cmd = [
+        "systemd-nspawn",
+        "-D",
+        str(root),
+        "-b",
+        "--register=no",
+        "--private-network",
+        "--console=read-only",
+        "--keep-unit",
+        f"--bind-ro={repo}:{MIRROR_IN_CONTAINER}",
+        *(f"--bind-ro={src}:{dst}" for src, dst in binds_ro),
+        *(f"--bind={src}:{dst}" for src, dst in binds),
+    ]
+    boot_log = workdir / "nspawn.log"
+    with open(boot_log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        leader = 0
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"systemd-nspawn exited {proc.returncode}:\n{boot_log.read_text()[-3000:]}")
+            kids = [c for c in _children(proc.pid) if Path(f"/proc/{c}/comm").read_text().strip() == "systemd"]
+            if kids:
+                leader = kids[0]
+                break
+            time.sleep(0.05)
+        if not leader:
+            raise TimeoutError(f"no systemd inside the container after 60s:\n{boot_log.read_text()[-3000:]}")
+        ct = Container(root, proc, leader, boot_log)
+        # "offline" until systemd's bus is up; then --wait returns once boot has finished
+        state = ""
+        while time.monotonic() < deadline + 60:
+            state = ct.exec("systemctl", "is-system-running", "--wait", timeout=60, check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"container boot ended in state {state!r}:\n{boot_log.read_text()[-3000:]}")
+        yield ct
+    finally:
+        stop(proc)

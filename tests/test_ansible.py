@@ -1,0 +1,260 @@
+"""The Ansible side without a managed host: lint, syntax, argument specs, sha256 refusal, secret preflight.
+
+Nothing here manages a service: the playbooks run on this machine only where
+they touch a temporary directory (the artifact role) or stop in the preflight.
+The deployment itself is tested on a systemd host in test_deploy_nspawn.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gwms_obs import render
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSIBLE = ROOT / "ansible"
+BIN = Path(sys.prefix) / "bin"
+ROLES = sorted(p.name for p in (ANSIBLE / "roles").iterdir() if (p / "tasks").is_dir())
+INVENTORIES = sorted(p.name for p in (ANSIBLE / "inventories").iterdir())
+ENV = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1"}
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(f"{name} not installed (pip install -e '.[dev]')")
+    return str(path)
+
+
+def _run(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=ANSIBLE, env=ENV, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _specs(role: str) -> dict[str, Any]:
+    doc = yaml.safe_load((ANSIBLE / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    specs: dict[str, Any] = doc["argument_specs"]
+    return specs
+
+
+def test_every_role_is_complete() -> None:
+    assert set(ROLES) >= {"gwms_exporter", "otel_collector", "jaeger", "prometheus", "alertmanager", "grafana"}
+    for role in ROLES:
+        for part in ("tasks/main.yml", "meta/main.yml", "meta/argument_specs.yml", "defaults/main.yml"):
+            assert (ANSIBLE / "roles" / role / part).is_file(), f"{role}/{part}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_do_not_drift(role: str) -> None:
+    """Like prometheus-community's lint_arguments_spec.sh: the same keys in both files.
+
+    Every default is a documented option; every option has a default unless it
+    is required; where the spec states a default it is the defaults file's value.
+    """
+    defaults = render.role_defaults(role)
+    options: dict[str, Any] = _specs(role)["main"]["options"]
+    required = {k for k, v in options.items() if v.get("required")}
+    assert set(defaults) - set(options) == set(), "in defaults/main.yml, missing from meta/argument_specs.yml"
+    assert set(options) - required - set(defaults) == set(), (
+        "in meta/argument_specs.yml, missing from defaults/main.yml"
+    )
+    assert required & set(defaults) == set(), "required options must not have a default"
+    for k, v in options.items():
+        assert v.get("description"), f"{k}: no description"
+        if "default" in v:
+            assert v["default"] == defaults[k], k
+
+
+def test_yamllint() -> None:
+    r = _run(_tool("yamllint"), "--strict", ".")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_syntax_check() -> None:
+    for inv in INVENTORIES:
+        r = _run(_tool("ansible-playbook"), "-i", f"inventories/{inv}/hosts.yml", "deploy.yml", "--syntax-check")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_ansible_lint_production_profile() -> None:
+    r = _run(_tool("ansible-lint"), "--profile", "production", "--offline", "--nocolor", timeout=600)
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-3000:]
+
+
+ARTIFACT_PLAY = """
+- name: Install one artifact into a temporary directory
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Install it
+      ansible.builtin.include_role:
+        name: gwms_artifact
+      vars:
+        gwms_artifact_file: "{{ file }}"
+        gwms_artifact_sha256: "{{ sha }}"
+        gwms_artifact_dir: "{{ src_dir }}"
+        gwms_artifact_dest: "{{ dest }}"
+"""
+
+
+@pytest.mark.parametrize("how", ["matching", "mismatch", "missing-sha"])
+def test_artifacts_are_refused_unless_their_sha256_matches(tmp_path: Path, how: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    blob = b"#!/bin/sh\necho otelcol\n"
+    (src / "otelcol-gwms").write_bytes(blob)
+    sha = {
+        "matching": hashlib.sha256(blob).hexdigest(),
+        "mismatch": hashlib.sha256(b"something else").hexdigest(),
+        "missing-sha": "",
+    }[how]
+    play = tmp_path / "play.yml"
+    play.write_text(ARTIFACT_PLAY)
+    dest = tmp_path / "installed" / "otelcol-gwms"
+    dest.parent.mkdir()
+    r = _run(
+        _tool("ansible-playbook"),
+        "-i",
+        "localhost,",
+        str(play),
+        "-e",
+        json.dumps({"file": "otelcol-gwms", "sha": sha, "src_dir": str(src), "dest": str(dest)}),
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+    )
+    if how == "matching":
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert dest.read_bytes() == blob
+    else:
+        assert r.returncode != 0
+        assert ("does not match the expected" if how == "mismatch" else "refuses to install an unchecked") in r.stdout
+        assert not dest.exists()
+
+
+def _preflight(tmp_path: Path, secrets: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    vault = tmp_path / "secrets.yml"
+    vault.write_text(yaml.safe_dump(secrets))
+    return _run(
+        _tool("ansible-playbook"),
+        "-i",
+        "inventories/single-host/hosts.yml",
+        "deploy.yml",
+        "--tags",
+        "preflight",
+        "--skip-tags",
+        "install,configure,run",
+        "-e",
+        f"@{vault}",
+        "-e",
+        "ansible_connection=local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+    )
+
+
+def _example_vault() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(
+        (ANSIBLE / "inventories/single-host/group_vars/all/vault.yml.example").read_text()
+    )
+    return doc
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({}, "otel_collector_pilot_tokens"),  # the example's CHANGE_ME values as they are
+        ({"vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"]}, "grafana_admin_password"),
+        (
+            {
+                "vault_otel_collector_pilot_tokens": ["gwms-obs-development-token-not-for-production"],
+                "vault_grafana_admin_password": "a-long-enough-password",
+            },
+            "otel_collector_pilot_tokens",
+        ),
+        (
+            {
+                "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
+                "vault_grafana_admin_password": "",
+            },
+            "grafana_admin_password",
+        ),
+        (
+            {
+                "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
+                "vault_grafana_admin_password": "a-long-enough-password",
+                "vault_alertmanager_smtp_auth_username": "relay-user",
+                "vault_alertmanager_smtp_auth_password": "CHANGE_ME",
+            },
+            "alertmanager_smtp_auth_username",
+        ),
+    ],
+)
+def test_preflight_refuses_default_or_empty_secrets(tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    r = _preflight(tmp_path, {**_example_vault(), **change})
+    assert r.returncode != 0
+    assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-3000:]
+
+
+def test_preflight_passes_real_secrets(tmp_path: Path) -> None:
+    secrets = {
+        **_example_vault(),
+        "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
+        "vault_grafana_admin_password": "a-long-enough-password",
+    }
+    r = _preflight(tmp_path, secrets)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "failed=0" in r.stdout
+
+
+def test_exporter_config_template_passes_check_config(tmp_path: Path) -> None:
+    factory = tmp_path / "factory"
+    factory.mkdir()
+    text = render.render(
+        "gwms_exporter",
+        "exporter.toml.j2",
+        gwms_exporter_factory_dir=str(factory),
+        gwms_exporter_state_dir=str(tmp_path),
+    )
+    cfg = tmp_path / "exporter.toml"
+    cfg.write_text(text)
+    r = subprocess.run(
+        [sys.executable, "-m", "gwms_obs.cli", "check-config", str(cfg)], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    cfg.write_text(text.replace("interval = 60", 'interval = "often"'))
+    r = subprocess.run(
+        [sys.executable, "-m", "gwms_obs.cli", "check-config", str(cfg)], capture_output=True, text=True, check=False
+    )
+    assert r.returncode != 0
+
+
+UNITS = sorted((ANSIBLE / "roles").glob("*/templates/*.service.j2"))
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_render_hardened(unit: Path) -> None:
+    """The unit templates render with gwms_obs.render too (one template source), hardened."""
+    text = render.render(unit.parent.parent.name, unit.name)
+    directives = dict(
+        line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith(("#", " "))
+    )
+    for key, value in {
+        "NoNewPrivileges": "true",
+        "ProtectSystem": "strict",
+        "ProtectHome": "true",
+        "PrivateTmp": "true",
+        "PrivateDevices": "true",
+        "CapabilityBoundingSet": "",
+    }.items():
+        assert directives.get(key) == value, f"{unit.name}: {key}"
+    assert directives["User"] not in ("", "root")
