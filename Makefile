@@ -38,7 +38,7 @@ export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: help venv run sample test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboards dashboard-linter wheelhouse deploy-artifacts
+.PHONY: compose-up compose-down help venv run sample test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboards dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -151,3 +151,10 @@ deploy-artifacts: wheelhouse otelcol jaeger
 
 clean:
 	rm -rf build $(VENV)
+
+# The same stack on a laptop (Docker with compose v2); configs from `make generate`.
+compose-up:
+	docker compose -f compose/docker-compose.yml up --build -d
+	@echo "Grafana http://127.0.0.1:3000  Prometheus http://127.0.0.1:9090  Jaeger http://127.0.0.1:16686  mail http://127.0.0.1:8025"
+compose-down:
+	docker compose -f compose/docker-compose.yml down

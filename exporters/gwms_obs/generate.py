@@ -62,7 +62,13 @@ def metrics_markdown() -> str:
     return "\n".join(lines)
 
 
-GENERATED: dict[str, Callable[[], str]] = {"docs/metrics.md": metrics_markdown}
+def _generated() -> dict[str, Callable[[], str]]:
+    from . import compose  # renders the Ansible templates: a repository tool, loaded only here
+
+    return {"docs/metrics.md": metrics_markdown, **compose.generators()}
+
+
+GENERATED: dict[str, Callable[[], str]] = _generated()
 
 
 def render_all() -> dict[str, str]:

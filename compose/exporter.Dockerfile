@@ -1,0 +1,7 @@
+# The exporter, installed from this repository as on a factory host (a wheel into a venv).
+FROM python:3.11-slim
+COPY . /src
+RUN python -m venv /opt/gwms-obs && /opt/gwms-obs/bin/pip install --no-cache-dir /src && rm -rf /src
+ENV PATH=/opt/gwms-obs/bin:$PATH
+USER 65534
+ENTRYPOINT []
