@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 
-from gwms_obs.generate import ROOT
+from gwms_obs.generate import write
 
 from . import alerting, dashboards, rule_tests, rules
 from .alerting import render
@@ -36,11 +36,7 @@ def render_all() -> dict[str, str]:
 
 
 def main() -> int:
-    for rel, text in render_all().items():
-        p = ROOT / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-        print(f"wrote {rel}")
+    write(render_all())
     return 0
 
 

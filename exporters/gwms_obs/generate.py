@@ -75,12 +75,17 @@ def render_all() -> dict[str, str]:
     return {path: fn() for path, fn in GENERATED.items()}
 
 
-def main() -> int:
-    for rel, text in render_all().items():
+def write(files: dict[str, str]) -> None:
+    """Write generated files under the repository root (also used by dashboards.gen)."""
+    for rel, text in files.items():
         p = ROOT / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         print(f"wrote {rel}")
+
+
+def main() -> int:
+    write(render_all())
     return 0
 
 
