@@ -226,10 +226,11 @@ class Ingest:
         def sink(lines: list[completed_jobs.RawLine | CompletedJob], entry: str, path: str) -> None:
             self.health.records[Source.COMPLETED_JOBS] += len(lines)
             seen = self.seen
-            for raw in lines:
-                cluster, proc = completed_jobs.line_id(raw)
-                if f"{entry}/{cluster}.{proc}" in seen:
-                    continue  # counted from its .out: the usual case, so nothing else is converted
+            keys = completed_jobs.line_keys(lines, entry)
+            # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
+            for k, raw in [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen]:
+                if k in seen:
+                    continue  # a repeated line of a pilot this batch just counted
                 line = completed_jobs.to_record(raw, entry)
                 if isinstance(line, str):
                     self.errors.record(Source.COMPLETED_JOBS, line, path)

@@ -114,82 +114,136 @@ def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
     return p
 
 
-class _Active:
-    """What runs at one instant: totals kept as jobs start and end (all ints, so exact).
-
-    Per category only the sums matter (every job of a category gets the same
-    treatment), so a segment costs O(categories), not O(running jobs).
-    """
-
-    __slots__ = ("cat_count", "cat_cpus", "cat_gpus", "cores", "count", "gpus", "mb")
-
-    def __init__(self) -> None:
-        self.count = self.cores = self.gpus = self.mb = 0
-        self.cat_count: dict[Category, int] = {}
-        self.cat_cpus: dict[Category, int] = {}
-        self.cat_gpus: dict[Category, int] = {}
-
-    def change(self, j: Job, cat: Category, sign: int) -> None:
-        c, g = max(0, j.cpus) * sign, max(0, j.gpus) * sign
-        self.count += sign
-        self.cores += c
-        self.gpus += g
-        self.mb += max(0, j.memory_mb) * sign
-        self.cat_count[cat] = self.cat_count.get(cat, 0) + sign
-        self.cat_cpus[cat] = self.cat_cpus.get(cat, 0) + c
-        self.cat_gpus[cat] = self.cat_gpus.get(cat, 0) + g
-
-
 def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], cs: float, ce: float) -> None:
-    """Walk HTCondor's lifetime segment by segment, between job starts and ends."""
-    # Events: (time, +1 start / -1 end, job index); ends sort before starts at a tie.
-    events: list[tuple[float, int, int]] = []
+    """Walk HTCondor's lifetime segment by segment, between job starts and ends.
+
+    What runs at each instant is kept as running totals (all ints, so exact),
+    per category too: every job of a category gets the same treatment, so a
+    segment costs O(categories), not O(running jobs). This is the hot loop of
+    the exporter (two events per user job), hence everything inlined and in
+    locals; the arithmetic, and its order, is that of the plain version.
+    """
+    # Events: (time, +1 start / -1 end, job index, cores, GPUs, MB, category);
+    # ends sort before starts at a tie, the unique index settles the rest.
+    events: list[tuple[float, int, int, int, int, int, Category]] = []
     for i, j in enumerate(jobs):
         s = min(max(j.start, cs), ce)
         e = min(max(j.end if j.end is not None else ce, s), ce)
         if e > s:
-            events.append((s, 1, i))
-            events.append((e, -1, i))
+            c, g, m, cat = max(0, j.cpus), max(0, j.gpus), max(0, j.memory_mb), cats[i]
+            events.append((s, 1, i, c, g, m, cat))
+            events.append((e, -1, i, -c, -g, -m, cat))
     events.sort()
-    act = _Active()
+    cpu_out, gpu_out = p.cpu, p.gpu
+    cpus, gpus, memory_mb = u.cpus, u.gpus, u.memory_mb
+    overhead = Category.OVERHEAD
+    count = cores = act_gpus = mb = 0
+    cat_count: dict[Category, int] = {}
+    cat_cpus: dict[Category, int] = {}
+    cat_gpus: dict[Category, int] = {}
     t = cs
-    for when, sign, i in events:
+    for when, sign, _, c, g, m, cat in events:
         if when > t:
-            _segment(p, u, act, when - t)
+            _segment(
+                cpu_out,
+                gpu_out,
+                cpus,
+                gpus,
+                memory_mb,
+                count,
+                cores,
+                act_gpus,
+                mb,
+                cat_count,
+                cat_cpus,
+                cat_gpus,
+                when - t,
+                overhead,
+            )
             t = when
-        act.change(jobs[i], cats[i], sign)
+        count += sign
+        cores += c
+        act_gpus += g
+        mb += m
+        cat_count[cat] = cat_count.get(cat, 0) + sign
+        cat_cpus[cat] = cat_cpus.get(cat, 0) + c
+        cat_gpus[cat] = cat_gpus.get(cat, 0) + g
     if ce > t:
-        _segment(p, u, act, ce - t)
+        _segment(
+            cpu_out,
+            gpu_out,
+            cpus,
+            gpus,
+            memory_mb,
+            count,
+            cores,
+            act_gpus,
+            mb,
+            cat_count,
+            cat_cpus,
+            cat_gpus,
+            ce - t,
+            overhead,
+        )
 
 
-def _segment(p: Partition, u: PilotUsage, act: _Active, dt: float) -> None:
-    if act.count == 0:
-        _whole(p, Category.OVERHEAD, u, dt)
+def _segment(
+    cpu_out: dict[Category, float],
+    gpu_out: dict[Category, float],
+    cpus: int,
+    gpus: int,
+    memory_mb: int | None,
+    count: int,
+    cores: int,
+    act_gpus: int,
+    mb: int,
+    cat_count: dict[Category, int],
+    cat_cpus: dict[Category, int],
+    cat_gpus: dict[Category, int],
+    dt: float,
+    overhead: Category,
+) -> None:
+    """One segment of constant activity, added to the partition (Partition.add inlined)."""
+    if count == 0:
+        v = cpus * dt
+        if v:
+            cpu_out[overhead] = cpu_out.get(overhead, 0.0) + v
+        v = gpus * dt
+        if v:
+            gpu_out[overhead] = gpu_out.get(overhead, 0.0) + v
         return
     # CPU. Records claiming more cores than the pilot has are scaled down so
     # the pilot's total stays exact.
-    if act.cores > u.cpus:
-        per_core, per_job = u.cpus / act.cores, 0.0
+    if cores > cpus:
+        per_core, per_job = cpus / cores, 0.0
     else:
-        idle = u.cpus - act.cores
-        idle_mb = None if u.memory_mb is None else max(0, u.memory_mb - act.mb)
+        idle = cpus - cores
+        idle_mb = None if memory_mb is None else max(0, memory_mb - mb)
         k = canonical_idle_units(idle, idle_mb)
-        p.add(Category.OVERHEAD, cpu=k * dt)
+        v = k * dt
+        if v:
+            cpu_out[overhead] = cpu_out.get(overhead, 0.0) + v
         rest = idle - k  # idle but unusable for lack of memory: charged to the jobs that took it
-        if act.cores > 0:
-            per_core, per_job = 1 + rest / act.cores, 0.0
+        if cores > 0:
+            per_core, per_job = 1 + rest / cores, 0.0
         else:
-            per_core, per_job = 0.0, rest / act.count
-    for cat, n in act.cat_count.items():
+            per_core, per_job = 0.0, rest / count
+    for cat, n in cat_count.items():
         if n:
-            p.add(cat, cpu=(act.cat_cpus[cat] * per_core + n * per_job) * dt)
+            v = (cat_cpus[cat] * per_core + n * per_job) * dt
+            if v:
+                cpu_out[cat] = cpu_out.get(cat, 0.0) + v
     # GPU: the canonical unit is one GPU, so idle GPUs are always overhead.
-    if u.gpus > 0:
-        scale = u.gpus / act.gpus if act.gpus > u.gpus else 1.0
-        for cat, g in act.cat_gpus.items():
+    if gpus > 0:
+        scale = gpus / act_gpus if act_gpus > gpus else 1.0
+        for cat, g in cat_gpus.items():
             if g:
-                p.add(cat, gpu=g * scale * dt)
-        p.add(Category.OVERHEAD, gpu=max(0.0, u.gpus - act.gpus) * dt)
+                v = g * scale * dt
+                if v:
+                    gpu_out[cat] = gpu_out.get(cat, 0.0) + v
+        v = max(0.0, gpus - act_gpus) * dt
+        if v:
+            gpu_out[overhead] = gpu_out.get(overhead, 0.0) + v
 
 
 @dataclass(slots=True)

@@ -10,9 +10,11 @@ with fixed ``%Ns`` widths (so a variable run of spaces between attributes)::
 (all on one line). Python-3 factories write ``id="b'6767402.000'"``.
 
 Speed matters (a busy factory writes millions of lines a month and the
-exporter re-reads them after a restart), so every line first meets ONE
-compiled bytes regex via ``finditer``; only lines it does not match go to a
-careful per-line XML parse, and only lines that also fail are counted bad.
+exporter re-reads them after a restart), so a whole buffer first meets ONE
+compiled whole-line bytes regex via ``findall`` (no Python per line when
+every line matches, the usual case); only in a buffer with other lines is
+each line looked at, and only lines the pattern refuses go to a careful
+per-line XML parse; only lines that also fail are counted bad.
 """
 
 from __future__ import annotations
@@ -35,19 +37,33 @@ READ_CHUNK = 8 << 20
 
 _SRC = Source.COMPLETED_JOBS.value
 
-# The exact writer format. Strings are capped so that an absurd line falls to
-# the careful path, which length-checks it. The last alternative eats any
-# other line whole; the scan is bounded by the last newline, so every byte
-# belongs to exactly one match and a long unterminated tail is never rescanned.
-_LINE = re.compile(
-    rb'<job +terminated="([^"\n]{0,64})" +client="([^"\n]{0,512})" +username="([^"\n]{0,512})"'
-    rb" +id=\"b?'?(\d{1,18})\.(\d{1,9})'?\" +duration=\"(-?\d{1,18})\" +condor_started=\"(True|False)\""
-    rb' +condor_duration="(-?\d{1,18})">'
-    rb'<user +jobsnr="(-?\d{1,18})" +duration="(-?\d{1,18})" +goodput="(-?\d{1,18})" +terminated="(-?\d{1,18})"/>'
-    rb'<wastemill +validation="(-?\d{1,18})" +idle="(-?\d{1,18})" +nosuccess="(-?\d{1,18})" +badput="(-?\d{1,18})"/>'
-    rb"</job>\r?\n"
-    rb"|([^\n]*)\n"
+# The exact writer format, as one whole-line pattern. Strings are capped so
+# that an absurd line falls to the careful path, which length-checks it.
+# Quantifiers are possessive: every one is followed by a byte its class
+# cannot match, so backtracking could never help, and not recording the
+# backtrack points makes the match ~15% faster.
+_BODY = (
+    rb'<job ++terminated="([^"\n]{0,64}+)" ++client="([^"\n]{0,512}+)" ++username="([^"\n]{0,512}+)"'
+    rb" ++id=\"b?'?(?P<cluster>\d{1,18}+)\.(?P<proc>\d{1,9}+)'?\" ++duration=\"(-?\d{1,18}+)\""
+    rb' ++condor_started="(True|False)" ++condor_duration="(-?\d{1,18}+)">'
+    rb'<user ++jobsnr="(-?\d{1,18}+)" ++duration="(-?\d{1,18}+)" ++goodput="(-?\d{1,18}+)"'
+    rb' ++terminated="(-?\d{1,18}+)"/>'
+    rb'<wastemill ++validation="(-?\d{1,18}+)" ++idle="(-?\d{1,18}+)" ++nosuccess="(-?\d{1,18}+)"'
+    rb' ++badput="(-?\d{1,18}+)"/></job>'
 )
+# The same language with only the id captured (16 capture groups cost ~40%
+# of the match, and the exporter looks only at the id of most lines).
+_BODY_ID = re.sub(rb"\((?!\?)", b"(?:", _BODY)
+_FULL = re.compile(_BODY)  # one line the scan accepted -> its 16 fields
+# Whole buffer, every line good (the usual case): one findall, no per-line
+# Python. Each match is exactly one line (no class crosses a newline), so as
+# many matches as newlines means every line matched.
+_ALL_FULL = re.compile(rb"(?m)^" + _BODY + rb"\r?\n")
+_ALL_SCAN = re.compile(rb"(?m)^(" + _BODY_ID + rb")\r?\n")
+# Buffers with some other line: the last alternative eats any other line
+# whole; the scan is bounded by the last newline, so every byte belongs to
+# exactly one match and a long unterminated tail is never rescanned.
+_LINE = re.compile(rb"(" + _BODY_ID + rb")\r?\n|([^\n]*)\n")
 _ID = re.compile(r"(?:b')?(\d+)\.(\d+)'?")
 _ENTRY_DIR = re.compile(r"entry_(.+)")
 
@@ -66,9 +82,21 @@ def entry_from_path(path: str) -> str | None:
 # timestamps, so a dict beats re-parsing; it is cleared rather than LRU'd
 # because a miss costs only one fromisoformat.
 _TIMES: dict[bytes, float] = {}
+# Most lines have distinct seconds, so the usual hit is the minute: the epoch
+# of "YYYY-MM-DDTHH:MM:00<offset>" keyed by (minute, offset), plus the seconds.
+# Exact: within one minute and one fixed offset, seconds add linearly.
+_MINUTES: dict[tuple[bytes, bytes], float] = {}
+_SECS = {b"%02d" % i: i for i in range(60)}
 
 
 def _epoch(raw: bytes) -> float:
+    if len(raw) == 25 and raw[16] == 0x3A:  # YYYY-MM-DDTHH:MM:SS+HH:MM, the writer's shape
+        base = _MINUTES.get((raw[:16], raw[19:]))
+        secs = _SECS.get(raw[17:19])
+        if base is not None and secs is not None:
+            return base + secs
+    else:
+        secs = None
     dt = datetime.fromisoformat(raw.decode("ascii"))
     if dt.tzinfo is None:
         # The writer always adds an offset: a naive time is a foreign line.
@@ -77,6 +105,10 @@ def _epoch(raw: bytes) -> float:
     if len(_TIMES) >= 4096:
         _TIMES.clear()
     _TIMES[raw] = t
+    if secs is not None:
+        if len(_MINUTES) >= 4096:
+            _MINUTES.clear()
+        _MINUTES[raw[:16], raw[19:]] = t - secs
     return t
 
 
@@ -137,10 +169,14 @@ def _careful(line: bytes, entry: str | None) -> CompletedJob | str:
     return job
 
 
-# A line the fast pattern matched: its 16 fields as bytes, converted only when
-# needed (most lines belong to pilots already counted from their .out, and
-# then only the id is looked at).
-RawLine = tuple[bytes, ...]
+# A line the fast pattern matched: (the line without its newline, cluster,
+# proc) as bytes, converted only when needed (most lines belong to pilots
+# already counted from their .out, and then only the id is looked at).
+RawLine = tuple[bytes, bytes, bytes]
+
+
+def _lines(buf: bytes, end: int) -> int:
+    return buf.count(b"\n", 0, end)
 
 
 def scan_buffer(
@@ -157,17 +193,20 @@ def scan_buffer(
     line — the price of a stateless reader). ``entry`` defaults to the one in
     ``path``.
     """
+    end = buf.rfind(b"\n") + 1
+    if len(buf) - end <= MAX_LINE:
+        found: list[RawLine] = _ALL_SCAN.findall(buf, 0, end)
+        if len(found) == _lines(buf, end):
+            return found, end  # type: ignore[return-value]  # list is invariant; RawLine is in the union
     if entry is None:
         entry = entry_from_path(path)
-    end = buf.rfind(b"\n") + 1
     out: list[RawLine | CompletedJob] = []
     append = out.append
     for m in _LINE.finditer(buf, 0, end):
-        g = m.groups()
-        if g[16] is None:
-            append(g)
+        line, cluster, proc, other = m.groups()
+        if other is None:
+            append((line, cluster, proc))
             continue
-        other = g[16]
         if len(other) > MAX_LINE:
             errors.record(_SRC, "line_too_long", path, base_offset + m.start(), f"{len(other)} bytes")
             continue
@@ -188,7 +227,17 @@ def line_id(rec: RawLine | CompletedJob) -> tuple[int, int]:
     """(cluster, proc) of a line, without converting the rest."""
     if isinstance(rec, CompletedJob):
         return rec.cluster, rec.proc
-    return int(rec[3]), int(rec[4])
+    return int(rec[1]), int(rec[2])
+
+
+def line_keys(lines: list[RawLine | CompletedJob], entry: str) -> list[str]:
+    """``entry/cluster.proc`` of each line: the pipeline's key for "already counted"."""
+    prefix = entry + "/"
+    try:
+        # The usual batch is all RawLine: one comprehension, no per-line call.
+        return [f"{prefix}{int(r[1])}.{int(r[2])}" for r in lines]  # type: ignore[index]
+    except TypeError:  # a CompletedJob from the careful path is not subscriptable
+        return [f"{prefix}{c}.{p}" for c, p in map(line_id, lines)]
 
 
 _strs: dict[bytes, str] = {}  # client/username repeat on nearly every line
@@ -203,11 +252,9 @@ def _str(b: bytes) -> str:
     return s
 
 
-def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | str:
-    """The full record of a line, or a reason word when it does not convert."""
-    if isinstance(rec, CompletedJob):
-        return rec
-    (term, cl, us, c, p, dur, cs, cdur, jn, ud, gp, ut, wv, wi, wn, wb, _) = rec
+def _convert(g: tuple[bytes, ...], entry: str | None) -> CompletedJob | str:
+    """A record from the 16 fields of :data:`_FULL`, or a reason word."""
+    term, cl, us, c, p, dur, cs, cdur, jn, ud, gp, ut, wv, wi, wn, wb = g
     t = _TIMES.get(term)
     if t is None:
         try:
@@ -219,8 +266,8 @@ def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | 
     cdur_i = int(cdur)
     return CompletedJob(
         t,
-        _str(cl),
-        _str(us),
+        _strs.get(cl) or _str(cl),
+        _strs.get(us) or _str(us),
         int(c),
         int(p),
         int(dur),
@@ -239,14 +286,36 @@ def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | 
     )
 
 
+def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | str:
+    """The full record of a line, or a reason word when it does not convert."""
+    if isinstance(rec, CompletedJob):
+        return rec
+    m = _FULL.fullmatch(rec[0])
+    if m is None:  # cannot happen for a line the scan accepted: same language
+        return "bad_line"
+    return _convert(m.groups(), entry)  # all 16 groups always participate
+
+
 def parse_buffer(
     buf: bytes, path: str, base_offset: int, errors: ParseErrors, entry: str | None = None
 ) -> tuple[list[CompletedJob], int]:
     """Like :func:`scan_buffer`, with every line converted to a record."""
     if entry is None:
         entry = entry_from_path(path)
-    raw, end = scan_buffer(buf, path, base_offset, errors, entry)
     out: list[CompletedJob] = []
+    end = buf.rfind(b"\n") + 1
+    if len(buf) - end <= MAX_LINE:
+        found = _ALL_FULL.findall(buf, 0, end)
+        if len(found) == _lines(buf, end):
+            append = out.append
+            for g in found:
+                rec = _convert(g, entry)
+                if isinstance(rec, str):
+                    errors.record(_SRC, rec, path, base_offset, "unparseable terminated time")
+                else:
+                    append(rec)
+            return out, end
+    raw, end = scan_buffer(buf, path, base_offset, errors, entry)
     for r in raw:
         rec = to_record(r, entry)
         if isinstance(rec, str):
