@@ -134,7 +134,7 @@ class Report:
             "preemption_badput": "#8c564b",
             "unknown": "#c7c7c7",
         }
-        fig, ax = plt.subplots(figsize=(10, 0.5 * len(entries) + 2))
+        fig, ax = plt.subplots(figsize=(12, 0.5 * len(entries) + 2))
         left = [0.0] * len(entries)
         for c in cats:
             vals = [
@@ -145,7 +145,7 @@ class Report:
             left = [a + b for a, b in zip(left, vals, strict=True)]
         ax.set_xlabel("canonical CPU hours (1 core + 2 GB)")
         ax.set_title("Pilot time by category and entry")
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # outside: never over a bar
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
