@@ -134,6 +134,8 @@ def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], c
             events.append((s, 1, i, c, g, m, cat))
             events.append((e, -1, i, -c, -g, -m, cat))
     events.sort()
+    # A last, empty event at HTCondor's end closes the final segment inside the loop.
+    events.append((ce, 0, len(jobs), 0, 0, 0, Category.OVERHEAD))
     cpu_out, gpu_out = p.cpu, p.gpu
     cpus, gpus, memory_mb = u.cpus, u.gpus, u.memory_mb
     overhead = Category.OVERHEAD
@@ -168,23 +170,6 @@ def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], c
         cat_count[cat] = cat_count.get(cat, 0) + sign
         cat_cpus[cat] = cat_cpus.get(cat, 0) + c
         cat_gpus[cat] = cat_gpus.get(cat, 0) + g
-    if ce > t:
-        _segment(
-            cpu_out,
-            gpu_out,
-            cpus,
-            gpus,
-            memory_mb,
-            count,
-            cores,
-            act_gpus,
-            mb,
-            cat_count,
-            cat_cpus,
-            cat_gpus,
-            ce - t,
-            overhead,
-        )
 
 
 def _segment(
