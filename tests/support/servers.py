@@ -15,14 +15,14 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from gwms_obs.polling import http_get
+from gwms_obs.polling import poll as wait_for
 
 
 def free_port() -> int:
@@ -30,27 +30,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        body: bytes = r.read()
-        return body
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 30.0, step: float = 0.1) -> T:
-    """Poll ``fn`` until it returns something truthy; fail with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-        except (OSError, ValueError, KeyError, IndexError) as e:
-            last = e
-        time.sleep(step)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
 @contextlib.contextmanager

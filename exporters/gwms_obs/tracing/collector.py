@@ -23,15 +23,15 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from gwms_obs import render
+from gwms_obs.polling import http_get, poll
 from gwms_obs.tracing import conventions as C
 
 # --- names the dashboards and alert rules use ---------------------------------------------------
@@ -225,24 +225,7 @@ def jaeger_config(workdir: Path, storage: str = "memory", **overrides: Any) -> J
 
 
 def _get(url: str, timeout: float = 2.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        body: bytes = r.read()
-        return body
-
-
-def poll(what: str, fn: Callable[[], Any], timeout: float = 30.0, step: float = 0.1) -> Any:
-    """Call ``fn`` until it returns something truthy; TimeoutError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = fn()
-            if v:
-                return v
-        except (OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(step)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    return http_get(url, timeout)
 
 
 @contextlib.contextmanager
