@@ -178,7 +178,7 @@ class Ingest:
                 self._mark_seen(p)  # counted as a parse error; do not retry every scan
                 continue
             err = None
-            if os.path.exists(p.err):
+            if p.has_err:  # known from the directory listing: no extra stat per pilot
                 err = glidein_err.read_err(p.err, self.errors, detail=False)
                 if err is not None and err.trace_spool is not None and self.spool_sink is not None:
                     try:

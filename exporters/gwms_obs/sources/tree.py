@@ -25,7 +25,8 @@ class PilotFiles:
     cluster: int
     proc: int
     out: str
-    err: str  # may not exist
+    err: str
+    has_err: bool  # the .err was in the same directory listing
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -67,10 +68,12 @@ def scan_client_dir(username: str, entry: str, edir: str) -> tuple[list[PilotFil
             names = [e.name for e in it]
     except OSError:
         return pilots, logs
+    present = set(names)
     for name in names:
         if m := _JOB_OUT.fullmatch(name):
             out = os.path.join(edir, name)
-            pilots.append(PilotFiles(entry, username, int(m[1]), int(m[2]), out, out[:-4] + ".err"))
+            err = name[:-4] + ".err"
+            pilots.append(PilotFiles(entry, username, int(m[1]), int(m[2]), out, out[:-4] + ".err", err in present))
         elif m := _EVENT_LOG.fullmatch(name):
             logs.append(EventLogFile(os.path.join(edir, name), entry, username, m[2], m[1]))
     pilots.sort(key=lambda p: (p.cluster, p.proc))
