@@ -42,6 +42,16 @@ from .sources import completed_jobs, condor_eventlog, descript, glidein_err, gli
 log = logging.getLogger("gwms_obs.pipeline")
 
 CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint cannot be used: corrupt, another version, another factory, wrong shape.
+
+    The exporter refuses to start rather than silently re-count or merge
+    (docs/runbooks.md says how to recover; ``--reset-checkpoint`` starts over).
+    """
+
+
 Key = tuple[str, int, int]
 
 
@@ -59,6 +69,7 @@ class IngestConfig:
     seen_retention_seconds: float = 2 * 86400.0  # remember counted pilots this long after their files go
     max_file_bytes: int = 64 << 20
     rules: Rules = DEFAULT_RULES
+    reset_checkpoint: bool = False  # ignore (and overwrite) an existing checkpoint
 
     @property
     def monitor(self) -> str:
@@ -109,7 +120,7 @@ class Ingest:
         self.client_by_user: dict[str, str] = {}  # learned from .out paths, for completed_jobs lines
         self.defaults: dict[str, EntryDefaults] = {}
         self.status_mtimes: dict[str, float] = {}
-        if cfg.checkpoint:
+        if cfg.checkpoint and not cfg.reset_checkpoint:
             self._load()
 
     # --- one scan -------------------------------------------------------------------------------
@@ -360,11 +371,28 @@ class Ingest:
             return
         except (OSError, ValueError) as e:
             # Refuse rather than silently start from zero and re-count everything.
-            raise RuntimeError(f"checkpoint {self.cfg.checkpoint} unreadable: {e}") from e
+            raise CheckpointError(f"checkpoint {self.cfg.checkpoint} unreadable: {e}") from e
+        if not isinstance(data, dict):
+            raise CheckpointError(f"checkpoint {self.cfg.checkpoint} is not a gwms-obs checkpoint (not a JSON object)")
         if data.get("version") != CHECKPOINT_VERSION:
-            raise RuntimeError(
+            raise CheckpointError(
                 f"checkpoint {self.cfg.checkpoint} has version {data.get('version')}, expected {CHECKPOINT_VERSION}"
             )
+        mine, theirs = os.path.abspath(self.cfg.factory_dir), data.get("factory_dir")
+        if theirs != mine:
+            raise CheckpointError(
+                f"checkpoint {self.cfg.checkpoint} belongs to factory {theirs}, not {mine}: "
+                "use another checkpoint file, or --reset-checkpoint to start over"
+            )
+        try:
+            self._restore(data)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise CheckpointError(
+                f"checkpoint {self.cfg.checkpoint} has the wrong shape ({type(e).__name__}: {e}); "
+                "see docs/runbooks.md, or --reset-checkpoint to start over"
+            ) from e
+
+    def _restore(self, data: dict[str, Any]) -> None:
         self.ledger = Ledger.from_json(data.get("ledger", {}))
         self.follower = Follower.from_json(data.get("cursors", {}))
         self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
