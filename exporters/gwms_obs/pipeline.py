@@ -1,17 +1,25 @@
 """Sources → accounting: one incremental scan of a factory's files into a Ledger.
 
-Order inside a scan, so every pilot is counted once and from its best source:
+A pilot is counted once, from its best source (docs/accounting.md, "Which
+source wins"):
 
-1. entry descriptions (site labels, GLIDEIN_CPUS for pilots that do not say);
-2. glidein .out/.err that have settled (not written for ``settle_seconds``);
-3. new completed_jobs lines of pilots whose .out is gone;
-4. new event-log events; a pilot that ended ``lost_after_seconds`` ago with no
-   .out and no completed_jobs line is counted as lost;
-5. entry status (schedd_status.xml).
+1. entry descriptions (site, GLIDEIN_CPUS, GPUs for pilots that do not say);
+2. the directory listing: every ``job.C.P.out`` present is the pilot's source.
+   It is read once it has settled (neither it nor its .err written for
+   ``settle_seconds``, by its mtime or by our own clock watching it unchanged);
+3. new completed_jobs lines; a line of a pilot not yet counted waits in
+   ``pending`` (its frontend's name is learned on the way);
+4. new event-log events; a pilot that ended and is not counted waits in
+   ``waiting``;
+5. fallbacks, only for pilots whose .out is really absent (or unreadable):
+   the completed_jobs line first, then, ``lost_after_seconds`` after its end,
+   the event log;
+6. entry status (schedd_status.xml).
 
-All state — the ledger, log cursors, the pilots already counted, the event-log
-timeline — is saved in one checkpoint file written atomically after each
-phase, so a restart neither re-counts nor loses a pilot.
+All state — the ledger, log cursors, the pilots already counted, the lines
+and event-log ends waiting for a .out — is saved in one checkpoint file
+written atomically after each phase, so a restart neither re-counts nor
+loses a pilot.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import functools
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -34,14 +43,14 @@ from .accounting.ledger import Ledger
 from .accounting.partition import DEFAULT_RULES, Rules
 from .accounting.pilot import EntryDefaults, PilotAccount, from_completed_job, from_event_log, from_glidein
 from .follow import Follower
-from .model import CompletedJob, EntryDescript, PilotTimes
+from .model import CompletedJob, EntryDescript, GlideinOut, PilotTimes, StatsFormat
 from .parse_errors import ParseErrors
 from .registry import Source
 from .sources import completed_jobs, condor_eventlog, descript, glidein_err, glidein_out, schedd_status, tree
 
 log = logging.getLogger("gwms_obs.pipeline")
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: pending lines, format evidence, client_by_user names frontends
 
 
 class CheckpointError(RuntimeError):
@@ -64,12 +73,20 @@ class IngestConfig:
     factory_dir: str
     monitor_dir: str | None = None  # default: <factory_dir>/monitor
     checkpoint: str | None = None  # None: keep state in memory only (one-shot reports)
-    settle_seconds: float = 30.0  # a .out younger than this may still be arriving
+    settle_seconds: float = 30.0  # a .out (or .err) written more recently may still be arriving
     lost_after_seconds: float = 3600.0  # as the factory: wait this long for a .out
     seen_retention_seconds: float = 2 * 86400.0  # remember counted pilots this long after their files go
     max_file_bytes: int = 64 << 20
     rules: Rules = DEFAULT_RULES
     reset_checkpoint: bool = False  # ignore (and overwrite) an existing checkpoint
+    # completed_jobs user/@duration: "auto" (learned per entry, docs/accounting.md),
+    # "raw" (every line is v3.10.12+) or "normalized" (every line is older).
+    completed_total: str = "auto"
+    # factory-side username (client/user_<name>) -> frontend client_log_name, for
+    # factories whose completed_jobs logs do not (yet) show the pair.
+    client_map: dict[str, str] = field(default_factory=dict)
+    # One-shot (report): the tree is final; nothing waits for a later scan.
+    final: bool = False
 
     @property
     def monitor(self) -> str:
@@ -81,15 +98,64 @@ class Health:
     records: Counter[str] = field(default_factory=Counter)
     bytes_read: Counter[str] = field(default_factory=Counter)
     files: dict[str, int] = field(default_factory=dict)
-    caught_up: dict[str, float] = field(default_factory=dict)  # source -> when it last had nothing left
+    # source -> when the oldest input of it not yet accounted appeared (absent: none waits)
+    backlog: dict[str, float] = field(default_factory=dict)
     last_scan_end: float | None = None
     last_scan_duration: float | None = None
+
+    def lag(self, now: float) -> dict[str, float]:
+        """Age of the oldest input not yet accounted, per source (0 when caught up)."""
+        return {s.value: max(0.0, now - self.backlog[s]) if s in self.backlog else 0.0 for s in LAG_SOURCES}
+
+
+# The sources whose input waits to be accounted (the lag metric has one series each, from the start).
+LAG_SOURCES = (Source.GLIDEIN_OUT, Source.COMPLETED_JOBS, Source.EVENT_LOG, Source.SCHEDD_STATUS)
 
 
 @dataclass(slots=True)
 class ScanResult:
     pilots: int = 0
     by_source: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class EntryEvidence:
+    """What an entry's own pilots show about how its completed_jobs lines are written."""
+
+    real_min: int | None = None  # lowest cluster whose .out (or line) shows a raw v3.10.12+ Total
+    legacy_max: int | None = None  # highest cluster whose .out shows the older, normalized one
+    signal_secs: float = 0.0  # Stats blocks: normalized seconds of badSignal jobs ...
+    other_secs: float = 0.0  # ... and of badOther jobs
+
+    def raw_total(self, cluster: int) -> bool:
+        """Whether a line of this entry that does not show it itself has a raw Total.
+
+        Clusters grow with submission, and the format changes when the factory
+        is upgraded: a line is raw when it comes after the last pilot seen
+        writing the old format and some pilot was seen writing the new one.
+        """
+        if self.real_min is None:
+            return False
+        return self.legacy_max is None or cluster > self.legacy_max
+
+    def signal_share(self) -> float:
+        """Share of signal kills in "not exited" job time (1.0 when the entry has shown none)."""
+        tot = self.signal_secs + self.other_secs
+        return self.signal_secs / tot if tot > 0 else 1.0
+
+    def learn(self, out: GlideinOut, cluster: int) -> None:
+        if out.stats_format is StatsFormat.REAL:
+            self.real_min = cluster if self.real_min is None else min(self.real_min, cluster)
+        elif out.stats_format is StatsFormat.LEGACY:
+            self.legacy_max = cluster if self.legacy_max is None else max(self.legacy_max, cluster)
+        for name, attr in (("badSignal", "signal_secs"), ("badOther", "other_secs")):
+            st = out.stats.get(name)
+            if st is not None:
+                setattr(self, attr, getattr(self, attr) + st.secs)
+
+
+# client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
+_CLIENT_USER = re.compile(rb'client="([^"\n]{1,512})" +username="([^"\n]{1,512})"')
 
 
 class Ingest:
@@ -116,10 +182,18 @@ class Ingest:
         self.follower = Follower()
         self.seen: dict[str, float] = {}  # key -> when counted
         self.timeline = condor_eventlog.PilotTimeline()
-        self.waiting: dict[str, PilotTimes] = {}  # ended in the event log, no .out (yet)
-        self.client_by_user: dict[str, str] = {}  # learned from .out paths, for completed_jobs lines
+        self.waiting: dict[str, PilotTimes] = {}  # ended in the event log, not counted (yet)
+        self.pending: dict[str, CompletedJob] = {}  # completed_jobs lines of pilots not counted (yet)
+        self.bad_out: dict[str, float] = {}  # key -> when its .out proved unusable (fallbacks may count it)
+        self.client_by_user: dict[str, str] = {}  # username -> client_log_name, from completed_jobs lines
+        self.evidence: dict[str, EntryEvidence] = {}  # entry -> its completed_jobs format evidence
         self.defaults: dict[str, EntryDefaults] = {}
         self.status_mtimes: dict[str, float] = {}
+        self.descript_mtimes: dict[str, float] = {}
+        # key -> ((sizes, mtimes), when first seen so): a file unchanged that long by our
+        # own clock has settled, whatever its mtime says (clock skew). Not checkpointed.
+        self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
+        self.unmapped_since: dict[str, float] = {}  # key -> first seen with no frontend name for its user
         if cfg.checkpoint and not cfg.reset_checkpoint:
             self._load()
 
@@ -130,15 +204,22 @@ class Ingest:
         self._descripts()
         client_dirs = list(tree.entry_dirs(self.cfg.factory_dir))
         listings = [(user, entry, *tree.scan_client_dir(user, entry, d)) for user, entry, d in client_dirs]
-        present: set[str] = set()
+        present: dict[str, tree.PilotFiles] = {}
         for _, _, pilots, _ in listings:
-            present.update(key_str(p.key) for p in pilots)
-        self._pilots([p for *_, pilots, _ in listings for p in pilots], res)
+            for p in pilots:
+                present.setdefault(key_str(p.key), p)
+        dirs_by_entry: dict[str, list[str]] = {}
+        for _, entry, d in client_dirs:
+            dirs_by_entry.setdefault(entry, []).append(d)
+        deferred = self._pilots(list(present.values()), res, t0)
         self._checkpoint()
-        self._completed(res)
+        self._completed(res, t0)
+        # Pilots whose user had no frontend name: the lines just read may have taught it.
+        self._pilots(deferred, res, t0, last_call=True)
         self._checkpoint()
-        self._event_logs([f for *_, logs in listings for f in logs], res)
-        self._entry_status()
+        self._event_logs([f for *_, logs in listings for f in logs], t0)
+        self._fallbacks(present, dirs_by_entry, res)
+        self._entry_status(t0)
         self._prune(present)
         now = self.clock()
         with self.lock:
@@ -152,8 +233,12 @@ class Ingest:
         with self.lock:
             self.ledger.add(acc)
             if k is not None:
-                self.seen[key_str(k)] = self.clock()
-                self.waiting.pop(key_str(k), None)
+                ks = key_str(k)
+                self.seen[ks] = self.clock()
+                self.waiting.pop(ks, None)
+                self.pending.pop(ks, None)
+                self.unsettled.pop(ks, None)
+                self.unmapped_since.pop(ks, None)
         res.pilots += 1
         res.by_source[source] += 1
         if self.sink is not None:
@@ -162,77 +247,146 @@ class Ingest:
     def _descripts(self) -> None:
         for entry, d in tree.monitor_entries(self.cfg.monitor):
             path = os.path.join(d, "descript.xml")
-            if not os.path.exists(path):
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
                 continue
+            if self.descript_mtimes.get(path) == mtime and entry in self.defaults:
+                continue  # unchanged: neither re-read nor a bad one counted again
+            self.descript_mtimes[path] = mtime
             for ed in descript.read_descript(path, self.errors):
                 self.defaults[ed.entry or entry] = entry_defaults(ed)
         self.health.files[Source.DESCRIPT] = len(self.defaults)
 
-    def _pilots(self, pilots: list[tree.PilotFiles], res: ScanResult) -> None:
+    def client_of(self, username: str) -> str | None:
+        """The frontend's client_log_name for a factory-side username, if the factory has shown it."""
+        return self.cfg.client_map.get(username) or self.client_by_user.get(username)
+
+    def _client_label(self, username: str, source: str, path: str) -> str:
+        name = self.client_of(username)
+        if name is None:
+            # Visible fallback: one value per username, counted and logged.
+            self.errors.record(source, "unmapped_client", path, None, f"no frontend name known for user_{username}")
+            return f"user_{username}"
+        return name
+
+    def _settled(self, p: tree.PilotFiles, ks: str, now: float) -> os.stat_result | None:
+        """The .out's stat when the pilot's files have settled, else None (and noted)."""
+        try:
+            st = os.stat(p.out)
+        except OSError:
+            return None  # deleted since the listing
+        sig: tuple[float, ...] = (st.st_size, st.st_mtime)
+        newest = st.st_mtime
+        young = now - newest < self.cfg.settle_seconds
+        if not young and p.has_err:
+            with contextlib.suppress(OSError):
+                est = os.stat(p.err)
+                sig += (est.st_size, est.st_mtime)
+                young = now - est.st_mtime < self.cfg.settle_seconds
+                newest = max(newest, est.st_mtime)
+        if not young or self.cfg.final:
+            return st
+        prev = self.unsettled.get(ks)
+        if prev is not None and prev[0] == sig and now - prev[1] >= self.cfg.settle_seconds:
+            return st  # unchanged for settle_seconds by our clock: its mtime is skewed
+        if prev is None or prev[0] != sig:
+            self.unsettled[ks] = (sig, now)
+        return None
+
+    def _pilots(
+        self, pilots: list[tree.PilotFiles], res: ScanResult, t0: float, last_call: bool = False
+    ) -> list[tree.PilotFiles]:
+        """Account the settled pilots; return those whose user has no frontend name yet."""
         now = self.clock()
-        todo = [p for p in pilots if key_str(p.key) not in self.seen]
-        self.health.files[Source.GLIDEIN_OUT] = len(pilots)
+        seen, bad = self.seen, self.bad_out
+        todo = [p for p in pilots if (k := key_str(p.key)) not in seen and k not in bad]
+        if not last_call:
+            self.health.files[Source.GLIDEIN_OUT] = len(pilots)
+        if todo:
+            self.health.backlog.setdefault(Source.GLIDEIN_OUT, t0)
         bar = _progress(len(todo), "pilots") if self.progress and len(todo) > 1000 else None
         last_save = now
+        deferred: list[tree.PilotFiles] = []
+        oldest_waiting: float | None = None
         for p in todo:
             if bar is not None:
                 bar.update(1)
-            try:
-                st = os.stat(p.out)
-            except OSError:
-                continue  # deleted since the listing
-            if now - st.st_mtime < self.cfg.settle_seconds:
-                continue  # still arriving; not lag, the next scan takes it
-            out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
-            self.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
-            if out is None:
-                self._mark_seen(p)  # counted as a parse error; do not retry every scan
+            ks = key_str(p.key)
+            st = self._settled(p, ks, now)
+            if st is None:
+                if ks in self.unsettled:
+                    m = self.unsettled[ks][0][1]
+                    oldest_waiting = m if oldest_waiting is None else min(oldest_waiting, m)
+                continue  # still arriving: the next scan takes it
+            if self.client_of(p.username) is None and not last_call:
+                deferred.append(p)
                 continue
-            err = None
-            if p.has_err:  # known from the directory listing: no extra stat per pilot
-                err = glidein_err.read_err(p.err, self.errors, detail=False)
-                if err is not None and err.trace_spool is not None and self.spool_sink is not None:
-                    try:
-                        self.spool_sink(err.trace_spool, p.err)
-                    except Exception:  # tracing must never cost the accounting of a pilot
-                        log.exception("trace spool of %s not handled", p.err)
-                with contextlib.suppress(OSError):
-                    self.health.bytes_read[Source.GLIDEIN_ERR] += os.path.getsize(p.err)
-                if err is not None:
-                    self.health.records[Source.GLIDEIN_ERR] += 1
-            self.health.records[Source.GLIDEIN_OUT] += 1
-            if out.client:
-                self.client_by_user[p.username] = out.client
-            acc = from_glidein(
-                out,
-                err,
-                self.defaults.get(out.entry or p.entry),
-                entry=p.entry,
-                client=out.client,
-                end_hint=st.st_mtime,
-                rules=self.cfg.rules,
-            )
-            if acc is None:
-                self.errors.record(Source.GLIDEIN_OUT, "no_times", p.out)
-                self._mark_seen(p)
-                continue
-            # The path's entry/cluster/proc are the key the other sources use.
-            acc.entry, acc.cluster, acc.proc = p.entry, p.cluster, p.proc
-            self._account(acc, res, Source.GLIDEIN_OUT)
+            if self.client_of(p.username) is None and not self.cfg.final:
+                first = self.unmapped_since.setdefault(ks, now)
+                if now - first < self.cfg.lost_after_seconds:
+                    continue  # the factory names the frontend in its next completed_jobs lines
+            self._read_pilot(p, ks, st, res)
             if self.clock() - last_save > 60:
                 self._checkpoint()
                 last_save = self.clock()
         if bar is not None:
             bar.close()
-        self.health.caught_up[Source.GLIDEIN_OUT] = self.clock()
-
-    def _mark_seen(self, p: tree.PilotFiles) -> None:
         with self.lock:
-            self.seen[key_str(p.key)] = self.clock()
+            if oldest_waiting is not None:
+                self.health.backlog[Source.GLIDEIN_OUT] = oldest_waiting
+            elif last_call or not deferred:
+                self.health.backlog.pop(Source.GLIDEIN_OUT, None)
+        return deferred
 
-    def _completed(self, res: ScanResult) -> None:
+    def _read_pilot(self, p: tree.PilotFiles, ks: str, st: os.stat_result, res: ScanResult) -> None:
+        out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
+        self.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
+        if out is None:
+            self._mark_bad(ks)  # counted as a parse error; its line or event log may still count it
+            return
+        err = None
+        if p.has_err:  # known from the directory listing: no extra stat per pilot
+            err = glidein_err.read_err(p.err, self.errors, detail=False)
+            if err is not None and err.trace_spool is not None and self.spool_sink is not None:
+                try:
+                    self.spool_sink(err.trace_spool, p.err)
+                except Exception:  # tracing must never cost the accounting of a pilot
+                    log.exception("trace spool of %s not handled", p.err)
+            with contextlib.suppress(OSError):
+                self.health.bytes_read[Source.GLIDEIN_ERR] += os.path.getsize(p.err)
+            if err is not None:
+                self.health.records[Source.GLIDEIN_ERR] += 1
+        self.health.records[Source.GLIDEIN_OUT] += 1
+        self.evidence.setdefault(p.entry, EntryEvidence()).learn(out, p.cluster)
+        acc = from_glidein(
+            out,
+            err,
+            self.defaults.get(p.entry),
+            entry=p.entry,
+            client=out.client,
+            end_hint=st.st_mtime,
+            rules=self.cfg.rules,
+        )
+        if acc is None:
+            self.errors.record(Source.GLIDEIN_OUT, "no_times", p.out)
+            self._mark_bad(ks)
+            return
+        # Labels from the factory (the file's place), not from what the pilot wrote;
+        # the path's entry/cluster/proc are the key the other sources use.
+        acc.entry, acc.cluster, acc.proc = p.entry, p.cluster, p.proc
+        acc.client = self._client_label(p.username, Source.GLIDEIN_OUT, p.out)
+        self._account(acc, res, Source.GLIDEIN_OUT)
+
+    def _mark_bad(self, ks: str) -> None:
+        with self.lock:
+            self.bad_out[ks] = self.clock()
+            self.unsettled.pop(ks, None)
+
+    def _completed(self, res: ScanResult, t0: float) -> None:
         paths = list(tree.completed_logs(self.cfg.factory_dir))
         self.health.files[Source.COMPLETED_JOBS] = len(paths)
+        self.health.backlog.setdefault(Source.COMPLETED_JOBS, t0)
 
         def sink(lines: list[completed_jobs.RawLine | CompletedJob], entry: str, path: str) -> None:
             self.health.records[Source.COMPLETED_JOBS] += len(lines)
@@ -240,36 +394,43 @@ class Ingest:
             keys = completed_jobs.line_keys(lines, entry)
             # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
             for k, raw in [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen]:
-                if k in seen:
-                    continue  # a repeated line of a pilot this batch just counted
                 line = completed_jobs.to_record(raw, entry)
                 if isinstance(line, str):
                     self.errors.record(Source.COMPLETED_JOBS, line, path)
                     continue
-                acc = from_completed_job(line, self.defaults.get(entry), client=self.client_by_user.get(line.username))
-                if acc is not None:
-                    self._account(acc, res, Source.COMPLETED_JOBS)
+                if line.half_normalized:
+                    ev = self.evidence.setdefault(entry, EntryEvidence())
+                    ev.real_min = line.cluster if ev.real_min is None else min(ev.real_min, line.cluster)
+                with self.lock:
+                    self.pending[k] = line  # waits for its .out; the fallbacks decide
+
+        def scan_buffer(
+            buf: bytes, path: str, offset: int, entry: str
+        ) -> tuple[list[completed_jobs.RawLine | CompletedJob], int]:
+            lines, used = completed_jobs.scan_buffer(buf, path, offset, self.errors, entry)
+            # The frontend's name for each factory-side user: one C-level pass, no per-line Python.
+            for client, user in set(_CLIENT_USER.findall(buf, 0, used)):
+                u = user.decode("utf-8", "replace")
+                if u not in self.client_by_user:
+                    self.client_by_user[u] = client.decode("utf-8", "replace")
+            return lines, used
 
         for entry, path in paths:
             try:
                 n = self.follower.read_new(
                     path,
-                    functools.partial(self._scan_completed, entry=entry),
+                    functools.partial(scan_buffer, entry=entry),
                     functools.partial(sink, entry=entry, path=path),
                 )
             except OSError as e:
                 self.errors.record(Source.COMPLETED_JOBS, "unreadable", path, None, str(e))
                 continue
             self.health.bytes_read[Source.COMPLETED_JOBS] += n
-        self.health.caught_up[Source.COMPLETED_JOBS] = self.clock()
+        self.health.backlog.pop(Source.COMPLETED_JOBS, None)
 
-    def _scan_completed(
-        self, buf: bytes, path: str, offset: int, entry: str
-    ) -> tuple[list[completed_jobs.RawLine | CompletedJob], int]:
-        return completed_jobs.scan_buffer(buf, path, offset, self.errors, entry)
-
-    def _event_logs(self, logs: list[tree.EventLogFile], res: ScanResult) -> None:
+    def _event_logs(self, logs: list[tree.EventLogFile], t0: float) -> None:
         self.health.files[Source.EVENT_LOG] = len(logs)
+        self.health.backlog.setdefault(Source.EVENT_LOG, t0)
         for f in logs:
 
             def sink(events: list[condor_eventlog.CondorEvent], f: tree.EventLogFile = f) -> None:
@@ -277,6 +438,7 @@ class Ingest:
                 for t in self.timeline.feed(events, f.path):
                     k = key_str((f.entry, t.cluster, t.proc))
                     if k not in self.seen and t.ended is not None:
+                        t.client = f.username  # the factory-side user; named at accounting time
                         self.waiting[k] = t
 
             try:
@@ -287,20 +449,69 @@ class Ingest:
                 self.errors.record(Source.EVENT_LOG, "unreadable", f.path, None, str(e))
                 continue
             self.health.bytes_read[Source.EVENT_LOG] += n
-        now = self.clock()
         # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
-        self.timeline.expire(now)
+        self.timeline.expire(self.clock())
+        self.health.backlog.pop(Source.EVENT_LOG, None)
+
+    def _out_waits(self, ks: str, present: dict[str, tree.PilotFiles], dirs: list[str], recheck: bool) -> bool:
+        """Whether the pilot's .out is there to be read (so no fallback may count it)."""
+        if ks in self.bad_out:
+            return False
+        if ks in present:
+            return True
+        if not recheck:
+            return False
+        # Arrived after the listing (the factory writes a line only once the .out is in).
+        name = "job." + ks.rsplit("/", 1)[1] + ".out"
+        return any(os.path.exists(os.path.join(d, name)) for d in dirs)
+
+    def _fallbacks(self, present: dict[str, tree.PilotFiles], dirs: dict[str, list[str]], res: ScanResult) -> None:
+        """Count pilots whose .out is absent: from their line, else (lost) from the event log."""
+        now = self.clock()
+        for k, line in list(self.pending.items()):
+            if k in self.seen:
+                del self.pending[k]
+                continue
+            entry = k.rsplit("/", 1)[0]
+            if self._out_waits(k, present, dirs.get(entry, []), recheck=True):
+                continue
+            with self.lock:
+                del self.pending[k]
+                ended = self.waiting.get(k)
+            ev = self.evidence.get(entry) or EntryEvidence()
+            mode = self.cfg.completed_total
+            raw = ev.raw_total(line.cluster) if mode == "auto" else mode == "raw"
+            acc = from_completed_job(
+                line,
+                self.defaults.get(entry),
+                client=self.client_of(line.username) or line.client,
+                raw_total=raw,
+                end=ended.ended if ended is not None else None,
+                signal_share=ev.signal_share(),
+            )
+            if acc is not None:
+                self._account(acc, res, Source.COMPLETED_JOBS)
+            # else: duration -1/0, the factory had no .out either; the event log decides.
         for k, t in list(self.waiting.items()):
             if k in self.seen:
-                del self.waiting[k]
-            elif t.ended is not None and now - t.ended >= self.cfg.lost_after_seconds:
-                del self.waiting[k]
+                with self.lock:
+                    del self.waiting[k]
+                continue
+            if k in self.pending:
+                continue
+            entry = k.rsplit("/", 1)[0]
+            if self._out_waits(k, present, dirs.get(entry, []), recheck=False):
+                continue
+            if t.ended is not None and (self.cfg.final or now - t.ended >= self.cfg.lost_after_seconds):
+                with self.lock:
+                    del self.waiting[k]
+                user = t.client or ""
+                t.client = self.client_of(user) or f"user_{user}"
                 acc = from_event_log(t, self.defaults.get(t.entry or ""))
                 if acc is not None:
                     self._account(acc, res, Source.EVENT_LOG)
-        self.health.caught_up[Source.EVENT_LOG] = self.clock()
 
-    def _entry_status(self) -> None:
+    def _entry_status(self, t0: float) -> None:
         n = 0
         for entry, d in tree.monitor_entries(self.cfg.monitor):
             path = os.path.join(d, "schedd_status.xml")
@@ -320,14 +531,17 @@ class Ingest:
             with self.lock:
                 self.ledger.update_entry(st, site)
         self.health.files[Source.SCHEDD_STATUS] = n
-        self.health.caught_up[Source.SCHEDD_STATUS] = self.clock()
 
-    def _prune(self, present: set[str]) -> None:
+    def _prune(self, present: dict[str, tree.PilotFiles]) -> None:
         """Forget counted pilots whose files are gone, after the retention window."""
         cutoff = self.clock() - self.cfg.seen_retention_seconds
         with self.lock:
             for k in [k for k, t in self.seen.items() if t < cutoff and k not in present]:
                 del self.seen[k]
+            for k in [k for k, t in self.bad_out.items() if t < cutoff and k not in present]:
+                del self.bad_out[k]
+            for k in [k for k in self.unsettled if k not in present]:
+                del self.unsettled[k]
             self.follower.forget_missing(p for p in list(self.follower.cursors) if os.path.exists(p))
 
     # --- checkpoint -----------------------------------------------------------------------------
@@ -339,9 +553,12 @@ class Ingest:
                 "ledger": self.ledger.to_json(),
                 "cursors": self.follower.to_json(),
                 "seen": self.seen,
+                "bad_out": self.bad_out,
                 "waiting": {k: dataclasses.asdict(t) for k, t in self.waiting.items()},
+                "pending": {k: dataclasses.asdict(line) for k, line in self.pending.items()},
                 "timeline": self.timeline.to_json(),
                 "client_by_user": self.client_by_user,
+                "evidence": {e: dataclasses.asdict(ev) for e, ev in self.evidence.items()},
             }
 
     def _checkpoint(self) -> None:
@@ -397,6 +614,9 @@ class Ingest:
         self.follower = Follower.from_json(data.get("cursors", {}))
         self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
         self.waiting = {str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()}
+        self.pending = {str(k): CompletedJob(**v) for k, v in data.get("pending", {}).items()}
+        self.bad_out = {str(k): float(v) for k, v in data.get("bad_out", {}).items()}
+        self.evidence = {str(e): EntryEvidence(**v) for e, v in data.get("evidence", {}).items()}
         self.timeline = condor_eventlog.PilotTimeline.from_json(data.get("timeline", {}))
         self.client_by_user = {str(k): str(v) for k, v in data.get("client_by_user", {}).items()}
 
@@ -411,8 +631,27 @@ def entry_defaults(ed: EntryDescript) -> EntryDefaults:
         return None
 
     return EntryDefaults(
-        site=ed.site, cpus=num("GLIDEIN_CPUS", "GLIDEIN_ESTIMATED_CPUS"), memory_mb=num("GLIDEIN_MaxMemMBs")
+        site=ed.site,
+        cpus=num("GLIDEIN_CPUS", "GLIDEIN_ESTIMATED_CPUS"),
+        memory_mb=num("GLIDEIN_MaxMemMBs"),
+        gpus=resource_slots_gpus(
+            ed.attributes.get("GLIDEIN_Resource_Slots") or ed.params.get("GLIDEIN_Resource_Slots")
+        ),
     )
+
+
+def resource_slots_gpus(value: str | None) -> int | None:
+    """GPUs of a GLIDEIN_Resource_Slots value (``name,number[,type=..];...``), None if none.
+
+    The factory requests that many GPUs for each of the entry's pilots.
+    """
+    if not value:
+        return None
+    for slot in value.split(";"):
+        parts = [x.strip() for x in slot.split(",")]
+        if parts[0].lower() in ("gpus", "gpu") and len(parts) > 1 and parts[1].isdigit():
+            return int(parts[1]) or None
+    return None
 
 
 def _progress(total: int, unit: str) -> Any:

@@ -251,7 +251,7 @@ FILES_TRACKED = MetricDef(
 LAG = MetricDef(
     "gwms_obs_lag_seconds",
     "gauge",
-    "Age of the newest input not yet processed (0 when caught up), by source.",
+    "Age of the oldest input not yet accounted, by source (0 when caught up; a young .out waiting to settle counts).",
     ("source",),
     "seconds",
     "s",

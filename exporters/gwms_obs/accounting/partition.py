@@ -256,6 +256,10 @@ def partition_from_totals(
     if not u.condor_started:
         _whole(p, Category.VALIDATION_FAILED, u, lifetime)
         return p
+    if totals is not None and totals.goodput + totals.misconfiguration <= 0 and claims:
+        # HTCondor claimed jobs but the block counted none: they were all still
+        # running at the end (the block cannot see those), so nobody knows.
+        totals = None
     ran = (totals.goodput + totals.misconfiguration) > 0 if totals is not None else bool(claims)
     if not ran:
         _whole(p, Category.DECISION_PROBLEM, u, lifetime)

@@ -33,6 +33,7 @@ class EntryDefaults:
     site: str | None = None
     cpus: int | None = None  # GLIDEIN_CPUS when numeric
     memory_mb: int | None = None  # GLIDEIN_MaxMemMBs
+    gpus: int | None = None  # the GPUs of GLIDEIN_Resource_Slots
 
 
 @dataclass(slots=True)
@@ -79,8 +80,12 @@ def stats_totals(out: GlideinOut, cpus: int) -> JobTotals | None:
     """Core-seconds of user jobs from the Stats block (jobs counted as 1 core each).
 
     The (Normalized) lines are Σ wall / N (N = the normalization factor, i.e.
-    GLIDEIN_CPUS) in every format, so × N gives core-seconds; the v3.10.12
-    "(Real) Total" line is not used for the split.
+    GLIDEIN_CPUS) in every format, so × N gives core-seconds. Job counts are
+    normalized too (ceil(jobs / N)); the v3.10.12 "(Real) Total" line has the
+    true number, which is then split in the normalized counts' proportions.
+    Signal kills (``badSignal``) are goodput: without per-job durations the
+    early-failure rule cannot apply (docs/accounting.md, one rule for every
+    path).
     """
     if out.stats_format in (StatsFormat.ABSENT, StatsFormat.EMPTY) or "Total" not in out.stats:
         return None
@@ -100,10 +105,15 @@ def stats_totals(out: GlideinOut, cpus: int) -> JobTotals | None:
     )
     # Per-category counts are normalized too (ceil(jobs/N)); the Real line has the true total.
     good_nr = nr("goodZ") + nr("goodNZ") + nr("badSignal")
+    bad_nr = nr("badOther")
+    real = out.stats_real_total.jobsnr if out.stats_real_total is not None else None
+    if real is not None and real > 0:
+        bad_nr = round(real * bad_nr / (good_nr + bad_nr)) if good_nr + bad_nr else 0
+        good_nr = real - bad_nr
     if good_nr:
         t.jobs[Category.GOODPUT] = good_nr
-    if nr("badOther"):
-        t.jobs[Category.MISCONFIGURATION_BADPUT] = nr("badOther")
+    if bad_nr:
+        t.jobs[Category.MISCONFIGURATION_BADPUT] = bad_nr
     if t.goodput + t.misconfiguration == 0 and secs("Total") > 0:
         # A Stats block with only a Total line (other lines lost): all of it goodput.
         t.goodput = secs("Total")
@@ -139,7 +149,8 @@ def from_glidein(
         warnings.append("no_end_line")
     cpus = out.cpus or (err.cpus if err else None) or d.cpus or 1
     memory = out.memory_mb or (err.memory_mb if err else None) or d.memory_mb
-    gpus = (err.gpus if err and err.gpus is not None else None) or 0
+    # The .err's GPU discovery is the truth (0 included); without an .err, the entry's configuration.
+    gpus = err.gpus if err is not None and err.gpus is not None else (d.gpus or 0)
     condor_end = out.condor_end
     if out.condor_started and condor_end is None:
         condor_end = end  # condor was running when the pilot died
@@ -162,7 +173,8 @@ def from_glidein(
     return PilotAccount(
         entry=out.entry or entry or UNKNOWN_LABEL,
         client=out.client or client or UNKNOWN_LABEL,
-        site=(err.site if err and err.site else None) or d.site or UNKNOWN_LABEL,
+        # The factory's configuration names the site; the pilot's own word only when it has none.
+        site=d.site or (err.site if err and err.site else None) or UNKNOWN_LABEL,
         cluster=out.cluster,
         proc=out.proc,
         outcome=_outcome(part, out.condor_started),
@@ -184,9 +196,23 @@ def from_glidein(
 
 
 def from_completed_job(
-    line: CompletedJob, entry_defaults: EntryDefaults | None = None, *, client: str | None = None
+    line: CompletedJob,
+    entry_defaults: EntryDefaults | None = None,
+    *,
+    client: str | None = None,
+    raw_total: bool | None = None,
+    end: float | None = None,
+    signal_share: float = 1.0,
 ) -> PilotAccount | None:
     """Account a pilot from its completed_jobs line alone (its .out is gone).
+
+    ``raw_total``: whether ``user/@duration`` is the raw sum (v3.10.12+) rather
+    than normalized; None: only what the line itself shows. ``end``: the
+    pilot's end from the event log (the line's ``terminated`` is when the
+    factory wrote it, 60 s to 1 h later). ``signal_share``: the part of the
+    time of jobs that neither exited normally (signal kills + "other" ends,
+    which the line merges) that was signal kills, as the entry's Stats blocks
+    show; signal kills are goodput, other ends misconfiguration.
 
     Lines with duration -1/0 (no usable .out at the factory either) return
     None: the event log knows more about those pilots.
@@ -195,7 +221,9 @@ def from_completed_job(
         return None
     d = entry_defaults or EntryDefaults()
     cpus = d.cpus or 1
-    end = line.terminated
+    gpus = d.gpus or 0
+    if end is None or end > line.terminated:
+        end = line.terminated
     start = end - line.duration
     condor = min(line.condor_duration, line.duration) if line.condor_started else 0
     u = PilotUsage(
@@ -203,6 +231,7 @@ def from_completed_job(
         end=end,
         cpus=cpus,
         memory_mb=d.memory_mb,
+        gpus=gpus,
         condor_started=line.condor_started and condor >= 5,
         # The line does not say when condor ran; validation comes first, so put it last.
         condor_start=end - condor,
@@ -210,12 +239,14 @@ def from_completed_job(
     )
     # terminated (exit-code jobs) is normalized (÷ GLIDEIN_CPUS) in every version;
     # user duration is too, except on v3.10.12+ lines where it is the raw sum.
-    good = float(line.user_terminated * cpus)
-    total = float(line.user_duration if line.half_normalized else line.user_duration * cpus)
-    # Signal kills and "other" ends cannot be told apart here; both count as badput.
-    bad = max(0.0, total - good)
-    totals = JobTotals(goodput=good, misconfiguration=bad)
+    raw = line.half_normalized or bool(raw_total)
+    exited = float(line.user_terminated * cpus)
+    total = float(line.user_duration if raw else line.user_duration * cpus)
+    rest = max(0.0, total - exited)  # signal kills and other ends, merged by the line
+    share = min(1.0, max(0.0, signal_share))
+    totals = JobTotals(goodput=exited + rest * share, misconfiguration=rest * (1.0 - share))
     if line.jobsnr:
+        # Raw count on v3.10.12+ lines, ceil(jobs / N) before.
         totals.jobs[Category.GOODPUT] = line.jobsnr
     part = partition_from_totals(u, totals, Accuracy.COMPLETED_LOG)
     return PilotAccount(
@@ -229,7 +260,7 @@ def from_completed_job(
         end=end,
         cpus=cpus,
         memory_mb=d.memory_mb,
-        gpus=0,
+        gpus=gpus,
         validation_duration=round(line.waste_validation / 1000 * line.duration)
         if line.condor_started
         else line.duration,
@@ -246,7 +277,8 @@ def from_event_log(times: PilotTimes, entry_defaults: EntryDefaults | None = Non
         return None
     d = entry_defaults or EntryDefaults()
     cpus = d.cpus or 1
-    u = PilotUsage(start=times.started, end=times.ended, cpus=cpus, memory_mb=d.memory_mb)
+    gpus = d.gpus or 0
+    u = PilotUsage(start=times.started, end=times.ended, cpus=cpus, memory_mb=d.memory_mb, gpus=gpus)
     return PilotAccount(
         entry=times.entry or UNKNOWN_LABEL,
         client=times.client or UNKNOWN_LABEL,
@@ -258,7 +290,7 @@ def from_event_log(times: PilotTimes, entry_defaults: EntryDefaults | None = Non
         end=times.ended,
         cpus=cpus,
         memory_mb=d.memory_mb,
-        gpus=0,
+        gpus=gpus,
         validation_duration=None,
         partition=unknown_lifetime(u),
     )

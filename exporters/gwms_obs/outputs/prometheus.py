@@ -132,7 +132,7 @@ class FactoryCollector(Collector):
         yield _values(R.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
         yield _values(R.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
         now = ing.clock()
-        yield _values(R.LAG, (((s,), max(0.0, now - t)) for s, t in h.caught_up.items()))
+        yield _values(R.LAG, (((s,), v) for s, v in h.lag(now).items()))
         scans = []
         if h.last_scan_end is not None:
             scans.append(((), h.last_scan_end))
