@@ -41,7 +41,14 @@ from typing import Any
 
 from .accounting.ledger import Ledger
 from .accounting.partition import DEFAULT_RULES, Rules
-from .accounting.pilot import EntryDefaults, PilotAccount, from_completed_job, from_event_log, from_glidein
+from .accounting.pilot import (
+    EntryDefaults,
+    PilotAccount,
+    from_completed_job,
+    from_event_log,
+    from_glidein,
+    line_total_is_raw,
+)
 from .follow import Follower
 from .model import CompletedJob, EntryDescript, GlideinOut, PilotTimes, StatsFormat
 from .parse_errors import ParseErrors
@@ -143,11 +150,15 @@ class EntryEvidence:
         tot = self.signal_secs + self.other_secs
         return self.signal_secs / tot if tot > 0 else 1.0
 
-    def learn(self, out: GlideinOut, cluster: int) -> None:
-        if out.stats_format is StatsFormat.REAL:
+    def note(self, cluster: int, *, raw: bool) -> None:
+        if raw:
             self.real_min = cluster if self.real_min is None else min(self.real_min, cluster)
-        elif out.stats_format is StatsFormat.LEGACY:
+        else:
             self.legacy_max = cluster if self.legacy_max is None else max(self.legacy_max, cluster)
+
+    def learn(self, out: GlideinOut, cluster: int) -> None:
+        if out.stats_format in (StatsFormat.REAL, StatsFormat.LEGACY):
+            self.note(cluster, raw=out.stats_format is StatsFormat.REAL)
         for name, attr in (("badSignal", "signal_secs"), ("badOther", "other_secs")):
             st = out.stats.get(name)
             if st is not None:
@@ -398,9 +409,9 @@ class Ingest:
                 if isinstance(line, str):
                     self.errors.record(Source.COMPLETED_JOBS, line, path)
                     continue
-                if line.half_normalized:
-                    ev = self.evidence.setdefault(entry, EntryEvidence())
-                    ev.real_min = line.cluster if ev.real_min is None else min(ev.real_min, line.cluster)
+                kind = line_total_is_raw(line, self._fixed_cpus(entry))
+                if kind is not None:
+                    self.evidence.setdefault(entry, EntryEvidence()).note(line.cluster, raw=kind)
                 with self.lock:
                     self.pending[k] = line  # waits for its .out; the fallbacks decide
 
@@ -453,6 +464,10 @@ class Ingest:
         self.timeline.expire(self.clock())
         self.health.backlog.pop(Source.EVENT_LOG, None)
 
+    def _fixed_cpus(self, entry: str) -> int | None:
+        d = self.defaults.get(entry)
+        return d.cpus if d is not None and d.cpus_fixed else None
+
     def _out_waits(self, ks: str, present: dict[str, tree.PilotFiles], dirs: list[str], recheck: bool) -> bool:
         """Whether the pilot's .out is there to be read (so no fallback may count it)."""
         if ks in self.bad_out:
@@ -480,7 +495,9 @@ class Ingest:
                 ended = self.waiting.get(k)
             ev = self.evidence.get(entry) or EntryEvidence()
             mode = self.cfg.completed_total
-            raw = ev.raw_total(line.cluster) if mode == "auto" else mode == "raw"
+            raw = line_total_is_raw(line, self._fixed_cpus(entry))
+            if raw is None:
+                raw = ev.raw_total(line.cluster) if mode == "auto" else mode == "raw"
             acc = from_completed_job(
                 line,
                 self.defaults.get(entry),
@@ -633,7 +650,9 @@ def entry_defaults(ed: EntryDescript) -> EntryDefaults:
     return EntryDefaults(
         site=ed.site,
         cpus=num("GLIDEIN_CPUS", "GLIDEIN_ESTIMATED_CPUS"),
+        cpus_fixed=num("GLIDEIN_CPUS") is not None,
         memory_mb=num("GLIDEIN_MaxMemMBs"),
+        max_idle=num("GLIDEIN_Max_Idle"),
         gpus=resource_slots_gpus(
             ed.attributes.get("GLIDEIN_Resource_Slots") or ed.params.get("GLIDEIN_Resource_Slots")
         ),

@@ -31,9 +31,31 @@ class EntryDefaults:
     """What the entry's configuration says, for pilots that do not say it themselves."""
 
     site: str | None = None
-    cpus: int | None = None  # GLIDEIN_CPUS when numeric
+    cpus: int | None = None  # GLIDEIN_CPUS when numeric (else GLIDEIN_ESTIMATED_CPUS)
+    cpus_fixed: bool = False  # GLIDEIN_CPUS is a number: every pilot of the entry has that many
     memory_mb: int | None = None  # GLIDEIN_MaxMemMBs
     gpus: int | None = None  # the GPUs of GLIDEIN_Resource_Slots
+    max_idle: int | None = None  # GLIDEIN_Max_Idle: an unmatched pilot's HTCondor stops after this
+
+
+# HTCondor's own shutdown after GLIDEIN_Max_Idle takes a little longer than it.
+MAX_IDLE_MARGIN = 300.0
+
+
+def line_total_is_raw(line: CompletedJob, cpus: int | None) -> bool | None:
+    """What one completed_jobs line itself shows of its ``user/@duration``: raw sum (True),
+    normalized (False), or nothing (None).
+
+    Raw (v3.10.12+): user time above HTCondor's time is impossible when normalized.
+    Normalized: the raw sum of all jobs is at least N × the normalized time of
+    those that exited (``user/@terminated``), so a smaller duration is not raw.
+    """
+    if line.half_normalized:
+        return True
+    n = cpus or 0
+    if n > 1 and line.user_terminated > 0 and line.user_duration + n < line.user_terminated * n:
+        return False
+    return None
 
 
 @dataclass(slots=True)
@@ -226,6 +248,10 @@ def from_completed_job(
         end = line.terminated
     start = end - line.duration
     condor = min(line.condor_duration, line.duration) if line.condor_started else 0
+    # No job time on the line: never matched, or every job still running when the
+    # pilot was killed (the Stats block cannot see those). An unmatched pilot's
+    # HTCondor stops after GLIDEIN_Max_Idle; one that ran far longer had claims.
+    claimed = d.max_idle is not None and condor > d.max_idle + MAX_IDLE_MARGIN
     u = PilotUsage(
         start=start,
         end=end,
@@ -248,7 +274,7 @@ def from_completed_job(
     if line.jobsnr:
         # Raw count on v3.10.12+ lines, ceil(jobs / N) before.
         totals.jobs[Category.GOODPUT] = line.jobsnr
-    part = partition_from_totals(u, totals, Accuracy.COMPLETED_LOG)
+    part = partition_from_totals(u, totals, Accuracy.COMPLETED_LOG, 1 if claimed else None)
     return PilotAccount(
         entry=line.entry or UNKNOWN_LABEL,
         client=client or line.client,

@@ -94,7 +94,7 @@ class EntrySpec:
     cpus: tuple[int, ...] = (8,)  # GLIDEIN_CPUS choices (first is the configured one)
     mem_per_core: int = 2000  # GLIDEIN_MaxMemMBs = cpus * mem_per_core ...
     memory_mb: int | None = None  # ... unless fixed here
-    gpus: tuple[int, ...] = (0,)  # GPUs per pilot choices
+    gpus: tuple[int, ...] = (0,)  # GPUs per pilot choices (a real entry requests one number)
     lost: float = 0.02  # no .out/.err: removed or held then removed
     validation_failure: float = 0.01
     no_match: float = 0.02  # condor starts, no job ever matches
@@ -102,7 +102,11 @@ class EntrySpec:
     blackhole: float = 0.0  # pilots on nodes where every job dies within seconds
     lifetime_h: tuple[float, float] = (3.0, 10.0)  # retire (or kill) time after condor start
     job_hours: tuple[float, float] = (0.5, 3.0)
-    stats_shapes: tuple[float, float, float] = (0.5, 0.3, 0.2)  # REAL, LEGACY, EMPTY
+    # Stats block shapes, REAL, LEGACY, EMPTY. EMPTY is per pilot (the node's
+    # HTCondor); REAL vs LEGACY is the glidein scripts' version, which the
+    # factory stages: the entry is upgraded to v3.10.12 once, at the point of
+    # the span that leaves REAL its share.
+    stats_shapes: tuple[float, float, float] = (0.5, 0.3, 0.2)
     legacy_eventlog: bool = False  # MM/DD HH:MM:SS event-log timestamps
     py2_ids: bool = False  # completed_jobs id="C.PPP" instead of id="b'C.PPP'"
     memory_hungry: float = 0.05  # share of 1-core jobs asking 6 GB
@@ -161,7 +165,7 @@ DEFAULT_ENTRIES: tuple[EntrySpec, ...] = (
         "gpu-ce.example.edu",
         ("osg", "fermilab"),
         memory_mb=48000,
-        gpus=(1, 2, 4),
+        gpus=(2,),
         stats_shapes=(1.0, 0.0, 0.0),
     ),
     # 8 cores but only 8 GB: most cores idle for lack of memory.
@@ -440,6 +444,10 @@ class _Sim:
             p.condor_start = p.validation_end + rng.randint(1, 3)
             shapes = (StatsFormat.REAL, StatsFormat.LEGACY, StatsFormat.EMPTY)
             p.stats_format = rng.choices(shapes, weights=spec.stats_shapes)[0]
+            if p.stats_format is not StatsFormat.EMPTY:
+                real, legacy, _ = spec.stats_shapes
+                upgrade = self.start + self.span * legacy / (real + legacy)
+                p.stats_format = StatsFormat.REAL if p.submitted >= upgrade else StatsFormat.LEGACY
             p.blackhole = rng.random() < spec.blackhole
             if rng.random() < spec.no_match:
                 p.kind = "no_match"
