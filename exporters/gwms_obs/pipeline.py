@@ -519,7 +519,7 @@ class Ingest:
             entry = k.rsplit("/", 1)[0]
             if self._out_waits(k, present, dirs.get(entry, []), recheck=False):
                 continue
-            if t.ended is not None and (self.cfg.final or now - t.ended >= self.cfg.lost_after_seconds):
+            if t.ended is not None and now - t.ended >= self.cfg.lost_after_seconds:
                 with self.lock:
                     del self.waiting[k]
                 user = t.client or ""
