@@ -118,7 +118,7 @@ def test_check_config(tmp_path: Path, factory: Path) -> None:
     for text, msg in (
         ("factory_dir = 3\n", "must be a string"),
         ('factroy_dir = "/x"\n', "unknown key"),
-        ('factory_dir = "/nonexistent"\n', "not a directory"),
+        ('factory_dir = "/nonexistent"\n', "does not exist"),
         (f'factory_dir = "{factory}"\nlisten = "nohost"\n', "HOST:PORT"),
         (f'factory_dir = "{factory}"\n[rules]\ngrace = 1\n', "unknown rules"),
         ("factory_dir = [", "Invalid value"),

@@ -3,10 +3,15 @@
 One file serves the systemd unit rendered by Ansible, the compose stack and
 the tests; command-line flags override it. ``gwms-obs check-config FILE``
 runs :func:`check` before any restart.
+
+:func:`from_dict` checks each key's type (so an ExportConfig holds what its
+annotations say); :func:`check` checks the values, wherever they came from
+(file, flags or defaults), and, unless told not to, the file system.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -16,6 +21,11 @@ from .accounting.partition import Rules
 from .pipeline import IngestConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
+NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
+STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint")
+# A factory's log dir holds client/ (the pilots' logs) or server/ (completed_jobs):
+# one with neither is a typo, and would silently report "no pilots".
+FACTORY_SUBDIRS = ("client", "server")
 
 
 @dataclass(slots=True)
@@ -29,7 +39,9 @@ class ExportConfig:
     lost_after_seconds: float = 3600.0
     rules: Rules = field(default_factory=Rules)
 
-    def ingest(self) -> IngestConfig:
+    def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
+        # reset_checkpoint is a flag for one start, never a config key: a key
+        # would start over on every restart.
         return IngestConfig(
             factory_dir=self.factory_dir,
             monitor_dir=self.monitor_dir,
@@ -37,6 +49,7 @@ class ExportConfig:
             settle_seconds=self.settle_seconds,
             lost_after_seconds=self.lost_after_seconds,
             rules=self.rules,
+            reset_checkpoint=reset_checkpoint,
         )
 
 
@@ -46,8 +59,8 @@ class ConfigError(ValueError):
 
 def parse_listen(s: str) -> tuple[str, int]:
     host, sep, port = s.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"listen: expected HOST:PORT, got {s!r}")
+    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"listen: expected HOST:PORT with a port 1-65535, got {s!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -55,14 +68,21 @@ def load(path: str) -> ExportConfig:
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes itself and lets this through
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from e
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{path}: {e}") from e
     return from_dict(raw, path)
 
 
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)  # TOML true is an int to Python
+
+
 def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
+    """An ExportConfig from a parsed file; raises ConfigError at the first key of the wrong type."""
     cfg = ExportConfig()
-    known = {f.name: f for f in fields(ExportConfig)}
+    known = {f.name for f in fields(ExportConfig)}
     for k, v in raw.items():
         if k not in known:
             raise ConfigError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(known))})")
@@ -73,12 +93,13 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
             bad = set(v) - rule_keys
             if bad:
                 raise ConfigError(f"{where}: unknown rules {sorted(bad)} (known: {sorted(rule_keys)})")
-            if any(not isinstance(x, int | float) or x < 0 for x in v.values()):
-                raise ConfigError(f"{where}: rules must be non-negative numbers")
+            for n, x in v.items():
+                if not _is_number(x):
+                    raise ConfigError(f"{where}: rules.{n} must be a number of seconds, got {x!r}")
             cfg.rules = Rules(**{n: float(x) for n, x in v.items()})
-        elif k in ("interval", "settle_seconds", "lost_after_seconds"):
-            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"{where}: {k} must be a non-negative number, got {v!r}")
+        elif k in NUMBER_KEYS:
+            if not _is_number(v):
+                raise ConfigError(f"{where}: {k} must be a number of seconds, got {v!r}")
             setattr(cfg, k, float(v))
         else:
             if not isinstance(v, str):
@@ -87,24 +108,63 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
     return cfg
 
 
-def check(cfg: ExportConfig) -> list[str]:
-    """Problems that would stop the exporter from doing its job (empty when fine)."""
+def value_problems(cfg: ExportConfig) -> list[str]:
+    """Values the exporter cannot run with, whatever the file system holds."""
     problems = []
-    try:
-        parse_listen(cfg.listen)
-    except ConfigError as e:
-        problems.append(str(e))
-    if cfg.interval <= 0:
-        problems.append("interval must be > 0")
-    for name, d in (("factory_dir", cfg.factory_dir), ("monitor_dir", cfg.monitor_dir)):
-        if d is None:
+    for k in STRING_KEYS:
+        v = getattr(cfg, k)
+        if v is not None and not v:
+            problems.append(f"{k} must be a non-empty string")
+    if cfg.listen:
+        try:
+            parse_listen(cfg.listen)
+        except ConfigError as e:
+            problems.append(str(e))
+    # nan compares false with everything: without isfinite it would pass "> 0"
+    # and the daemon would busy-loop on wait(nan).
+    if not (math.isfinite(cfg.interval) and cfg.interval > 0):
+        problems.append(f"interval must be a finite number of seconds > 0, got {cfg.interval}")
+    nonneg = [(k, getattr(cfg, k)) for k in NUMBER_KEYS if k != "interval"]
+    nonneg += [(f"rules.{f.name}", getattr(cfg.rules, f.name)) for f in fields(Rules)]
+    for k, v in nonneg:
+        if not (math.isfinite(v) and v >= 0):
+            problems.append(f"{k} must be a finite number of seconds >= 0, got {v}")
+    return problems
+
+
+def dir_problems(
+    factory_dir: str, monitor_dir: str | None, names: tuple[str, str] = ("factory_dir", "monitor_dir")
+) -> list[str]:
+    """Why the factory's log dir (and the monitor dir, when given) cannot be read (empty when fine)."""
+    problems = []
+    for name, d, is_factory in ((names[0], factory_dir, True), (names[1], monitor_dir, False)):
+        if not d:
             continue
-        if not os.path.isdir(d):
+        if not os.path.exists(d):
+            problems.append(f"{name}: {d} does not exist")
+        elif not os.path.isdir(d):
             problems.append(f"{name}: {d} is not a directory")
         elif not os.access(d, os.R_OK | os.X_OK):
             problems.append(f"{name}: {d} is not readable")
+        elif is_factory and not any(os.path.isdir(os.path.join(d, s)) for s in FACTORY_SUBDIRS):
+            problems.append(f"{name}: {d} is not a GlideinWMS factory log dir (it has neither client/ nor server/)")
+    return problems
+
+
+def check(cfg: ExportConfig, *, filesystem: bool = True) -> list[str]:
+    """Problems that would stop the exporter from doing its job (empty when fine).
+
+    ``filesystem=False`` (``check-config --syntax-only``) skips only the checks
+    of directories and files, e.g. on a build host without the factory.
+    """
+    problems = value_problems(cfg)
+    if not filesystem:
+        return problems
+    problems += dir_problems(cfg.factory_dir, cfg.monitor_dir)
     if cfg.checkpoint:
         parent = os.path.dirname(os.path.abspath(cfg.checkpoint))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        if os.path.isdir(cfg.checkpoint):
+            problems.append(f"checkpoint: {cfg.checkpoint} is a directory, not a file")
+        elif not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             problems.append(f"checkpoint: directory {parent} is not writable")
     return problems
