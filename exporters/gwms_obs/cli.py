@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -15,18 +16,62 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import ConfigError, ExportConfig, check, load, parse_listen
+from .config import ConfigError, ExportConfig, check, dir_problems, load, parse_listen
 from .parse_errors import ParseErrors
 
 log = logging.getLogger("gwms_obs")
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(s: str) -> str:
+    if s.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"invalid level {s!r} (choose from {', '.join(LOG_LEVELS)}, any case)")
+    return s.upper()
+
+
+def _finite(s: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        return math.nan
+
+
+def _seconds(s: str) -> float:
+    """A finite number of seconds >= 0: nan or inf would make a scan loop spin or never end."""
+    v = _finite(s)
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {s!r}")
+    return v
+
+
+def _positive_seconds(s: str) -> float:
+    v = _finite(s)
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {s!r}")
+    return v
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {s!r}")
+    return v
 
 
 def _time(s: str) -> float:
     """An epoch number, or an ISO 8601 date/time (UTC when no offset is given)."""
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"not a time: {s!r}")
+        return v
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:
@@ -36,12 +81,24 @@ def _time(s: str) -> float:
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
+def _empty_window(a: argparse.Namespace) -> bool:
+    """--since at or after --until selects nothing, surely a mistake: say so (and exit 2)."""
+    if a.since is None or a.until is None or a.since < a.until:
+        return False
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat()
+
+    log.error("--since %s is not before --until %s: nothing can be in range", iso(a.since), iso(a.until))
+    return True
+
+
 def cmd_export(a: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
     from .outputs.otlp import otlp_configured, start_otlp
     from .outputs.prometheus import FactoryCollector
-    from .pipeline import Ingest
+    from .pipeline import CheckpointError, Ingest
 
     try:
         cfg = load(a.config) if a.config else ExportConfig()
@@ -57,28 +114,44 @@ def cmd_export(a: argparse.Namespace) -> int:
         for p in problems:
             log.error("config: %s", p)
         return 2
-    ingest = Ingest(cfg.ingest(), progress=True)
-    forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors)
-    if forwarder is not None:
-        ingest.spool_sink = forwarder
-        forwarder.start()
+    try:
+        ingest = Ingest(cfg.ingest(reset_checkpoint=a.reset_checkpoint), progress=True)
+    except CheckpointError as e:  # refused rather than re-count: the message says what to do
+        log.error("%s", e)
+        return 2
+    try:
+        forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors)
+    except OSError as e:
+        log.error("span forwarder: %s", e)
+        return 2
     registry = CollectorRegistry()
     registry.register(FactoryCollector(ingest))
     host, port = parse_listen(cfg.listen)
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:  # in use, or a host name that does not resolve here
+        log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
+        return 2
     log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
+    if forwarder is not None:
+        ingest.spool_sink = forwarder
+        forwarder.start()
     provider = start_otlp(ingest) if otlp_configured() else None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    failed = False  # what --once exits with
     try:
         while not stop.is_set():
             try:
                 res = ingest.scan()
                 if res.pilots:
-                    log.info("scan: %d pilots (%s)", res.pilots, dict(res.by_source))
-            except Exception:  # one bad scan must not end the daemon; the next one retries
-                log.exception("scan failed")
+                    by_source = ", ".join(f"{k} {n}" for k, n in res.by_source.items())  # StrEnum: str() is the value
+                    log.info("scan: %d pilots (%s)", res.pilots, by_source)
+            except Exception as e:  # one bad scan must not end the daemon; the next one retries
+                failed = True
+                log.error("scan failed: %s: %s", type(e).__name__, e)
+                log.debug("scan failure", exc_info=True)  # the traceback, for bug reports
             if a.once:
                 break
             stop.wait(cfg.interval)
@@ -92,7 +165,7 @@ def cmd_export(a: argparse.Namespace) -> int:
             if not forwarder.drain(a.traces_drain_seconds if a.once else 5.0):
                 log.warning("%d span spools not yet sent, kept in %s", len(forwarder.pending()), forwarder.outbox)
             forwarder.stop()
-    return 0
+    return 1 if a.once and failed else 0
 
 
 def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors) -> Any:
@@ -121,12 +194,24 @@ def cmd_report(a: argparse.Namespace) -> int:
     from .outputs.report import Report
     from .pipeline import Ingest, IngestConfig
 
+    problems = dir_problems(a.factory_dir, a.monitor_dir, ("--factory-dir", "--monitor-dir"))
+    for p in problems:
+        log.error("%s", p)
+    if problems or _empty_window(a):
+        return 2
+    if a.plot:
+        try:  # before the scan and the table, not after them
+            import matplotlib  # noqa: F401
+        except ImportError:
+            log.error("--plot needs matplotlib, which is not installed: pip install 'gwms-obs[plot]'")
+            return 2
     rep = Report(since=a.since, until=a.until)
     ingest = Ingest(
         IngestConfig(
             factory_dir=a.factory_dir,
             monitor_dir=a.monitor_dir,
             settle_seconds=0.0,
+            final=True,  # a one-shot: the tree is as it is, nothing waits for a next scan
             lost_after_seconds=a.lost_after_seconds,
         ),
         sink=rep.add,
@@ -134,12 +219,19 @@ def cmd_report(a: argparse.Namespace) -> int:
     )
     ingest.scan()
     text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
-    if a.output:
-        Path(a.output).write_text(text)
-    else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if a.plot:
-        rep.plot(a.plot)
+    try:
+        if a.output:
+            Path(a.output).write_text(text)
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        drawn = rep.plot(a.plot) if a.plot else True
+    except BrokenPipeError:
+        raise  # `| head`: main() handles it
+    except OSError as e:
+        log.error("cannot write %s: %s", e.filename or a.output or a.plot, e.strerror or e)
+        return 1
+    if not drawn:
+        log.warning("nothing to plot (no CPU time in range): %s not written", a.plot)
     n = ingest.errors.total()
     if n:
         log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)
@@ -153,6 +245,12 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
     errors = ParseErrors()
     path = a.file[:-4] + ".out" if a.file.endswith(".err") else a.file
+    try:  # one clear line here, rather than read_out's parse-error warning and a vague error
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        log.error("%s: cannot read: %s", path, e.strerror or e)
+        return 1
     out = read_out(path, errors)
     if out is None:
         log.error("%s: cannot read", path)
@@ -222,6 +320,8 @@ def cmd_traces(a: argparse.Namespace) -> int:
     from .tracing import conventions as C
     from .tracing import jaeger as J
 
+    if _empty_window(a):
+        return 2
     try:
         if a.trace_id:
             traces = [t for tid in a.trace_id for t in J.get_trace(a.jaeger, tid)]
@@ -256,7 +356,7 @@ def cmd_check_config(a: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"FAILED: {e}", file=sys.stderr)
         return 1
-    problems = check(cfg) if not a.syntax_only else []
+    problems = check(cfg, filesystem=not a.syntax_only)
     for p in problems:
         print(f"FAILED: {a.file}: {p}", file=sys.stderr)
     if problems:
@@ -265,22 +365,52 @@ def cmd_check_config(a: argparse.Namespace) -> int:
     return 0
 
 
+def _sub(sub: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog="example:\n  " + example,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return p
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gwms-obs", description="Observability for the GlideinWMS pilot factory.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    p.add_argument("--log-level", default=os.environ.get("GWMS_OBS_LOG_LEVEL", "INFO"))
+    # No default here: main() reads $GWMS_OBS_LOG_LEVEL only when the flag is absent, and names it when it is bad.
+    p.add_argument(
+        "--log-level",
+        type=_log_level,
+        help=f"one of {', '.join(LOG_LEVELS)}, any case (default $GWMS_OBS_LOG_LEVEL or INFO)",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    e = sub.add_parser("export", help="follow the factory's files and serve /metrics (and OTLP)")
+    e = _sub(
+        sub,
+        "export",
+        "follow the factory's files and serve /metrics (and OTLP)",
+        "gwms-obs export --factory-dir /var/log/gwms-factory --checkpoint /var/lib/gwms-obs/checkpoint.json",
+    )
     e.add_argument("--config", help="TOML configuration file (flags override it)")
-    e.add_argument("--factory-dir", help="the factory log dir (default /var/log/gwms-factory)")
+    e.add_argument(
+        "--factory-dir", help="the factory log dir, with client/ and server/ (default /var/log/gwms-factory)"
+    )
     e.add_argument("--monitor-dir", help="entry monitoring dir (default <factory-dir>/monitor)")
     e.add_argument("--listen", help="HOST:PORT for /metrics (default 127.0.0.1:9822)")
-    e.add_argument("--interval", type=float, help="seconds between scans (default 60)")
+    e.add_argument("--interval", type=_positive_seconds, help="seconds between scans, > 0 (default 60)")
     e.add_argument("--checkpoint", help="state file; restarts neither re-count nor lose pilots")
-    e.add_argument("--settle-seconds", type=float, help="age a .out must have before it is read (default 30)")
-    e.add_argument("--lost-after-seconds", type=float, help="wait this long for a .out before a pilot is lost")
-    e.add_argument("--once", action="store_true", help="one scan, then exit")
+    e.add_argument(
+        "--reset-checkpoint",
+        action="store_true",
+        help="ignore the checkpoint (another factory's, corrupt, old) and overwrite it: counts start over",
+    )
+    e.add_argument("--settle-seconds", type=_seconds, help="age a .out must have before it is read (default 30)")
+    e.add_argument(
+        "--lost-after-seconds", type=_seconds, help="wait this long for a .out before a pilot is lost (default 3600)"
+    )
+    e.add_argument("--once", action="store_true", help="one scan, then exit (1 if the scan failed)")
     e.add_argument(
         "--traces-endpoint",
         help="OTLP/HTTP traces URL for span spools found in .err files "
@@ -288,31 +418,63 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--traces-token-file", help="bearer token for --traces-endpoint (default $GWMS_OBS_TRACES_TOKEN)")
     e.add_argument("--traces-outbox", help="directory of spools waiting to be sent (default <checkpoint>.traces)")
-    e.add_argument("--traces-drain-seconds", type=float, default=30.0, help="with --once: wait this long for sends")
+    e.add_argument(
+        "--traces-drain-seconds", type=_seconds, default=30.0, help="with --once: wait this long for sends (default 30)"
+    )
     e.set_defaults(func=cmd_export)
 
-    r = sub.add_parser("report", help="one-shot accounting of a factory's logs")
-    r.add_argument("--factory-dir", required=True)
-    r.add_argument("--monitor-dir")
+    r = _sub(
+        sub,
+        "report",
+        "one-shot accounting of a factory's logs",
+        "gwms-obs report --factory-dir /var/log/gwms-factory --since 2026-11-01 --format csv",
+    )
+    r.add_argument("--factory-dir", required=True, help="the factory log dir, with client/ and server/")
+    r.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
     r.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
-    r.add_argument("--until", type=_time, help="pilots that ended before")
-    r.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    r.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
+    r.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table: hours and shares by entry; csv: tidy seconds per entry, client, category; json: with pilot counts",
+    )
     r.add_argument("--output", "-o", help="write here instead of stdout")
-    r.add_argument("--plot", help="also draw the categories per entry into this PNG")
-    r.add_argument("--lost-after-seconds", type=float, default=3600.0)
+    r.add_argument("--plot", help="also draw the categories per entry into this PNG (needs gwms-obs[plot])")
+    r.add_argument(
+        "--lost-after-seconds",
+        type=_seconds,
+        default=3600.0,
+        help="a pilot with no .out this long after it ended is lost (default 3600)",
+    )
     r.set_defaults(func=cmd_report)
 
-    i = sub.add_parser("inspect", help="one pilot (job.C.P.out, with its .err) as JSON")
-    i.add_argument("file")
+    i = _sub(
+        sub,
+        "inspect",
+        "one pilot (job.C.P.out, with its .err) as JSON",
+        "gwms-obs inspect /var/log/gwms-factory/client/user_fe/glidein_gfactory_instance/entry_x/job.123.0.out",
+    )
+    i.add_argument("file", help="the pilot's .out (or .err) file")
     i.set_defaults(func=cmd_inspect)
 
-    s = sub.add_parser("simulate", help="write a simulated factory log tree")
-    s.add_argument("--out", required=True)
-    s.add_argument("--pilots", type=int, default=1000)
-    s.add_argument("--seed", type=int, default=1)
+    s = _sub(
+        sub,
+        "simulate",
+        "write a simulated factory log tree",
+        "gwms-obs simulate --out /tmp/factory --pilots 1000 --seed 1",
+    )
+    s.add_argument("--out", required=True, help="directory to write the factory into")
+    s.add_argument("--pilots", type=_positive_int, default=1000, help="how many pilots (default 1000)")
+    s.add_argument("--seed", type=int, default=1, help="random seed: the same seed writes the same tree (default 1)")
     s.set_defaults(func=cmd_simulate)
 
-    t = sub.add_parser("traces", help="pilots' spans from Jaeger, as a table, CSV or Parquet")
+    t = _sub(
+        sub,
+        "traces",
+        "pilots' spans from Jaeger, as a table, CSV or Parquet",
+        "gwms-obs traces --jaeger http://127.0.0.1:16686 --entry CMSHTPC_T2_US_Nebraska_red --format csv -o t.csv",
+    )
     t.add_argument("--jaeger", default=os.environ.get("GWMS_OBS_JAEGER_URL", "http://127.0.0.1:16686"),
                    help="Jaeger query base URL (default $GWMS_OBS_JAEGER_URL or http://127.0.0.1:16686)")  # fmt: skip
     t.add_argument("--entry", help="only traces with a span of this gwms.entry")
@@ -321,22 +483,54 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--since", type=_time, help="from (ISO 8601 or epoch; default 24 h ago)")
     t.add_argument("--until", type=_time, help="to (default now)")
     t.add_argument("--trace-id", action="append", help="these traces instead of a search (repeatable)")
-    t.add_argument("--limit", type=int, default=100, help="traces per service (default 100)")
-    t.add_argument("--format", choices=("table", "csv", "parquet"), default="table")
+    t.add_argument("--limit", type=_positive_int, default=100, help="traces per service (default 100)")
+    t.add_argument(
+        "--format",
+        choices=("table", "csv", "parquet"),
+        default="table",
+        help="table for people, CSV, or Parquet (needs pyarrow and --output)",
+    )
     t.add_argument("--output", "-o", help="write here instead of stdout (required for parquet)")
     t.set_defaults(func=cmd_traces)
 
-    c = sub.add_parser("check-config", help="validate an exporter configuration file")
-    c.add_argument("file")
-    c.add_argument("--syntax-only", action="store_true", help="do not check that directories exist")
+    c = _sub(
+        sub,
+        "check-config",
+        "validate an exporter configuration file",
+        "gwms-obs check-config /etc/gwms-obs/exporter.toml",
+    )
+    c.add_argument("file", help="the TOML configuration file")
+    c.add_argument(
+        "--syntax-only",
+        action="store_true",
+        help="check keys, types and values, but not the directories and files they name",
+    )
     c.set_defaults(func=cmd_check_config)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
-    logging.basicConfig(level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    rc: int = a.func(a)
+    p = parser()
+    a = p.parse_args(argv)
+    level = a.log_level
+    if level is None:
+        try:
+            level = _log_level(os.environ.get("GWMS_OBS_LOG_LEVEL") or "INFO")
+        except argparse.ArgumentTypeError as e:
+            p.error(f"$GWMS_OBS_LOG_LEVEL: {e}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        rc: int = a.func(a)
+        sys.stdout.flush()  # a closed pipe fails here, where it is handled, not at exit
+    except BrokenPipeError:
+        # `gwms-obs inspect F | head -1`: as the Python docs advise (signal module, "Note on
+        # SIGPIPE"), point stdout at devnull so the final flush at exit cannot fail again. Exit
+        # 141 (128 + SIGPIPE) like a C filter killed by SIGPIPE: what `set -o pipefail` expects.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:  # Ctrl-C during a report or simulate: no traceback either
+        return 130
     return rc
 
 

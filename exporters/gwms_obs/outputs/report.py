@@ -116,15 +116,22 @@ class Report:
             out.append("pilots by accuracy: " + ", ".join(f"{k} {v}" for k, v in sorted(self.accuracy.items())))
         return "\n".join(out) if out else "no pilots in range\n"
 
-    def plot(self, path: str) -> None:
-        """Stacked bars of the CPU categories per entry (canonical hours)."""
+    def plot(self, path: str) -> bool:
+        """Stacked bars of the CPU categories per entry (canonical hours) into PNG ``path``.
+
+        False, and no file written, when there is no CPU time to draw: an empty
+        chart would pass for a report.
+        """
+        cpu = {k: v for k, v in self.cells.items() if k[3] == Resource.CPU.value and v > 0}
+        if not cpu:
+            return False
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        entries = sorted({k[0] for k in self.cells})
-        cats = [c for c in CATEGORY_ORDER if any(k[2] == c and k[3] == "cpu" for k in self.cells)]
+        entries = sorted({k[0] for k in cpu})
+        cats = [c for c in CATEGORY_ORDER if any(k[2] == c for k in cpu)]
         colors = {
             "goodput": "#2ca02c",
             "overhead": "#7f7f7f",
@@ -137,15 +144,15 @@ class Report:
         fig, ax = plt.subplots(figsize=(12, 0.5 * len(entries) + 2))
         left = [0.0] * len(entries)
         for c in cats:
-            vals = [
-                sum(v for (e, _cl, cat, r), v in self.cells.items() if e == en and cat == c and r == "cpu") / 3600
-                for en in entries
-            ]
+            vals = [sum(v for (e, _cl, cat, _r), v in cpu.items() if e == en and cat == c) / 3600 for en in entries]
             ax.barh(entries, vals, left=left, label=c, color=colors.get(c))
             left = [a + b for a, b in zip(left, vals, strict=True)]
         ax.set_xlabel("canonical CPU hours (1 core + 2 GB)")
         ax.set_title("Pilot time by category and entry")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # outside: never over a bar
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        try:
+            fig.savefig(path, dpi=100)
+        finally:
+            plt.close(fig)
+        return True
