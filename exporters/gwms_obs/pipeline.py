@@ -227,6 +227,7 @@ class Ingest:
         self._completed(res, t0)
         # Pilots whose user had no frontend name: the lines just read may have taught it.
         self._pilots(deferred, res, t0, last_call=True)
+        self._out_backlog(present)
         self._checkpoint()
         self._event_logs([f for *_, logs in listings for f in logs], t0)
         self._fallbacks(present, dirs_by_entry, res)
@@ -319,16 +320,12 @@ class Ingest:
         bar = _progress(len(todo), "pilots") if self.progress and len(todo) > 1000 else None
         last_save = now
         deferred: list[tree.PilotFiles] = []
-        oldest_waiting: float | None = None
         for p in todo:
             if bar is not None:
                 bar.update(1)
             ks = key_str(p.key)
             st = self._settled(p, ks, now)
             if st is None:
-                if ks in self.unsettled:
-                    m = self.unsettled[ks][0][1]
-                    oldest_waiting = m if oldest_waiting is None else min(oldest_waiting, m)
                 continue  # still arriving: the next scan takes it
             if self.client_of(p.username) is None and not last_call:
                 deferred.append(p)
@@ -343,12 +340,17 @@ class Ingest:
                 last_save = self.clock()
         if bar is not None:
             bar.close()
-        with self.lock:
-            if oldest_waiting is not None:
-                self.health.backlog[Source.GLIDEIN_OUT] = oldest_waiting
-            elif last_call or not deferred:
-                self.health.backlog.pop(Source.GLIDEIN_OUT, None)
         return deferred
+
+    def _out_backlog(self, present: dict[str, tree.PilotFiles]) -> None:
+        """The .out lag: the oldest .out still waiting (to settle, or for its frontend's name)."""
+        with self.lock:
+            times = [sig[1] for k, (sig, _) in self.unsettled.items() if k in present and k not in self.seen]
+            times += [t for k, t in self.unmapped_since.items() if k in present and k not in self.seen]
+            if times:
+                self.health.backlog[Source.GLIDEIN_OUT] = min(times)
+            else:
+                self.health.backlog.pop(Source.GLIDEIN_OUT, None)
 
     def _read_pilot(self, p: tree.PilotFiles, ks: str, st: os.stat_result, res: ScanResult) -> None:
         out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
