@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..accounting.pilot import PilotAccount
-from ..registry import Category, Outcome, Resource
+from ..registry import Accuracy, Category, Outcome, Resource
 
 CSV_HEADER = ("entry", "client", "category", "resource", "seconds")
 CATEGORY_ORDER = [c.value for c in Category]
@@ -26,6 +26,8 @@ class Report:
     pilots: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)  # (entry, client) -> outcome counts
     accuracy: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     sites: dict[str, str] = field(default_factory=dict)
+    # CPU unit-seconds per entry from a source other than the per-job ads (accuracy != exact).
+    approximate: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def wants(self, a: PilotAccount) -> bool:
         """A pilot belongs to the report when it ended inside [since, until)."""
@@ -41,6 +43,8 @@ class Report:
         counts[a.outcome.value] += 1
         self.accuracy[a.partition.accuracy.value] += 1
         self.sites[a.entry] = a.site
+        if a.partition.accuracy is not Accuracy.EXACT:
+            self.approximate[a.entry] += sum(a.partition.cpu.values())
 
     # --- renderings ---------------------------------------------------------------------------
     def rows(self) -> list[tuple[str, str, str, str, float]]:
@@ -66,6 +70,7 @@ class Report:
                 {"entry": e, "client": c, "site": self.sites.get(e), **n} for (e, c), n in sorted(self.pilots.items())
             ],
             "accuracy": dict(self.accuracy),
+            "approximate_cpu_seconds": {e: v for e, v in sorted(self.approximate.items()) if v > 0},
             "rows": [dict(zip(CSV_HEADER, r, strict=True)) for r in self.rows()],
         }
         return json.dumps(doc, indent=2)
@@ -83,7 +88,7 @@ class Report:
                 continue
             unit = "canonical CPU hours (1 core + 2 GB)" if res == Resource.CPU else "GPU hours"
             out.append(f"{unit}, by entry; (%) = share of the entry's time")
-            head = ["entry", "site", "pilots", *cats, "total"]
+            head = ["entry", "site", "pilots", *cats, "total", "approx"]
             table = [head]
             grand: dict[str, float] = defaultdict(float)
             for e in sorted(by_entry):
@@ -92,7 +97,9 @@ class Report:
                 cells = [
                     f"{by_entry[e][c] / 3600:,.1f} ({100 * by_entry[e][c] / tot:.0f}%)" if tot else "0" for c in cats
                 ]
-                table.append([e, self.sites.get(e, ""), str(npilots), *cells, f"{tot / 3600:,.1f}"])
+                approx = self.approximate.get(e, 0.0) if res == Resource.CPU else 0.0
+                share = f"{100 * approx / tot:.0f}%" if tot and res == Resource.CPU else ""
+                table.append([e, self.sites.get(e, ""), str(npilots), *cells, f"{tot / 3600:,.1f}", share])
                 for c in cats:
                     grand[c] += by_entry[e][c]
             gt = sum(grand.values())
@@ -103,6 +110,7 @@ class Report:
                     str(sum(sum(n.values()) for n in self.pilots.values())),
                     *[f"{grand[c] / 3600:,.1f} ({100 * grand[c] / gt:.0f}%)" if gt else "0" for c in cats],
                     f"{gt / 3600:,.1f}",
+                    f"{100 * sum(self.approximate.values()) / gt:.0f}%" if gt and res == Resource.CPU else "",
                 ]
             )
             widths = [max(len(r[i]) for r in table) for i in range(len(head))]
@@ -114,6 +122,7 @@ class Report:
             out.append("")
         if self.accuracy:
             out.append("pilots by accuracy: " + ", ".join(f"{k} {v}" for k, v in sorted(self.accuracy.items())))
+            out.append("approx = share of the entry's CPU time not from per-job records (docs/accounting.md)")
         return "\n".join(out) if out else "no pilots in range\n"
 
     def plot(self, path: str) -> bool:
