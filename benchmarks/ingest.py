@@ -62,7 +62,7 @@ def _child(kind: str, path: str, extra: str) -> None:
         ing.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs.iter_file(path, errors)}
         t0 = time.perf_counter()
         res = ScanResult()
-        ing._completed(res)
+        ing._completed(res, time.time())
         assert res.pilots == 0, "every line's pilot was counted: nothing may be converted"
         n = ing.health.records["completed_jobs"]
         nbytes = os.path.getsize(path)

@@ -218,7 +218,7 @@ def test_preflight_passes_real_secrets(tmp_path: Path) -> None:
 
 def test_exporter_config_template_passes_check_config(tmp_path: Path) -> None:
     factory = tmp_path / "factory"
-    factory.mkdir()
+    (factory / "client").mkdir(parents=True)
     text = render.render(
         "gwms_exporter",
         "exporter.toml.j2",

@@ -205,6 +205,7 @@ class Ingest:
         # own clock has settled, whatever its mtime says (clock skew). Not checkpointed.
         self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
         self.unmapped_since: dict[str, float] = {}  # key -> first seen with no frontend name for its user
+        self._unmapped: set[str] = set()  # listed users with no frontend name yet (looked for in lines)
         if cfg.checkpoint and not cfg.reset_checkpoint:
             self._load()
 
@@ -222,6 +223,7 @@ class Ingest:
         dirs_by_entry: dict[str, list[str]] = {}
         for _, entry, d in client_dirs:
             dirs_by_entry.setdefault(entry, []).append(d)
+        self._unmapped = {user for user, _, _ in client_dirs if self.client_of(user) is None}
         deferred = self._pilots(list(present.values()), res, t0)
         self._checkpoint()
         self._completed(res, t0)
@@ -421,11 +423,8 @@ class Ingest:
             buf: bytes, path: str, offset: int, entry: str
         ) -> tuple[list[completed_jobs.RawLine | CompletedJob], int]:
             lines, used = completed_jobs.scan_buffer(buf, path, offset, self.errors, entry)
-            # The frontend's name for each factory-side user: one C-level pass, no per-line Python.
-            for client, user in set(_CLIENT_USER.findall(buf, 0, used)):
-                u = user.decode("utf-8", "replace")
-                if u not in self.client_by_user:
-                    self.client_by_user[u] = client.decode("utf-8", "replace")
+            if self._unmapped:
+                self._learn_clients(buf, used)
             return lines, used
 
         for entry, path in paths:
@@ -465,6 +464,21 @@ class Ingest:
         # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
         self.timeline.expire(self.clock())
         self.health.backlog.pop(Source.EVENT_LOG, None)
+
+    def _learn_clients(self, buf: bytes, end: int) -> None:
+        """The frontend's name for each listed user that has none yet, from the lines in ``buf``.
+
+        Only users still unknown are looked for (one C-level find each), so the
+        usual buffer costs nothing here.
+        """
+        for user in list(self._unmapped):
+            i = buf.find(b'username="' + user.encode("utf-8", "surrogateescape") + b'"', 0, end)
+            if i < 0:
+                continue
+            m = _CLIENT_USER.search(buf, buf.rfind(b"\n", 0, i) + 1, buf.find(b"\n", i) % (end + 1) or end)
+            if m is not None and m.group(2).decode("utf-8", "replace") == user:
+                self.client_by_user[user] = m.group(1).decode("utf-8", "replace")
+                self._unmapped.discard(user)
 
     def _fixed_cpus(self, entry: str) -> int | None:
         d = self.defaults.get(entry)
