@@ -278,3 +278,16 @@ def test_lag_is_the_age_of_the_oldest_unaccounted_input(tree: Path, tmp_path: Pa
     clock.t += 3600  # an idle factory: no lag however long nothing happens
     ing.scan()
     assert max(ing.health.lag(clock.t).values()) == 0.0
+
+
+def test_config_sets_the_line_format_and_frontend_names(tmp_path: Path) -> None:
+    from gwms_obs.config import ConfigError, from_dict
+
+    cfg = from_dict({"completed_total": "raw", "clients": {"fefermilab": "fermilab_okd_gpfe01_frontend"}})
+    ic = cfg.ingest()
+    assert ic.completed_total == "raw" and ic.client_map == {"fefermilab": "fermilab_okd_gpfe01_frontend"}
+    for bad in ({"completed_total": "sometimes"}, {"clients": {"u": 3}}, {"clients": "u"}):
+        with pytest.raises(ConfigError):
+            from_dict(bad)
+    ing = Ingest(IngestConfig(factory_dir=str(tmp_path), client_map=ic.client_map))
+    assert ing.client_of("fefermilab") == "fermilab_okd_gpfe01_frontend" and ing.client_of("x") is None

@@ -23,6 +23,7 @@ from .pipeline import IngestConfig
 DEFAULT_LISTEN = "127.0.0.1:9822"
 NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
 STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint")
+COMPLETED_TOTAL = ("auto", "raw", "normalized")  # docs/accounting.md, "Known upstream errors"
 # A factory's log dir holds client/ (the pilots' logs) or server/ (completed_jobs):
 # one with neither is a typo, and would silently report "no pilots".
 FACTORY_SUBDIRS = ("client", "server")
@@ -38,6 +39,10 @@ class ExportConfig:
     settle_seconds: float = 30.0
     lost_after_seconds: float = 3600.0
     rules: Rules = field(default_factory=Rules)
+    # How completed_jobs user/@duration is written where nothing shows it (docs/accounting.md).
+    completed_total: str = "auto"
+    # [clients] username = "client_log_name", for users the completed_jobs logs do not name.
+    clients: dict[str, str] = field(default_factory=dict)
 
     def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
         # reset_checkpoint is a flag for one start, never a config key: a key
@@ -50,6 +55,8 @@ class ExportConfig:
             lost_after_seconds=self.lost_after_seconds,
             rules=self.rules,
             reset_checkpoint=reset_checkpoint,
+            completed_total=self.completed_total,
+            client_map=dict(self.clients),
         )
 
 
@@ -97,6 +104,14 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
                 if not _is_number(x):
                     raise ConfigError(f"{where}: rules.{n} must be a number of seconds, got {x!r}")
             cfg.rules = Rules(**{n: float(x) for n, x in v.items()})
+        elif k == "clients":
+            if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
+                raise ConfigError(f'{where}: [clients] must be a table of username = "client_log_name"')
+            cfg.clients = dict(v)
+        elif k == "completed_total":
+            if v not in COMPLETED_TOTAL:
+                raise ConfigError(f"{where}: completed_total must be one of {', '.join(COMPLETED_TOTAL)}, got {v!r}")
+            cfg.completed_total = v
         elif k in NUMBER_KEYS:
             if not _is_number(v):
                 raise ConfigError(f"{where}: {k} must be a number of seconds, got {v!r}")
