@@ -309,8 +309,33 @@ def _exporter_health() -> dict[str, Any]:
             s(L, 'job="gwms-obs",instance="ok:9822"', "0+60x150"),
             s(E, f'{EXP},source="glidein_out",reason="truncated"', "0+1x150"),  # 60/h: fires
             s(E, f'{EXP},source="glidein_err",reason="truncated"', "0+0.8x150"),  # 48/h: quiet (50)
+            # A scan that stopped catching up: the oldest unaccounted .out ages a minute a minute.
+            s(R.LAG.name, 'job="gwms-obs",instance="behind:9822",source="glidein_out"', "0+60x150"),
+            # An idle factory: nothing waits, however long nothing arrives.
+            s(R.LAG.name, 'job="gwms-obs",instance="ok:9822",source="glidein_out"', "0x150"),
+            # A young .out waiting to settle: under a minute, again and again.
+            s(R.LAG.name, 'job="gwms-obs",instance="ok:9822",source="completed_jobs"', "0 45 0 50 0 40x24"),
         ],
         "alert_rule_test": [
+            {"eval_time": "33m", "alertname": "GwmsExporterFallingBehind", "exp_alerts": []},  # > 1800 since 31m
+            {
+                "eval_time": "40m",
+                "alertname": "GwmsExporterFallingBehind",
+                "exp_alerts": [
+                    alert(
+                        None,
+                        None,
+                        "warning",
+                        "factory",
+                        "gwms-obs is falling behind on glidein_out",
+                        "The oldest glidein_out input not yet accounted by behind:9822 is 40m 0s old;"
+                        " the accounting is that far behind.",
+                        "gwmsexporterfallingbehind",
+                        instance="behind:9822",
+                        source="glidein_out",
+                    )
+                ],
+            },
             {"eval_time": "18m", "alertname": "GwmsExporterStalled", "exp_alerts": []},  # 18m old, for 5m
             {
                 "eval_time": "30m",

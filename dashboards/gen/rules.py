@@ -175,6 +175,16 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
             "The last scan of gwms-obs {{ $labels.instance }} ended {{ $value | humanizeDuration }} ago.",
         ),
         Alert(
+            "GwmsExporterFallingBehind",
+            f"max by (instance, source) ({R.LAG.name}) > 1800",
+            t.for_stack,
+            "warning",
+            "factory",
+            "gwms-obs is falling behind on {{ $labels.source }}",
+            "The oldest {{ $labels.source }} input not yet accounted by {{ $labels.instance }}"
+            " is {{ $value | humanizeDuration }} old; the accounting is that far behind.",
+        ),
+        Alert(
             "GwmsExporterParseErrors",
             f"sum by (instance, source) (increase({R.PARSE_ERRORS.name}[{w}])) > 50",
             t.for_site,
