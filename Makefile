@@ -8,6 +8,9 @@ CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gwms-obs/v1
 SAMPLE ?= build/sample-factory
 SAMPLE_PILOTS ?= 3000
 LISTEN ?= 127.0.0.1:9822
+# make run's report format (table, csv, json) and extra flags for its export step
+RUN_FORMAT ?= table
+RUN_ARGS ?=
 export PIP_CACHE_DIR := $(CACHE_DIR)/pip
 # Go builds (our otelcol distribution, Jaeger, dashboard-linter): module and
 # build caches under the versioned cache dir, binaries named by version in
@@ -61,10 +64,11 @@ $(SAMPLE)/.done: $(BIN)/.stamp
 sample: $(SAMPLE)/.done
 
 run: sample
-	$(BIN)/gwms-obs report --factory-dir $(SAMPLE) --format table --plot build/sample-accounting.png
+	@mkdir -p build
+	$(BIN)/gwms-obs report --factory-dir $(SAMPLE) --format $(RUN_FORMAT) --plot build/sample-accounting.png
 	@echo "accounting plot: build/sample-accounting.png"
 	@echo "serving http://$(LISTEN)/metrics - Ctrl-C to stop"
-	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint build/sample-checkpoint.json --interval 30
+	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint build/sample-checkpoint.json --interval 30 $(RUN_ARGS)
 
 lint: venv
 	$(BIN)/ruff check exporters tests benchmarks dashboards
