@@ -58,7 +58,7 @@ $(BIN)/.stamp: pyproject.toml
 venv: $(BIN)/.stamp
 
 $(SAMPLE)/.done: $(BIN)/.stamp
-	rm -rf $(SAMPLE)
+	rm -rf $(SAMPLE) $(SAMPLE).checkpoint.json
 	$(BIN)/gwms-obs simulate --out $(SAMPLE) --pilots $(SAMPLE_PILOTS) --seed 1
 	touch $@
 sample: $(SAMPLE)/.done
@@ -68,7 +68,7 @@ run: sample
 	$(BIN)/gwms-obs report --factory-dir $(SAMPLE) --format $(RUN_FORMAT) --plot build/sample-accounting.png
 	@echo "accounting plot: build/sample-accounting.png"
 	@echo "serving http://$(LISTEN)/metrics - Ctrl-C to stop"
-	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint build/sample-checkpoint.json --interval 30 $(RUN_ARGS)
+	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint $(SAMPLE).checkpoint.json --interval 30 $(RUN_ARGS)
 
 lint: venv
 	$(BIN)/ruff check exporters tests benchmarks dashboards

@@ -131,8 +131,6 @@ class EntryEvidence:
 
     real_min: int | None = None  # lowest cluster whose .out (or line) shows a raw v3.10.12+ Total
     legacy_max: int | None = None  # highest cluster whose .out shows the older, normalized one
-    signal_secs: float = 0.0  # Stats blocks: normalized seconds of badSignal jobs ...
-    other_secs: float = 0.0  # ... and of badOther jobs
 
     def raw_total(self, cluster: int) -> bool:
         """Whether a line of this entry that does not show it itself has a raw Total.
@@ -145,11 +143,6 @@ class EntryEvidence:
             return False
         return self.legacy_max is None or cluster > self.legacy_max
 
-    def signal_share(self) -> float:
-        """Share of signal kills in "not exited" job time (1.0 when the entry has shown none)."""
-        tot = self.signal_secs + self.other_secs
-        return self.signal_secs / tot if tot > 0 else 1.0
-
     def note(self, cluster: int, *, raw: bool) -> None:
         if raw:
             self.real_min = cluster if self.real_min is None else min(self.real_min, cluster)
@@ -159,10 +152,6 @@ class EntryEvidence:
     def learn(self, out: GlideinOut, cluster: int) -> None:
         if out.stats_format in (StatsFormat.REAL, StatsFormat.LEGACY):
             self.note(cluster, raw=out.stats_format is StatsFormat.REAL)
-        for name, attr in (("badSignal", "signal_secs"), ("badOther", "other_secs")):
-            st = out.stats.get(name)
-            if st is not None:
-                setattr(self, attr, getattr(self, attr) + st.secs)
 
 
 # client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
@@ -520,7 +509,6 @@ class Ingest:
                 client=self.client_of(line.username) or line.client,
                 raw_total=raw,
                 end=ended.ended if ended is not None else None,
-                signal_share=ev.signal_share(),
             )
             if acc is not None:
                 self._account(acc, res, Source.COMPLETED_JOBS)

@@ -224,17 +224,15 @@ def from_completed_job(
     client: str | None = None,
     raw_total: bool | None = None,
     end: float | None = None,
-    signal_share: float = 1.0,
 ) -> PilotAccount | None:
     """Account a pilot from its completed_jobs line alone (its .out is gone).
 
     ``raw_total``: whether ``user/@duration`` is the raw sum (v3.10.12+) rather
     than normalized; None: only what the line itself shows. ``end``: the
     pilot's end from the event log (the line's ``terminated`` is when the
-    factory wrote it, 60 s to 1 h later). ``signal_share``: the part of the
-    time of jobs that neither exited normally (signal kills + "other" ends,
-    which the line merges) that was signal kills, as the entry's Stats blocks
-    show; signal kills are goodput, other ends misconfiguration.
+    factory wrote it, 60 s to 1 h later). The time of jobs that did not exit
+    normally is signal kills and "other" ends merged; it goes to goodput, as a
+    signal kill does wherever per-job durations are unknown (docs/accounting.md).
 
     Lines with duration -1/0 (no usable .out at the factory either) return
     None: the event log knows more about those pilots.
@@ -268,9 +266,11 @@ def from_completed_job(
     raw = line.half_normalized or bool(raw_total)
     exited = float(line.user_terminated * cpus)
     total = float(line.user_duration if raw else line.user_duration * cpus)
-    rest = max(0.0, total - exited)  # signal kills and other ends, merged by the line
-    share = min(1.0, max(0.0, signal_share))
-    totals = JobTotals(goodput=exited + rest * share, misconfiguration=rest * (1.0 - share))
+    # Signal kills and other ends, merged by the line: the signal rule for both. A split
+    # learned from the entry's other pilots would depend on the order files arrive in,
+    # and the daemon and the report must agree.
+    rest = max(0.0, total - exited)
+    totals = JobTotals(goodput=exited + rest)
     if line.jobsnr:
         # Raw count on v3.10.12+ lines, ceil(jobs / N) before.
         totals.jobs[Category.GOODPUT] = line.jobsnr
