@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from gwms_obs import registry as R
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from tests.support.servers import free_port, have, http_get, process, prom_query, prometheus, wait_for
+from tests.support.servers import export_command, free_port, have, http_get, process, prom_query, prometheus, wait_for
 
 pytestmark = [
     pytest.mark.live,
@@ -44,22 +43,7 @@ def daemon(factory: Path, checkpoint: Path, log: Path) -> Iterator[str]:
     """`gwms-obs export` as a real daemon; yields its /metrics URL once the first scan is done."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    cmd = [
-        sys.executable,
-        "-m",
-        "gwms_obs.cli",
-        "export",
-        "--factory-dir",
-        str(factory),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--interval",
-        "3600",
-        "--settle-seconds",
-        "0",
-        "--checkpoint",
-        str(checkpoint),
-    ]
+    cmd = export_command(factory, port, checkpoint, interval=3600, settle=0)
     with process(cmd, log):
         wait_for("the first scan", lambda: b"\ngwms_obs_last_scan_timestamp_seconds " in http_get(url), 120)
         yield url

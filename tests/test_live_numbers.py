@@ -34,7 +34,7 @@ from gwms_obs.polling import http_get
 from gwms_obs.polling import poll as wait_for
 from gwms_obs.registry import Outcome, Resource
 from gwms_obs.simulate.factory import simulate
-from tests.support.servers import free_port, have, process, prom_query, prometheus
+from tests.support.servers import export_command, free_port, have, process, prom_query, prometheus
 from tests.test_scan_property import Cell, cell_mismatches
 
 pytestmark = [
@@ -125,22 +125,8 @@ def test_daemon_on_young_files_equals_report(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     log = tmp_path / "exporter.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "gwms_obs.cli",
-        "export",
-        "--factory-dir",
-        str(factory),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--interval",
-        "1",
-        "--settle-seconds",
-        "3600",  # nothing settles by the clock during the test: only by the aging below
-        "--checkpoint",
-        str(tmp_path / "checkpoint.json"),
-    ]
+    # settle 3600: nothing settles by the clock during the test, only by the aging below
+    cmd = export_command(factory, port, tmp_path / "checkpoint.json", interval=1, settle=3600)
     with process(cmd, log) as daemon:
 
         def alive() -> None:

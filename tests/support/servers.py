@@ -14,6 +14,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -56,6 +57,15 @@ def process(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+
+
+def export_command(factory: Path, port: int, checkpoint: Path, *, interval: float, settle: float) -> list[str]:
+    """`gwms-obs export` as users start it, on 127.0.0.1:port."""
+    return [
+        *(sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(factory)),
+        *("--listen", f"127.0.0.1:{port}", "--interval", f"{interval:g}", "--settle-seconds", f"{settle:g}"),
+        *("--checkpoint", str(checkpoint)),
+    ]
 
 
 def have(binary: str) -> bool:
