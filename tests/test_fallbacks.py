@@ -288,3 +288,24 @@ def test_config_sets_the_line_format_and_frontend_names(tmp_path: Path) -> None:
             from_dict(bad)
     ing = Ingest(IngestConfig(factory_dir=str(tmp_path), client_map=ic.client_map))
     assert ing.client_of("fefermilab") == "fermilab_okd_gpfe01_frontend" and ing.client_of("x") is None
+
+
+def test_a_non_ascii_byte_in_a_line_does_not_stop_the_scan(tmp_path: Path) -> None:
+    root = tmp_path / "f"
+    server = root / "server" / "entry_E"
+    server.mkdir(parents=True)
+    good = completed_line_bytes(10176593, b"fefermilab")
+    odd = completed_line_bytes(10176594, b"fe\xe9\xffuser")
+    (server / "completed_jobs_20260601.log").write_bytes(good + odd)
+    ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0, final=True))
+    res = ing.scan()  # raised UnicodeDecodeError before: every later source skipped
+    assert res.by_source[Source.COMPLETED_JOBS] == 2
+    assert ing.health.last_scan_end is not None
+
+
+def completed_line_bytes(cluster: int, username: bytes) -> bytes:
+    from gwms_obs.simulate.formats import completed_line
+
+    text = completed_line(1_782_000_900, "fermilab_okd_gpfe01_frontend", "USER", f"b'{cluster}.000'",
+                          (8376, 1, 8307, 2, 675, 450, 450, 7, 0, 0, 0))  # fmt: skip
+    return text.encode().replace(b'username="USER"', b'username="' + username + b'"')

@@ -248,7 +248,7 @@ def _str(b: bytes) -> str:
     if s is None:
         if len(_strs) > 4096:
             _strs.clear()
-        s = _strs[b] = b.decode("ascii")
+        s = _strs[b] = b.decode("utf-8", "replace")  # pilot-adjacent text: any byte, never an exception
     return s
 
 
