@@ -222,7 +222,7 @@ class Ingest:
         self._checkpoint()
         self._event_logs([f for *_, logs in listings for f in logs], t0)
         self._fallbacks(present, dirs_by_entry, res)
-        self._entry_status(t0)
+        self._entry_status()
         self._prune(present)
         now = self.clock()
         with self.lock:
@@ -280,14 +280,12 @@ class Ingest:
         except OSError:
             return None  # deleted since the listing
         sig: tuple[float, ...] = (st.st_size, st.st_mtime)
-        newest = st.st_mtime
-        young = now - newest < self.cfg.settle_seconds
+        young = now - st.st_mtime < self.cfg.settle_seconds
         if not young and p.has_err:
             with contextlib.suppress(OSError):
                 est = os.stat(p.err)
                 sig += (est.st_size, est.st_mtime)
                 young = now - est.st_mtime < self.cfg.settle_seconds
-                newest = max(newest, est.st_mtime)
         if not young or self.cfg.final:
             return st
         prev = self.unsettled.get(ks)
@@ -303,7 +301,7 @@ class Ingest:
         """Account the settled pilots; return those whose user has no frontend name yet."""
         now = self.clock()
         seen, bad = self.seen, self.bad_out
-        todo = [p for p in pilots if (k := key_str(p.key)) not in seen and k not in bad]
+        todo = [(k, p) for p in pilots if (k := key_str(p.key)) not in seen and k not in bad]
         if not last_call:
             self.health.files[Source.GLIDEIN_OUT] = len(pilots)
         if todo:
@@ -311,19 +309,17 @@ class Ingest:
         bar = _progress(len(todo), "pilots") if self.progress and len(todo) > 1000 else None
         last_save = now
         deferred: list[tree.PilotFiles] = []
-        for p in todo:
+        for ks, p in todo:
             if bar is not None:
                 bar.update(1)
-            ks = key_str(p.key)
             st = self._settled(p, ks, now)
             if st is None:
                 continue  # still arriving: the next scan takes it
-            if self.client_of(p.username) is None and not last_call:
-                deferred.append(p)
-                continue
-            if self.client_of(p.username) is None and not self.cfg.final:
-                first = self.unmapped_since.setdefault(ks, now)
-                if now - first < self.cfg.lost_after_seconds:
+            if self.client_of(p.username) is None:
+                if not last_call:
+                    deferred.append(p)  # the completed_jobs lines read next may name its frontend
+                    continue
+                if not self.cfg.final and now - self.unmapped_since.setdefault(ks, now) < self.cfg.lost_after_seconds:
                     continue  # the factory names the frontend in its next completed_jobs lines
             self._read_pilot(p, ks, st, res)
             if self.clock() - last_save > 60:
@@ -464,7 +460,8 @@ class Ingest:
             i = buf.find(b'username="' + user.encode("utf-8", "surrogateescape") + b'"', 0, end)
             if i < 0:
                 continue
-            m = _CLIENT_USER.search(buf, buf.rfind(b"\n", 0, i) + 1, buf.find(b"\n", i) % (end + 1) or end)
+            eol = buf.find(b"\n", i, end)
+            m = _CLIENT_USER.search(buf, buf.rfind(b"\n", 0, i) + 1, end if eol < 0 else eol)
             if m is not None and m.group(2).decode("utf-8", "replace") == user:
                 self.client_by_user[user] = m.group(1).decode("utf-8", "replace")
                 self._unmapped.discard(user)
@@ -532,7 +529,7 @@ class Ingest:
                 if acc is not None:
                     self._account(acc, res, Source.EVENT_LOG)
 
-    def _entry_status(self, t0: float) -> None:
+    def _entry_status(self) -> None:
         n = 0
         for entry, d in tree.monitor_entries(self.cfg.monitor):
             path = os.path.join(d, "schedd_status.xml")
