@@ -30,26 +30,24 @@ def _log_level(s: str) -> str:
     return s.upper()
 
 
-def _finite(s: str) -> float:
+def _number_of_seconds(s: str, *, positive: bool) -> float:
+    """A finite number of seconds (> 0 or >= 0): nan or inf would make a scan loop spin or never end."""
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
-        return math.nan
+        v = math.nan
+    if not (math.isfinite(v) and (v > 0 if positive else v >= 0)):
+        bound = "> 0" if positive else ">= 0"
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds {bound}, got {s!r}")
+    return v
 
 
 def _seconds(s: str) -> float:
-    """A finite number of seconds >= 0: nan or inf would make a scan loop spin or never end."""
-    v = _finite(s)
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {s!r}")
-    return v
+    return _number_of_seconds(s, positive=False)
 
 
 def _positive_seconds(s: str) -> float:
-    v = _finite(s)
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {s!r}")
-    return v
+    return _number_of_seconds(s, positive=True)
 
 
 def _positive_int(s: str) -> int:
