@@ -138,7 +138,7 @@ def test_new_files_after_a_scan_are_counted_once(tmp_path: Path) -> None:
     n0 = sum(first.ledger.pilots.values())
     # A second factory's worth of files appears (new clusters): moved in, as HTCondor-G would.
     other = tmp_path / "g"
-    simulate(other, 60, seed=6, start=2_000_000_000.0)
+    simulate(other, 60, seed=6, start=1_760_000_000.0)  # later clusters, still in the past
     moved = 0
     for src in other.glob("client/user_*/glidein_*/entry_*/job.*"):
         dst = root / src.relative_to(other)

@@ -143,6 +143,8 @@ def cmd_export(a: argparse.Namespace) -> int:
         while not stop.is_set():
             try:
                 res = ingest.scan()
+                if res.failed:
+                    failed = True  # counted and logged by the scan; the other sources went on
                 if res.pilots:
                     by_source = ", ".join(f"{k} {n}" for k, n in res.by_source.items())  # StrEnum: str() is the value
                     log.info("scan: %d pilots (%s)", res.pilots, by_source)
@@ -215,7 +217,7 @@ def cmd_report(a: argparse.Namespace) -> int:
         sink=rep.add,
         progress=True,
     )
-    ingest.scan()
+    res = ingest.scan()
     text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
     try:
         if a.output:
@@ -233,6 +235,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     n = ingest.errors.total()
     if n:
         log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)
+    if res.failed:
+        log.error("incomplete report: reading %s failed (see errors above)", ", ".join(sorted(set(res.failed))))
+        return 1
     return 0
 
 
@@ -408,7 +413,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--lost-after-seconds", type=_seconds, help="wait this long for a .out before a pilot is lost (default 3600)"
     )
-    e.add_argument("--once", action="store_true", help="one scan, then exit (1 if the scan failed)")
+    e.add_argument("--once", action="store_true", help="one scan, then exit (1 if the scan or any source in it failed)")
     e.add_argument(
         "--traces-endpoint",
         help="OTLP/HTTP traces URL for span spools found in .err files "

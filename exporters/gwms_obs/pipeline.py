@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .accounting import plausible
 from .accounting.ledger import Ledger
 from .accounting.partition import DEFAULT_RULES, Rules
 from .accounting.pilot import (
@@ -50,12 +51,15 @@ from .accounting.pilot import (
     line_total_is_raw,
 )
 from .follow import Follower
-from .model import CompletedJob, EntryDescript, GlideinOut, PilotTimes, StatsFormat
+from .model import CompletedJob, EntryDescript, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from .parse_errors import ParseErrors
 from .registry import Source
 from .sources import completed_jobs, condor_eventlog, descript, glidein_err, glidein_out, schedd_status, tree
 
 log = logging.getLogger("gwms_obs.pipeline")
+
+# A pilot file at least this large is marked in flight while read (one small write and unlink).
+INFLIGHT_MIN_BYTES = 1 << 20
 
 CHECKPOINT_VERSION = 2  # 2: pending lines, format evidence, client_by_user names frontends
 
@@ -94,6 +98,7 @@ class IngestConfig:
     client_map: dict[str, str] = field(default_factory=dict)
     # One-shot (report): the tree is final; nothing waits for a later scan.
     final: bool = False
+    limits: plausible.Limits = plausible.DEFAULT_LIMITS  # bounds on what pilots say of themselves
 
     @property
     def monitor(self) -> str:
@@ -107,6 +112,7 @@ class Health:
     files: dict[str, int] = field(default_factory=dict)
     # source -> when the oldest input of it not yet accounted appeared (absent: none waits)
     backlog: dict[str, float] = field(default_factory=dict)
+    started: float = 0.0  # the scan-timestamp metric's value until a first scan ends (the stalled alert)
     last_scan_end: float | None = None
     last_scan_duration: float | None = None
 
@@ -123,6 +129,16 @@ LAG_SOURCES = (Source.GLIDEIN_OUT, Source.COMPLETED_JOBS, Source.EVENT_LOG, Sour
 class ScanResult:
     pilots: int = 0
     by_source: Counter[str] = field(default_factory=Counter)
+    failed: list[str] = field(default_factory=list)  # sources whose phase raised (counted, logged)
+
+
+@dataclass(slots=True)
+class Listing:
+    """One walk of the client directories."""
+
+    present: dict[str, tree.PilotFiles]  # key -> the pilot's files
+    dirs_by_entry: dict[str, list[str]]
+    logs: list[tree.EventLogFile]
 
 
 @dataclass(slots=True)
@@ -195,14 +211,54 @@ class Ingest:
         self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
         self.unmapped_since: dict[str, float] = {}  # key -> first seen with no frontend name for its user
         self._unmapped: set[str] = set()  # listed users with no frontend name yet (looked for in lines)
+        self.health.started = clock()
         if cfg.checkpoint and not cfg.reset_checkpoint:
             self._load()
+        self._quarantine_inflight()
 
     # --- one scan -------------------------------------------------------------------------------
     def scan(self) -> ScanResult:
         t0 = self.clock()
         res = ScanResult()
-        self._descripts()
+
+        def phase(source: Source, fn: Callable[..., Any], *args: Any) -> Any:
+            """Run one source's phase; its failure is counted and logged, the others go on."""
+            try:
+                return fn(*args)
+            except Exception as e:  # a bug or a hostile file in one source must not stop the rest
+                log.error("scan: %s failed: %s: %s", source.value, type(e).__name__, e, exc_info=True)
+                self.errors.record(source, "scan_failed", self.cfg.factory_dir, None, f"{type(e).__name__}: {e}")
+                with self.lock:
+                    self.health.backlog.setdefault(source, t0)  # its lag grows until it succeeds
+                res.failed.append(source.value)
+                return None
+
+        phase(Source.DESCRIPT, self._descripts)
+        listing: Listing | None = phase(Source.GLIDEIN_OUT, self._listing)
+        if listing is not None:
+            deferred = phase(Source.GLIDEIN_OUT, self._pilots, list(listing.present.values()), res, t0) or []
+        self._checkpoint()
+        phase(Source.COMPLETED_JOBS, self._completed, res, t0)
+        if listing is not None:
+            # Pilots whose user had no frontend name: the lines just read may have taught it.
+            phase(Source.GLIDEIN_OUT, self._pilots, deferred, res, t0, True)
+            phase(Source.GLIDEIN_OUT, self._out_backlog, listing.present)
+        self._checkpoint()
+        phase(Source.EVENT_LOG, self._event_logs, listing.logs if listing is not None else [], t0)
+        if listing is not None:
+            # Without a listing nothing shows which .out files exist: no fallback may count a pilot.
+            phase(Source.COMPLETED_JOBS, self._fallbacks, listing.present, listing.dirs_by_entry, res)
+        phase(Source.SCHEDD_STATUS, self._entry_status)
+        if listing is not None:
+            self._prune(listing.present)
+        now = self.clock()
+        with self.lock:
+            self.health.last_scan_end = now
+            self.health.last_scan_duration = now - t0
+        self._checkpoint()
+        return res
+
+    def _listing(self) -> Listing:
         client_dirs = list(tree.entry_dirs(self.cfg.factory_dir))
         listings = [(user, entry, *tree.scan_client_dir(user, entry, d)) for user, entry, d in client_dirs]
         present: dict[str, tree.PilotFiles] = {}
@@ -213,23 +269,7 @@ class Ingest:
         for _, entry, d in client_dirs:
             dirs_by_entry.setdefault(entry, []).append(d)
         self._unmapped = {user for user, _, _ in client_dirs if self.client_of(user) is None}
-        deferred = self._pilots(list(present.values()), res, t0)
-        self._checkpoint()
-        self._completed(res, t0)
-        # Pilots whose user had no frontend name: the lines just read may have taught it.
-        self._pilots(deferred, res, t0, last_call=True)
-        self._out_backlog(present)
-        self._checkpoint()
-        self._event_logs([f for *_, logs in listings for f in logs], t0)
-        self._fallbacks(present, dirs_by_entry, res)
-        self._entry_status()
-        self._prune(present)
-        now = self.clock()
-        with self.lock:
-            self.health.last_scan_end = now
-            self.health.last_scan_duration = now - t0
-        self._checkpoint()
-        return res
+        return Listing(present, dirs_by_entry, [f for *_, logs in listings for f in logs])
 
     def _account(self, acc: PilotAccount, res: ScanResult, source: str) -> None:
         k = acc.key
@@ -340,6 +380,60 @@ class Ingest:
                 self.health.backlog.pop(Source.GLIDEIN_OUT, None)
 
     def _read_pilot(self, p: tree.PilotFiles, ks: str, st: os.stat_result, res: ScanResult) -> None:
+        """Read and account one settled pilot; a file that makes the reader fail is quarantined.
+
+        Quarantined (``bad_out``, checkpointed): never read again, so a file
+        that breaks the reader cannot do it on every scan. A large file is
+        marked in flight first, so even a crash the process cannot catch (the
+        kernel's OOM killer under the unit's MemoryMax) quarantines it at the
+        next start instead of crashing again.
+        """
+        inflight = st.st_size >= INFLIGHT_MIN_BYTES and self._inflight(ks)
+        try:
+            self._account_pilot(p, ks, st, res)
+        except Exception as e:  # one hostile file must not stop the scan
+            log.error("%s: reading failed, quarantined: %s: %s", p.out, type(e).__name__, e, exc_info=True)
+            self.errors.record(Source.GLIDEIN_OUT, "quarantined", p.out, None, f"{type(e).__name__}: {e}")
+            self._mark_bad(ks)
+        finally:
+            if inflight:
+                self._inflight(None)
+
+    def _inflight_path(self) -> str | None:
+        return self.cfg.checkpoint + ".inflight" if self.cfg.checkpoint else None
+
+    def _inflight(self, ks: str | None) -> bool:
+        """Note (or, with None, clear) the pilot being read, beside the checkpoint."""
+        path = self._inflight_path()
+        if path is None:
+            return False
+        try:
+            if ks is None:
+                os.unlink(path)
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(ks)
+        except OSError:
+            return False  # best effort: a full disk must not stop the accounting
+        return True
+
+    def _quarantine_inflight(self) -> None:
+        """A pilot left in flight by the last run crashed it: never read it again."""
+        path = self._inflight_path()
+        if path is None:
+            return
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                ks = f.read(1024).strip()
+            os.unlink(path)
+        except OSError:
+            return
+        if ks and ks not in self.seen:
+            log.error("%s was being read when the exporter stopped: quarantined", ks)
+            self.errors.record(Source.GLIDEIN_OUT, "quarantined", path, None, f"{ks} crashed the last run")
+            self.bad_out[ks] = self.clock()
+
+    def _account_pilot(self, p: tree.PilotFiles, ks: str, st: os.stat_result, res: ScanResult) -> None:
         out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
         self.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
         if out is None:
@@ -358,11 +452,19 @@ class Ingest:
             if err is not None:
                 self.health.records[Source.GLIDEIN_ERR] += 1
         self.health.records[Source.GLIDEIN_OUT] += 1
+        d = self.defaults.get(p.entry)
+        verdict = plausible.check_glidein(out, err, self._bounds(p.entry, st.st_mtime))
+        if verdict.problems:
+            self.errors.record(Source.GLIDEIN_OUT, plausible.REASON, p.out, None, "; ".join(verdict.problems))
+        self._check_labels(p, out, err, d)
+        if not verdict.believed:
+            self._mark_bad(ks)  # the factory's own records count it (its line, else the event log)
+            return
         self.evidence.setdefault(p.entry, EntryEvidence()).learn(out, p.cluster)
         acc = from_glidein(
             out,
             err,
-            self.defaults.get(p.entry),
+            d,
             entry=p.entry,
             client=out.client,
             end_hint=st.st_mtime,
@@ -378,6 +480,22 @@ class Ingest:
         acc.client = self._client_label(p.username, Source.GLIDEIN_OUT, p.out)
         self._account(acc, res, Source.GLIDEIN_OUT)
 
+    def _bounds(self, entry: str, written: float) -> plausible.Bounds:
+        # Times are bounded by the factory's clock when the file was written, or now.
+        return plausible.bounds(self.defaults.get(entry), self.cfg.limits, max(self.clock(), written))
+
+    def _check_labels(
+        self, p: tree.PilotFiles, out: GlideinOut, err: GlideinErr | None, d: EntryDefaults | None
+    ) -> None:
+        """Count what the pilot says about where it ran that the factory contradicts (never a label)."""
+        said = []
+        if out.entry is not None and out.entry != p.entry:
+            said.append(f"entry {out.entry!r} in {p.entry!r}")
+        if err is not None and err.site and d is not None and d.site and err.site != d.site:
+            said.append(f"GLIDEIN_Site {err.site!r}, entry's {d.site!r}")
+        if said:
+            self.errors.record(Source.GLIDEIN_OUT, "label_mismatch", p.out, None, "; ".join(s[:300] for s in said))
+
     def _mark_bad(self, ks: str) -> None:
         with self.lock:
             self.bad_out[ks] = self.clock()
@@ -392,11 +510,18 @@ class Ingest:
             self.health.records[Source.COMPLETED_JOBS] += len(lines)
             seen = self.seen
             keys = completed_jobs.line_keys(lines, entry)
+            b: plausible.Bounds | None = None
             # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
             for k, raw in [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen]:
                 line = completed_jobs.to_record(raw, entry)
                 if isinstance(line, str):
                     self.errors.record(Source.COMPLETED_JOBS, line, path)
+                    continue
+                b = b or self._bounds(entry, 0.0)
+                if problems := plausible.check_line(line, b):
+                    # Not used: the event log counts the pilot (as unknown) if its .out cannot.
+                    detail = f"job {line.cluster}.{line.proc}: " + "; ".join(problems)
+                    self.errors.record(Source.COMPLETED_JOBS, plausible.REASON, path, None, detail)
                     continue
                 kind = line_total_is_raw(line, self._fixed_cpus(entry))
                 if kind is not None:
@@ -654,6 +779,7 @@ def entry_defaults(ed: EntryDescript) -> EntryDefaults:
         cpus_fixed=num("GLIDEIN_CPUS") is not None,
         memory_mb=num("GLIDEIN_MaxMemMBs"),
         max_idle=num("GLIDEIN_Max_Idle"),
+        max_walltime=num("GLIDEIN_Max_Walltime"),
         gpus=resource_slots_gpus(
             ed.attributes.get("GLIDEIN_Resource_Slots") or ed.params.get("GLIDEIN_Resource_Slots")
         ),

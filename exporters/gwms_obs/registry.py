@@ -259,7 +259,7 @@ LAG = MetricDef(
 LAST_SCAN = MetricDef(
     "gwms_obs_last_scan_timestamp_seconds",
     "gauge",
-    "When the last scan of the factory tree ended.",
+    "When the last scan of the factory tree ended (the exporter's start until a first scan ends).",
     (),
     "seconds",
     "dateTimeAsIso",

@@ -36,6 +36,7 @@ class EntryDefaults:
     memory_mb: int | None = None  # GLIDEIN_MaxMemMBs
     gpus: int | None = None  # the GPUs of GLIDEIN_Resource_Slots
     max_idle: int | None = None  # GLIDEIN_Max_Idle: an unmatched pilot's HTCondor stops after this
+    max_walltime: int | None = None  # GLIDEIN_Max_Walltime: no pilot of the entry lives longer (plus shutdown)
 
 
 # HTCondor's own shutdown after GLIDEIN_Max_Idle takes a little longer than it.
@@ -195,8 +196,9 @@ def from_glidein(
     return PilotAccount(
         entry=out.entry or entry or UNKNOWN_LABEL,
         client=out.client or client or UNKNOWN_LABEL,
-        # The factory's configuration names the site; the pilot's own word only when it has none.
-        site=d.site or (err.site if err and err.site else None) or UNKNOWN_LABEL,
+        # The factory's configuration names the site, never the pilot (its GLIDEIN_Site is
+        # only compared with it): a label value a worker node could invent is a new series.
+        site=d.site or UNKNOWN_LABEL,
         cluster=out.cluster,
         proc=out.proc,
         outcome=_outcome(part, out.condor_started),

@@ -133,8 +133,6 @@ class FactoryCollector(Collector):
         yield _values(R.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
         now = ing.clock()
         yield _values(R.LAG, (((s,), v) for s, v in h.lag(now).items()))
-        scans = []
-        if h.last_scan_end is not None:
-            scans.append(((), h.last_scan_end))
-        yield _values(R.LAST_SCAN, scans)
+        # From the start: a first scan that never ends must trip the stalled alert too.
+        yield _values(R.LAST_SCAN, [((), h.last_scan_end if h.last_scan_end is not None else h.started)])
         yield _values(R.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])
