@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .sources import files
+
 T = TypeVar("T")
 
 READ_CHUNK = 8 << 20
@@ -42,20 +44,26 @@ class Follower:
             return st.st_size
         return st.st_size - c.offset
 
-    def read_new(self, path: str, parse: Parser[T], sink: Callable[[list[T]], None]) -> int:
+    def read_new(self, path: str, parse: Parser[T], sink: Callable[[list[T]], None], *, root: str | None = None) -> int:
         """Parse what was appended to ``path`` since the last call; return bytes consumed.
 
         ``sink`` gets each batch before the cursor moves past it, so a crash
         between the two re-reads the batch rather than losing it.
+
+        Only a regular file is read (inside ``root``, when given), and only up
+        to the size it had when opened: a FIFO or a device raises
+        :class:`~gwms_obs.sources.files.FileRefused` (an ``OSError`` whose
+        ``reason`` is the parse-error word) instead of blocking or reading
+        forever; what a writer appends meanwhile is read next time.
         """
         try:
-            f = open(path, "rb")  # noqa: SIM115 - closed below; fstat needs the handle
+            f = files.open_regular(path, root=root)
         except OSError:
             self.cursors.pop(path, None)
             raise
         consumed = 0
         with f:
-            st = os.fstat(f.fileno())
+            st = f.st
             c = self.cursors.get(path)
             if c is None or c.inode != st.st_ino or st.st_size < c.offset:
                 c = self.cursors[path] = Cursor(st.st_ino, 0)

@@ -31,6 +31,7 @@ from defusedxml.ElementTree import fromstring
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.registry import Source
+from gwms_obs.sources import files
 
 MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever
 READ_CHUNK = 8 << 20
@@ -325,10 +326,15 @@ def parse_buffer(
     return out, end
 
 
-def iter_file(path: str, errors: ParseErrors, start: int = 0) -> Iterator[CompletedJob]:
-    """Stream the records of ``path`` from byte ``start`` in bounded chunks."""
+def iter_file(path: str, errors: ParseErrors, start: int = 0, *, root: str | None = None) -> Iterator[CompletedJob]:
+    """Stream the records of ``path`` from byte ``start`` in bounded chunks.
+
+    Only a regular file is read (inside ``root``, when given; else
+    :class:`~gwms_obs.sources.files.FileRefused`, an ``OSError``), up to the
+    size it had when opened.
+    """
     entry = entry_from_path(path)
-    with open(path, "rb") as f:
+    with files.open_regular(path, root=root) as f:
         f.seek(start)
         offset = start
         pending = b""
@@ -351,10 +357,10 @@ def iter_file(path: str, errors: ParseErrors, start: int = 0) -> Iterator[Comple
             yield from recs
 
 
-def read_file(path: str, errors: ParseErrors) -> list[CompletedJob]:
-    """All records of one file (an unreadable file is counted, never raised)."""
+def read_file(path: str, errors: ParseErrors, *, root: str | None = None) -> list[CompletedJob]:
+    """All records of one file (an unreadable or refused file is counted, never raised)."""
     try:
-        return list(iter_file(path, errors))
+        return list(iter_file(path, errors, root=root))
     except OSError as e:
-        errors.record(_SRC, "unreadable", path, None, str(e))
+        errors.record(_SRC, files.reason_of(e), path, None, files.describe(e))
         return []

@@ -24,6 +24,7 @@ from typing import Any
 from gwms_obs.model import PilotTimes
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.registry import Source
+from gwms_obs.sources import files
 
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
 READ_CHUNK = 8 << 20
@@ -195,14 +196,20 @@ def parse_buffer(
     return out, pos
 
 
-def read_file(path: str, errors: ParseErrors, tz: tzinfo | None = None) -> list[CondorEvent]:
-    """All events of one file; a cut last event is counted, never raised."""
+def read_file(
+    path: str, errors: ParseErrors, tz: tzinfo | None = None, *, root: str | None = None
+) -> list[CondorEvent]:
+    """All events of one file; a cut last event is counted, never raised.
+
+    Only a regular file is read (inside ``root``, when given; see
+    :mod:`gwms_obs.sources.files`), up to the size it had when opened.
+    """
     ref = names_from_path(path)[1] or date.today()
     out: list[CondorEvent] = []
+    offset = 0
+    pending = b""
     try:
-        with open(path, "rb") as f:
-            offset = 0
-            pending = b""
+        with files.open_regular(path, root=root) as f:
             while chunk := f.read(READ_CHUNK):
                 buf = pending + chunk if pending else chunk
                 recs, used = parse_buffer(buf, path, offset, errors, tz=tz, ref_day=ref)
@@ -210,7 +217,7 @@ def read_file(path: str, errors: ParseErrors, tz: tzinfo | None = None) -> list[
                 offset += used
                 pending = buf[used:]
     except OSError as e:
-        errors.record(_SRC, "unreadable", path, None, str(e))
+        errors.record(_SRC, files.reason_of(e), path, None, files.describe(e))
         return out
     if pending.strip():
         errors.record(_SRC, "truncated_event", path, offset, pending[:80].decode("utf-8", "replace"))

@@ -26,6 +26,7 @@ from defusedxml.ElementTree import fromstring
 from gwms_obs.model import EntryDescript
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.registry import Source
+from gwms_obs.sources import files
 
 MAX_XML = 32 << 20  # real files are KB (entry) to a few MB (factory with 1000s of entries)
 
@@ -34,13 +35,22 @@ _SRC = Source.DESCRIPT.value
 _DECL_ENCODING = re.compile(rb"""^(\s*<\?xml[^>]*?encoding=)(["'])[^"']*\2""")
 
 
-def load_xml(path: str, source: str, errors: ParseErrors, max_bytes: int = MAX_XML) -> Element | None:
-    """Parse one monitor XML file safely; count and return None on any problem."""
+def load_xml(
+    path: str, source: str, errors: ParseErrors, max_bytes: int = MAX_XML, *, root: str | None = None
+) -> Element | None:
+    """Parse one monitor XML file safely; count and return None on any problem.
+
+    Only a regular file is read (inside ``root``, when given; see
+    :mod:`gwms_obs.sources.files`), up to the size it had when opened.
+    """
+    f = files.open_or_record(path, errors, source, root=root)
+    if f is None:
+        return None
     try:
-        with open(path, "rb") as f:
+        with f:
             data = f.read(max_bytes + 1)
     except OSError as e:
-        errors.record(source, "unreadable", path, None, str(e))
+        errors.record(source, "unreadable", path, None, files.describe(e))
         return None
     if len(data) > max_bytes:
         errors.record(source, "file_too_large", path, None, f"> {max_bytes} bytes")
@@ -71,17 +81,17 @@ def _entry(el: Element) -> EntryDescript | None:
     return EntryDescript(name, attributes.get("GLIDEIN_Site") or None, attributes, params, descript)
 
 
-def read_descript(path: str, errors: ParseErrors) -> list[EntryDescript]:
-    """The entries described by an entry-level or factory-level descript.xml."""
-    root = load_xml(path, _SRC, errors)
-    if root is None:
+def read_descript(path: str, errors: ParseErrors, *, root: str | None = None) -> list[EntryDescript]:
+    """The entries described by an entry-level or factory-level descript.xml (inside ``root``, when given)."""
+    doc = load_xml(path, _SRC, errors, root=root)
+    if doc is None:
         return []
-    if root.tag == "glideFactoryEntryDescript":
-        els = root.findall("entry")
-    elif root.tag == "glideFactoryDescript":
-        els = root.findall("entries/entry")
+    if doc.tag == "glideFactoryEntryDescript":
+        els = doc.findall("entry")
+    elif doc.tag == "glideFactoryDescript":
+        els = doc.findall("entries/entry")
     else:
-        errors.record(_SRC, "bad_root", path, None, root.tag[:100])
+        errors.record(_SRC, "bad_root", path, None, doc.tag[:100])
         return []
     out: list[EntryDescript] = []
     for el in els:
@@ -90,7 +100,7 @@ def read_descript(path: str, errors: ParseErrors) -> list[EntryDescript]:
             errors.record(_SRC, "bad_entry", path, None, "entry without a name")
         else:
             out.append(e)
-    if root.tag == "glideFactoryEntryDescript" and not out:
+    if doc.tag == "glideFactoryEntryDescript" and not out:
         errors.record(_SRC, "bad_entry", path, None, "no entry element")
     return out
 

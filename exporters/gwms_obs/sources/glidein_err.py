@@ -7,7 +7,6 @@ independently, so one bad piece never hides the others.
 
 from __future__ import annotations
 
-import os
 import re
 from operator import methodcaller
 from xml.etree.ElementTree import Element
@@ -15,7 +14,9 @@ from xml.etree.ElementTree import Element
 from gwms_obs.model import GlideinErr, Job, ScriptTiming
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.registry import Source
-from gwms_obs.sources import classad, condor_sections
+from gwms_obs.sources import classad, condor_sections, files
+from gwms_obs.sources.budget import REASON as BUDGET
+from gwms_obs.sources.budget import Budget, BudgetExceeded
 from gwms_obs.sources.glidein_out import (
     MAX_LINE,
     Scanner,
@@ -142,13 +143,19 @@ def job_from_ad(raw_ad: classad.Ad) -> Job | None:
     return _job(raw_ad.pick_raw(_JOB_ATTRS))
 
 
-def parse_history(sc: Scanner, text: bytes, offset: int) -> list[Job]:
-    """Jobs of a decoded StartdHistoryLog; ads without a start are recorded."""
+def parse_history(sc: Scanner, text: bytes, offset: int, *, budget: Budget | None = None) -> list[Job]:
+    """Jobs of a decoded StartdHistoryLog; ads without a start are recorded.
+
+    Each ad is charged to ``budget`` (which raises :class:`BudgetExceeded`
+    once the file's ads are spent); without one, only the per-section limit holds.
+    """
     jobs: list[Job] = []
     for n, ad in enumerate(classad.iter_ads(text, classad.MAX_ADS + 1)):
         if n >= classad.MAX_ADS:
             sc.record("too_many_ads", offset, f"more than {classad.MAX_ADS}")
             break
+        if budget is not None:
+            budget.ad()
         job = _job(ad.pick_raw(_JOB_ATTRS))
         if job is None:
             sc.record("no_start", offset, f"ad {n}")
@@ -157,28 +164,54 @@ def parse_history(sc: Scanner, text: bytes, offset: int) -> list[Job]:
     return jobs
 
 
-def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int) -> None:
-    for raw in condor_sections.iter_sections(sc.data):
-        is_trace = raw.name == TRACE_SECTION
-        if raw.name != HISTORY_SECTION and not is_trace:
-            if raw.payload is None:  # still worth knowing the framing is broken
-                sc.record(raw.problem or "bad_section", raw.offset, raw.name)
-            continue
-        src = Source.TRACE_SPOOL.value if is_trace else sc.source
-        if raw.payload is None:
-            sc.errors.record(src, raw.problem or "bad_section", sc.path, raw.offset, raw.name)
-            continue
-        limit = min(MAX_TRACE, max_section_bytes) if is_trace else max_section_bytes
-        try:
-            content = condor_sections.decode(raw.payload, limit)
-        except condor_sections.SectionError as e:
-            sc.errors.record(src, e.reason, sc.path, raw.offset, f"{raw.name}: {e}")
-            continue
-        if is_trace:
-            err.trace_spool = content if err.trace_spool is None else err.trace_spool + content
-        else:
-            jobs = parse_history(sc, content, raw.offset)
-            err.jobs = jobs if err.jobs is None else err.jobs + jobs
+def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budget) -> None:
+    """Decode the history and trace sections; on a budget overrun, keep none of them.
+
+    A budget overrun stops the file: a subset of a pilot's jobs would put the
+    missing jobs' time into overhead, so the jobs (and the trace spool) found
+    so far are dropped and ``err.jobs`` stays None, as for a pilot that sent
+    no history. The caller sees :attr:`Budget.exceeded`.
+    """
+    jobs: list[Job] | None = None
+    spool: list[bytes] = []  # joined once: concatenating per section is quadratic
+    offset = 0
+    try:
+        for raw in condor_sections.iter_sections(sc.data):
+            offset = raw.offset
+            is_trace = raw.name == TRACE_SECTION
+            if raw.name != HISTORY_SECTION and not is_trace:
+                if raw.payload is None:  # still worth knowing the framing is broken
+                    sc.record(raw.problem or "bad_section", raw.offset, raw.name)
+                continue
+            src = Source.TRACE_SPOOL.value if is_trace else sc.source
+            if raw.payload is None:
+                sc.errors.record(src, raw.problem or "bad_section", sc.path, raw.offset, raw.name)
+                continue
+            budget.section()
+            limit = min(MAX_TRACE, max_section_bytes) if is_trace else max_section_bytes
+            allowed = budget.decode_limit(limit)
+            try:
+                content = condor_sections.decode(raw.payload, allowed)
+            except condor_sections.SectionError as e:
+                if e.reason == "too_large" and allowed < limit:
+                    raise budget.over_decoded(limit) from None
+                sc.errors.record(src, e.reason, sc.path, raw.offset, f"{raw.name}: {e}")
+                continue
+            budget.decoded(len(content))
+            if is_trace:
+                spool.append(content)
+            else:
+                found = parse_history(sc, content, raw.offset, budget=budget)
+                if jobs is None:
+                    jobs = found
+                else:
+                    jobs.extend(found)
+    except BudgetExceeded as e:
+        sc.errors.record(sc.source, BUDGET, sc.path, offset, str(e))
+        raise
+    err.jobs = jobs
+    if spool:
+        err.trace_spool = spool[0] if len(spool) == 1 else b"".join(spool)
 
 
 def _gpus(sc: Scanner, err: GlideinErr) -> None:
@@ -361,23 +394,46 @@ def _long_xml(sc: Scanner, err: GlideinErr) -> None:
 
 
 def parse_err(
-    data: bytes, path: str, errors: ParseErrors, max_section_bytes: int = 64 << 20, *, detail: bool = True
+    data: bytes,
+    path: str,
+    errors: ParseErrors,
+    max_section_bytes: int = 64 << 20,
+    *,
+    detail: bool = True,
+    budget: Budget | None = None,
 ) -> GlideinErr:
     """Everything the stderr tells; never raises on any input.
 
     ``detail=False`` is the exporter's fast path: it skips the per-script long
     XML and keeps only the glidein_config keys the accounting reads.
+
+    ``budget`` bounds the work across all the file's sections (a fresh
+    :class:`Budget` when None). When it runs out, parsing stops, reason
+    ``budget`` is recorded and ``budget.exceeded`` names the limit; the
+    GPU line and glidein_config (bounded scans, read first) are kept, the
+    sections' jobs and trace spool and the long XML are not (``jobs`` None);
+    an overrun after the last section only skips the long XML.
     """
     err = GlideinErr(path=path)
     if not data:
         return err
+    budget = Budget() if budget is None else budget
     sc = Scanner(data, path, errors, Source.GLIDEIN_ERR.value)
     if len(data) > MAX_LINE:
         sc.check_long_lines()
-    _sections(sc, err, max_section_bytes)
+    # Bounded single scans first, so that a budget overrun in the sections keeps them.
     _gpus(sc, err)
     _config(sc, err, detail)
+    try:
+        _sections(sc, err, max_section_bytes, budget)  # records the overrun itself
+    except BudgetExceeded:
+        return err
     if detail:
+        try:
+            budget.cpu()
+        except BudgetExceeded as e:  # the sections are complete and kept; the long XML is skipped
+            sc.errors.record(sc.source, BUDGET, path, None, str(e))
+            return err
         _long_xml(sc, err)
     return err
 
@@ -389,20 +445,28 @@ def read_err(
     max_bytes: int = 256 << 20,
     *,
     detail: bool = True,
+    root: str | None = None,
+    budget: Budget | None = None,
 ) -> GlideinErr | None:
     """Read and parse one .err; None (and a recorded error) when unreadable.
 
     A file over ``max_bytes`` is recorded as too_large and only its first
     ``max_bytes`` are parsed: its sections come in order, each self-contained.
+    Only a regular file is read (inside ``root``, when given; see
+    :mod:`gwms_obs.sources.files`), up to the size it had when opened.
+    ``budget``: see :func:`parse_err`.
     """
     src = Source.GLIDEIN_ERR.value
+    f = files.open_or_record(path, errors, src, root=root)
+    if f is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with f:
+            size = f.size
             data = f.read(max_bytes)
     except OSError as e:
-        errors.record(src, "unreadable", path, None, f"{type(e).__name__}: {e.strerror or e}")
+        errors.record(src, "unreadable", path, None, files.describe(e))
         return None
     if size > max_bytes:
         errors.record(src, "too_large", path, max_bytes, f"{size} bytes, tail skipped")
-    return parse_err(data, path, errors, max_section_bytes, detail=detail)
+    return parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)

@@ -14,7 +14,6 @@ order GlideinWMS writes them, each after the previous one, as the factory's
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from datetime import datetime
@@ -26,6 +25,9 @@ from defusedxml.ElementTree import fromstring as defused_fromstring
 from gwms_obs.model import GlideinOut, SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.registry import Source
+from gwms_obs.sources import files
+from gwms_obs.sources.budget import REASON as BUDGET
+from gwms_obs.sources.budget import Budget, BudgetExceeded
 
 MAX_LINE = 64 << 10  # longer lines are never parsed
 MAX_XML = 1 << 20  # the stdout XML is ~2 KB
@@ -265,7 +267,7 @@ def _epoch(v: int | None) -> float | None:
     return None if v is None else float(v)
 
 
-def _stats(sc: Scanner, out: GlideinOut, start: int) -> int:
+def _stats(sc: Scanner, out: GlideinOut, start: int, budget: Budget) -> int:
     """Every ``=== Stats of <slot> ===`` block after ``start``; returns the end."""
     data = sc.data
     pos = start
@@ -276,6 +278,7 @@ def _stats(sc: Scanner, out: GlideinOut, start: int) -> int:
         hit = sc.match_at(_STATS_HEAD, b"=== Stats of ", pos)
         if hit is None:
             break
+        budget.cpu()
         hdr_end, m = hit
         slot = m.group(1)
         body = data.find(b"\n", hdr_end)
@@ -345,12 +348,29 @@ def _xml(sc: Scanner, out: GlideinOut, start: int) -> None:
     out.failure = out.metrics.get("failure")
 
 
-def parse_out(data: bytes, path: str, errors: ParseErrors) -> GlideinOut:
-    """Everything the stdout tells; never raises on any input."""
+def parse_out(data: bytes, path: str, errors: ParseErrors, *, budget: Budget | None = None) -> GlideinOut:
+    """Everything the stdout tells; never raises on any input.
+
+    ``budget`` (a fresh :class:`Budget` when None) is checked for CPU time
+    between the phases; when it runs out, parsing stops, reason ``budget`` is
+    recorded, ``budget.exceeded`` is set and the fields found so far are
+    returned (incomplete: :func:`read_out` does not use them).
+    """
     out = GlideinOut(path=path)
     if not data:
         return out
+    budget = Budget() if budget is None else budget
     sc = Scanner(data, path, errors, Source.GLIDEIN_OUT.value)
+    try:
+        _parse(sc, out, budget)
+    except BudgetExceeded as e:
+        sc.record(BUDGET, None, str(e))
+    return out
+
+
+def _parse(sc: Scanner, out: GlideinOut, budget: Budget) -> None:
+    data = sc.data
+    budget.cpu()  # a shared budget may be spent already
     if len(data) > MAX_LINE:
         sc.check_long_lines()
     _header(sc, out)
@@ -379,7 +399,8 @@ def parse_out(data: bytes, path: str, errors: ParseErrors) -> GlideinOut:
             pos, m = hit
             out.condor_end = _epoch(sc.num(m.group(1), pos))
             out.condor_duration = sc.num(m.group(2), pos)
-    pos = _stats(sc, out, pos)
+    budget.cpu()
+    pos = _stats(sc, out, pos, budget)
     hit = sc.match_at(_ACTIVATIONS, b"Total number of activations/claims: ", pos)
     if hit:
         pos, m = hit
@@ -390,35 +411,53 @@ def parse_out(data: bytes, path: str, errors: ParseErrors) -> GlideinOut:
         out.glidein_end = _epoch(sc.num(m.group(1), pos))
         out.exit_code = sc.num(m.group(2), pos)
         out.glidein_duration = sc.num(m.group(3), pos)
+    budget.cpu()
     _xml(sc, out, pos)
 
     if out.startup_time is None and out.glidein_end is None and out.cluster is None and not out.condor_started:
         sc.record("garbage", 0, "no glidein_startup.sh marker")
     elif not data.endswith(b"\n"):
         sc.record("truncated", len(data), "last line incomplete")
-    return out
 
 
-def read_out(path: str, errors: ParseErrors, max_bytes: int = 64 << 20) -> GlideinOut | None:
+def read_out(
+    path: str,
+    errors: ParseErrors,
+    max_bytes: int = 64 << 20,
+    *,
+    root: str | None = None,
+    budget: Budget | None = None,
+) -> GlideinOut | None:
     """Read and parse one .out; None (and a recorded error) when unreadable.
 
     A file over ``max_bytes`` is recorded as too_large and only its head and
     its last :data:`TAIL_BYTES` are parsed: the header and validation lines
-    are at the top, the condor/stats/XML tail at the bottom.
+    are at the top, the condor/stats/XML tail at the bottom. Only a regular
+    file is read (inside ``root``, when given; see :mod:`gwms_obs.sources.files`),
+    and only up to the size it had when opened.
+
+    None too when ``budget`` (see :func:`parse_out`) ran out: a .out parsed
+    only in part would be accounted wrongly (a pilot whose end was not reached
+    looks as if HTCondor never ran), so it is not used at all.
     """
     src = Source.GLIDEIN_OUT.value
+    f = files.open_or_record(path, errors, src, root=root)
+    if f is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with f:
+            size = f.size
             if size <= max_bytes:
-                data = f.read(max_bytes + 1)
+                data = f.read()
             else:
                 tail = min(TAIL_BYTES, max_bytes // 2)
                 head = f.read(max_bytes - tail)
-                f.seek(-tail, os.SEEK_END)
+                f.seek(size - tail)
                 data = head + b"\n" + f.read(tail)
                 errors.record(src, "too_large", path, len(head), f"{size} bytes, middle skipped")
     except OSError as e:
-        errors.record(src, "unreadable", path, None, f"{type(e).__name__}: {e.strerror or e}")
+        errors.record(src, "unreadable", path, None, files.describe(e))
         return None
-    return parse_out(data, path, errors)
+    budget = Budget() if budget is None else budget
+    out = parse_out(data, path, errors, budget=budget)
+    return None if budget.exceeded is not None else out

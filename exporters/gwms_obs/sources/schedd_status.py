@@ -48,20 +48,25 @@ def _frontend(el: Element, path: str, errors: ParseErrors) -> FrontendStatus:
     )
 
 
-def read_schedd_status(path: str, errors: ParseErrors, entry: str | None = None) -> EntryStatus | None:
-    """Parse one entry's schedd_status.xml; None (counted) when unusable."""
-    root = load_xml(path, _SRC, errors, _MAX_SCHEDD_XML)
-    if root is None:
+def read_schedd_status(
+    path: str, errors: ParseErrors, entry: str | None = None, *, root: str | None = None
+) -> EntryStatus | None:
+    """Parse one entry's schedd_status.xml; None (counted) when unusable.
+
+    Only a regular file is read (inside ``root``, when given; see :mod:`gwms_obs.sources.files`).
+    """
+    doc = load_xml(path, _SRC, errors, _MAX_SCHEDD_XML, root=root)
+    if doc is None:
         return None
-    if root.tag != "glideFactoryEntryQStats":
-        errors.record(_SRC, "bad_root", path, None, root.tag[:100])
+    if doc.tag != "glideFactoryEntryQStats":
+        errors.record(_SRC, "bad_root", path, None, doc.tag[:100])
         return None
     entry = entry or entry_from_dir(path)
     if entry is None:
         errors.record(_SRC, "no_entry", path, None, "not under monitor/entry_<entry>/")
         return None
     updated: float | None = None
-    utc = root.find("updated/timezone[@name='UTC']")
+    utc = doc.find("updated/timezone[@name='UTC']")
     if utc is not None and (ut := utc.get("unixtime")) is not None:
         try:
             updated = float(ut)
@@ -70,14 +75,14 @@ def read_schedd_status(path: str, errors: ParseErrors, entry: str | None = None)
         else:
             if not math.isfinite(updated):
                 updated = None
-    dt = root.find("downtime")
+    dt = doc.find("downtime")
     frontends: dict[str, FrontendStatus] = {}
-    for fe in root.findall("frontends/frontend"):
+    for fe in doc.findall("frontends/frontend"):
         name = fe.get("name")
         if not name:
             errors.record(_SRC, "bad_frontend", path, None, "frontend without a name")
             continue
         frontends[name] = _frontend(fe, path, errors)
-    total_el = root.find("total")
+    total_el = doc.find("total")
     total = _frontend(total_el, path, errors) if total_el is not None else FrontendStatus()
     return EntryStatus(entry, updated, dt is not None and dt.get("status") == "True", frontends, total)
