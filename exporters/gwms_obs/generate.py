@@ -36,6 +36,14 @@ Worst case for the largest family, `gwms_pilot_cpu_seconds_total`:
 practice an entry has 2-4 non-zero categories and one accuracy, about 7,500.
 The two histograms have 12 series per (entry, client): 30,000 each at the
 bound. A factory of 500 entries therefore stays under ~100,000 series.
+
+Enforced at run time: the first {caps} values of `entry`, `client` and
+`site` are kept; a new value beyond its cap is accounted under `{overflow}`
+(never a new series) and counted in `gwms_obs_label_overflow_total{{label}}`.
+Every label value comes from the factory (its directories, its descript.xml,
+its completed_jobs logs and schedd_status.xml), never from text a pilot wrote:
+what a pilot says about its entry or site is only compared with the factory's
+word (`gwms_obs_parse_errors_total{{reason="label_mismatch"}}`).
 """
 
 
@@ -57,6 +65,8 @@ def metrics_markdown() -> str:
             categories=", ".join(f"`{c.value}`" for c in R.Category),
             accuracies=", ".join(f"`{a.value}`" for a in R.Accuracy),
             outcomes=", ".join(f"`{o.value}`" for o in R.Outcome),
+            caps=" / ".join(str(n) for n in R.LABEL_CAPS.values()),
+            overflow=R.OVERFLOW,
         )
     )
     return "\n".join(lines)

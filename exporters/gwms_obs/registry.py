@@ -59,6 +59,12 @@ CANONICAL_MB_PER_CORE = 2048
 
 # Label sets, named once.
 POOL = ("entry", "client", "site")
+
+# The cardinality budget (docs/metrics.md), enforced at run time: a label value
+# first seen when its label already has this many is counted under OVERFLOW,
+# never as a new series (and LABEL_OVERFLOW counts it).
+LABEL_CAPS: dict[str, int] = {"entry": 2000, "client": 500, "site": 2000}
+OVERFLOW = "_overflow"
 ENTRY = ("entry", "site")
 
 MetricType = Literal["counter", "gauge", "histogram"]
@@ -222,6 +228,12 @@ ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
 )
 
 # The exporter's own health.
+LABEL_OVERFLOW = MetricDef(
+    "gwms_obs_label_overflow_total",
+    "counter",
+    f"Pilots and entry updates whose label value was over the cardinality budget (counted under {OVERFLOW!r}), by label.",
+    ("label",),
+)
 PARSE_ERRORS = MetricDef(
     "gwms_obs_parse_errors_total",
     "counter",

@@ -57,6 +57,29 @@ def bottleneck(fs: FrontendStatus) -> tuple[int, int]:
     return (jobs_idle if glide_idle == 0 and cores_idle == 0 else 0, cores_idle if jobs_idle == 0 else 0)
 
 
+@dataclass(slots=True)
+class LabelBudget:
+    """The cardinality caps of registry.LABEL_CAPS: the first values of a label are kept,
+    later new ones become OVERFLOW (counted). Rebuilt from the ledger's keys on restore."""
+
+    caps: dict[str, int] = field(default_factory=lambda: dict(R.LABEL_CAPS))
+    known: dict[str, set[str]] = field(default_factory=dict)
+    overflow: dict[str, int] = field(default_factory=dict)
+
+    def admit(self, label: str, value: str) -> str:
+        seen = self.known.setdefault(label, set())
+        if value in seen or value == R.OVERFLOW:
+            return value
+        if len(seen) < self.caps.get(label, 1 << 62):
+            seen.add(value)
+            return value
+        self.overflow[label] = self.overflow.get(label, 0) + 1
+        return R.OVERFLOW
+
+    def pool(self, entry: str, client: str, site: str) -> Labels:
+        return (self.admit("entry", entry), self.admit("client", client), self.admit("site", site))
+
+
 @dataclass
 class Ledger:
     cpu: dict[Labels, float] = field(default_factory=dict)  # (entry, client, site, category, accuracy)
@@ -70,9 +93,10 @@ class Ledger:
     entries: dict[str, tuple[EntryStatus, str]] = field(default_factory=dict)  # entry -> (status, site)
     bottleneck_seconds: dict[Labels, float] = field(default_factory=dict)
     demand_seconds: dict[Labels, float] = field(default_factory=dict)
+    budget: LabelBudget = field(default_factory=LabelBudget)
 
     def add(self, a: PilotAccount) -> None:
-        pool = (a.entry, a.client, a.site)
+        pool = self.budget.pool(a.entry, a.client, a.site)
         acc = a.partition.accuracy.value
         for cat, v in a.partition.cpu.items():
             k = (*pool, cat.value, acc)
@@ -92,6 +116,12 @@ class Ledger:
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
+        if self.budget.admit("entry", status.entry) == R.OVERFLOW:
+            return  # an entry's gauges cannot be summed into another's
+        site = self.budget.admit("site", site)
+        for client in status.frontends:
+            self.budget.admit("client", client)
+        status.frontends = {c: fs for c, fs in status.frontends.items() if c in self.budget.known["client"]}
         prev = self.entries.get(status.entry)
         if prev is not None and prev[0].updated is not None and status.updated is not None:
             dt = status.updated - prev[0].updated
@@ -122,6 +152,7 @@ class Ledger:
             "last_completed": rows(self.last_completed),
             "bottleneck_seconds": rows(self.bottleneck_seconds),
             "demand_seconds": rows(self.demand_seconds),
+            "label_overflow": self.budget.overflow,
         }
 
     @classmethod
@@ -144,4 +175,10 @@ class Ledger:
         led.bottleneck_seconds, led.demand_seconds = load("bottleneck_seconds", 3), load("demand_seconds", 3)
         led.lifetime = hload("lifetime", R.PILOT_LIFETIME.buckets)
         led.validation = hload("validation", R.PILOT_VALIDATION.buckets)
+        # The values already in series keep their place under the budget.
+        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds):
+            led.budget.known.setdefault("entry", set()).add(k[0])
+            led.budget.known.setdefault("client", set()).add(k[1])
+            led.budget.known.setdefault("site", set()).add(k[2])
+        led.budget.overflow = {str(k): int(v) for k, v in data.get("label_overflow", {}).items()}
         return led

@@ -128,6 +128,8 @@ class FactoryCollector(Collector):
         ing = self.ingest
         h = ing.health
         yield _values(R.PARSE_ERRORS, ing.errors.counts.items())
+        over = ing.ledger.budget.overflow
+        yield _values(R.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in R.LABEL_CAPS))
         yield _values(R.RECORDS, (((s,), float(n)) for s, n in h.records.items()))
         yield _values(R.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
         yield _values(R.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))

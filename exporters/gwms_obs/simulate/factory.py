@@ -1220,6 +1220,8 @@ def _entry_xml_parts(spec: EntrySpec) -> tuple[str, str, str]:
         ("GLIDEIN_CPUS", cpus),
         ("GLIDEIN_ESTIMATED_CPUS", spec.cpus[0]),
         ("GLIDEIN_MaxMemMBs", mem),
+        # GLIDEIN_ToDie = start + this: no pilot of the entry outlives it (plus its shutdown)
+        ("GLIDEIN_Max_Walltime", int((spec.lifetime_h[1] + 2) * 3600)),
         ("GLIDEIN_Gatekeeper", f"{spec.gatekeeper} {spec.gatekeeper}:9619"),
         ("GLIDEIN_GridType", "condor"),
         ("GLIDEIN_SlotsLayout", "partitionable"),
