@@ -231,7 +231,7 @@ ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
 LABEL_OVERFLOW = MetricDef(
     "gwms_obs_label_overflow_total",
     "counter",
-    f"Pilots and entry updates whose label value was over the cardinality budget (counted under {OVERFLOW!r}), by label.",
+    f"Pilots and entry updates whose label value was over the cardinality budget (pooled as {OVERFLOW!r}), by label.",
     ("label",),
 )
 PARSE_ERRORS = MetricDef(
