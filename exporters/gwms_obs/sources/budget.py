@@ -29,7 +29,7 @@ CPU = "cpu"
 
 MAX_ADS = 100_000  # a week-long pilot of one-minute jobs has ~10,000
 MAX_DECODED_BYTES = 128 << 20  # two maximal (64 MB) sections; a real history log is a few MB
-MAX_SECTIONS = 1_000  # decoded sections; a real .err has one history and at most one trace spool
+MAX_SECTIONS = 1_000  # framed sections; a real .err has ~10 (one per HTCondor log it returns)
 MAX_CPU_SECONDS = 20.0  # backstop: the limits above allow ~2 s of work on one core
 _CPU_EVERY = 1024  # ads between CPU checks: thread_time is a syscall
 
@@ -101,6 +101,7 @@ class Budget:
 
     def ad(self) -> None:
         """Charge one ad (and look at the CPU clock every so often)."""
+        self._check_spent()
         self.ads += 1
         if self.ads > self.max_ads:
             raise self._fail(ADS, f"more than {self.max_ads} ads")
@@ -110,7 +111,7 @@ class Budget:
             self.cpu()
 
     def section(self) -> None:
-        """Charge one decoded section."""
+        """Charge one framed section (and look at the CPU clock)."""
         self._check_spent()
         self.sections += 1
         if self.sections > self.max_sections:

@@ -98,7 +98,7 @@ def _epoch(raw: bytes) -> float:
             return base + secs
     else:
         secs = None
-    dt = datetime.fromisoformat(raw.decode("ascii"))
+    dt = datetime.fromisoformat(raw.decode("ascii", "replace"))  # a stray byte: ValueError below, not a decode error
     if dt.tzinfo is None:
         # The writer always adds an offset: a naive time is a foreign line.
         raise ValueError("terminated has no UTC offset")

@@ -178,6 +178,7 @@ def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budg
     try:
         for raw in condor_sections.iter_sections(sc.data):
             offset = raw.offset
+            budget.section()  # every frame, decoded or not: a file of a million broken frames is work too
             is_trace = raw.name == TRACE_SECTION
             if raw.name != HISTORY_SECTION and not is_trace:
                 if raw.payload is None:  # still worth knowing the framing is broken
@@ -187,7 +188,6 @@ def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budg
             if raw.payload is None:
                 sc.errors.record(src, raw.problem or "bad_section", sc.path, raw.offset, raw.name)
                 continue
-            budget.section()
             limit = min(MAX_TRACE, max_section_bytes) if is_trace else max_section_bytes
             allowed = budget.decode_limit(limit)
             try:
@@ -206,6 +206,7 @@ def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budg
                     jobs = found
                 else:
                     jobs.extend(found)
+            del content  # before the next section decodes: one section's bytes alive at a time
     except BudgetExceeded as e:
         sc.errors.record(sc.source, BUDGET, sc.path, offset, str(e))
         raise
@@ -287,14 +288,19 @@ def _config(sc: Scanner, err: GlideinErr, detail: bool) -> None:
     _config_values(err, config)
 
 
+def _decimal(text: str, max_digits: int) -> int | None:
+    """An ASCII digit run as int, else None. str.isdigit() alone is not enough:
+    it accepts "²", which int() refuses, and "١", which int() reads as 1."""
+    text = text.strip()
+    if text.isascii() and text.isdigit() and len(text) <= max_digits:
+        return int(text)
+    return None
+
+
 def _config_values(err: GlideinErr, config: dict[str, str]) -> None:
     err.config = config
-    cpus = config.get("GLIDEIN_CPUS", "").strip()
-    if cpus.isdigit() and len(cpus) < 10:
-        err.cpus = int(cpus)
-    mem = config.get("MEMORY", "").strip()
-    if mem.isdigit() and len(mem) < 13:
-        err.memory_mb = int(mem)
+    err.cpus = _decimal(config.get("GLIDEIN_CPUS", ""), 9)
+    err.memory_mb = _decimal(config.get("MEMORY", ""), 12)
     site = config.get("GLIDEIN_Site")
     if site:
         err.site = site.strip()

@@ -4,18 +4,74 @@
 <factory>/client/user_<user>/glidein_<name>/entry_<entry>/condor_activity_<YYYYMMDD>_<client>.log
 <factory>/server/entry_<entry>/completed_jobs_<YYYYMMDD>.log
 <monitor>/entry_<entry>/schedd_status.xml, descript.xml
+
+The walk has a fixed depth and never follows a directory symlink, so it
+cannot run away; what it skips is counted when the caller passes ``errors``:
+
+* ``unreadable_dir``: a directory that cannot be listed (permissions, I/O),
+  a directory symlink where a directory belongs (not followed: it could loop
+  or leave the tree), or a directory seen twice by (device, inode) (a bind
+  mount loop, which would list the same pilots under two entries);
+* ``noncanonical_name``: ``job.<C>.<P>.out`` whose ids are not plain decimal
+  (``job.01.0.out``, ``job.1.00.out``, non-ASCII digits). HTCondor writes
+  ``$(Cluster).$(Process)`` without leading zeros, so such a name is not a
+  pilot's file; reading it as pilot (1, 0) would let one pilot count many
+  times, or a forged file stand in for the real one. It is counted, not read.
+
+A directory that vanished during the walk (ENOENT) is the factory cleaning
+up, not an error. Each listing counts again what it skips; :class:`OncePerPath`
+counts each (source, reason, path) once across listings.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-_JOB_OUT = re.compile(r"job\.(\d{1,18})\.(\d{1,9})\.out")
-_EVENT_LOG = re.compile(r"condor_activity_(\d{8})_(.+)\.log")
-_COMPLETED = re.compile(r"completed_jobs_(\d{8})\.log")
+from gwms_obs.registry import Source
+
+UNREADABLE_DIR = "unreadable_dir"
+NONCANONICAL_NAME = "noncanonical_name"
+
+# [0-9], not \d: a str pattern's \d matches any Unicode digit, and int() reads them.
+_ID = r"(0|[1-9][0-9]{0,17})\.(0|[1-9][0-9]{0,8})"
+_JOB_OUT = re.compile(rf"job\.{_ID}\.out")
+_ANY_JOB_OUT = re.compile(r"job\..*\.out", re.S)  # the shape of a pilot's .out, canonical or not
+_EVENT_LOG = re.compile(r"condor_activity_([0-9]{8})_(.+)\.log")
+_COMPLETED = re.compile(r"completed_jobs_([0-9]{8})\.log")
+
+
+class Recorder(Protocol):
+    """What the walk needs of :class:`~gwms_obs.parse_errors.ParseErrors`."""
+
+    def record(self, source: str, reason: str, path: str, offset: int | None = None, detail: str = "") -> None: ...
+
+
+class OncePerPath:
+    """Passes each (source, reason, path) to ``errors`` once: the exporter lists
+    the tree every scan, and a bad directory or name must not count every scan.
+
+    Memory is bounded: past ``max_keys`` keys the memory is cleared (and what
+    is still there counts once more).
+    """
+
+    def __init__(self, errors: Recorder, max_keys: int = 100_000) -> None:
+        self.errors = errors
+        self.max_keys = max_keys
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def record(self, source: str, reason: str, path: str, offset: int | None = None, detail: str = "") -> None:
+        key = (source, reason, path)
+        if key in self._seen:
+            return
+        if len(self._seen) >= self.max_keys:
+            self._seen.clear()
+        self._seen.add(key)
+        self.errors.record(source, reason, path, offset, detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,31 +98,71 @@ class EventLogFile:
     day: str  # YYYYMMDD, the submit day
 
 
-def _subdirs(path: str, prefix: str) -> Iterator[tuple[str, str]]:
+def _listing_failed(e: OSError, path: str, errors: Recorder | None, source: str) -> None:
+    if errors is not None and e.errno != errno.ENOENT:
+        errors.record(source, UNREADABLE_DIR, path, None, f"{type(e).__name__}: {e.strerror or e}")
+
+
+def _subdirs(
+    path: str, prefix: str, errors: Recorder | None, source: str, seen: set[tuple[int, int]] | None = None
+) -> Iterator[tuple[str, str]]:
+    """(name after ``prefix``, path) of each real subdirectory named ``prefix``…
+
+    ``seen`` holds the (device, inode) of directories already yielded by this
+    walk: one seen again is a loop (bind mount) and is skipped, counted.
+    """
     try:
         with os.scandir(path) as it:
             for e in it:
-                if e.name.startswith(prefix) and e.is_dir(follow_symlinks=False):
-                    yield e.name[len(prefix) :], e.path
-    except OSError:
-        return
+                if not e.name.startswith(prefix):
+                    continue
+                try:
+                    if e.is_symlink():
+                        if errors is not None:
+                            target = os.readlink(e.path)
+                            errors.record(
+                                source, UNREADABLE_DIR, e.path, None, f"a symlink to {target!r}, not followed"
+                            )
+                        continue
+                    if not e.is_dir(follow_symlinks=False):
+                        continue  # a stray file named like a directory
+                    if seen is not None:
+                        st = e.stat(follow_symlinks=False)
+                        ident = (st.st_dev, st.st_ino)
+                        if ident in seen:
+                            if errors is not None:
+                                errors.record(source, UNREADABLE_DIR, e.path, None, "seen twice (a loop or bind mount)")
+                            continue
+                        seen.add(ident)
+                except OSError as err:
+                    _listing_failed(err, e.path, errors, source)
+                    continue
+                yield e.name[len(prefix) :], e.path
+    except OSError as e:
+        _listing_failed(e, path, errors, source)
 
 
-def entry_dirs(factory_dir: str) -> Iterator[tuple[str, str, str]]:
+def entry_dirs(factory_dir: str, errors: Recorder | None = None) -> Iterator[tuple[str, str, str]]:
     """(username, entry, dir) of every client/user_*/glidein_*/entry_* directory."""
-    for user, udir in _subdirs(os.path.join(factory_dir, "client"), "user_"):
-        for _, gdir in _subdirs(udir, "glidein_"):
-            for entry, edir in _subdirs(gdir, "entry_"):
+    src = Source.GLIDEIN_OUT.value
+    seen: set[tuple[int, int]] = set()
+    for user, udir in _subdirs(os.path.join(factory_dir, "client"), "user_", errors, src, seen):
+        for _, gdir in _subdirs(udir, "glidein_", errors, src, seen):
+            for entry, edir in _subdirs(gdir, "entry_", errors, src, seen):
                 yield user, entry, edir
 
 
-def scan_client_dir(username: str, entry: str, edir: str) -> tuple[list[PilotFiles], list[EventLogFile]]:
+def scan_client_dir(
+    username: str, entry: str, edir: str, errors: Recorder | None = None
+) -> tuple[list[PilotFiles], list[EventLogFile]]:
     pilots: list[PilotFiles] = []
     logs: list[EventLogFile] = []
+    src = Source.GLIDEIN_OUT.value
     try:
         with os.scandir(edir) as it:
             names = [e.name for e in it]
-    except OSError:
+    except OSError as e:
+        _listing_failed(e, edir, errors, src)
         return pilots, logs
     present = set(names)
     for name in names:
@@ -76,23 +172,31 @@ def scan_client_dir(username: str, entry: str, edir: str) -> tuple[list[PilotFil
             pilots.append(PilotFiles(entry, username, int(m[1]), int(m[2]), out, out[:-4] + ".err", err in present))
         elif m := _EVENT_LOG.fullmatch(name):
             logs.append(EventLogFile(os.path.join(edir, name), entry, username, m[2], m[1]))
+        elif errors is not None and _ANY_JOB_OUT.fullmatch(name):
+            errors.record(
+                src, NONCANONICAL_NAME, os.path.join(edir, name), None, "not job.<cluster>.<proc>.out in plain decimal"
+            )
     pilots.sort(key=lambda p: (p.cluster, p.proc))
     logs.sort(key=lambda f: (f.day, f.path))
     return pilots, logs
 
 
-def completed_logs(factory_dir: str) -> Iterator[tuple[str, str]]:
+def completed_logs(factory_dir: str, errors: Recorder | None = None) -> Iterator[tuple[str, str]]:
     """(entry, path) of every completed_jobs log, oldest day first per entry."""
-    for entry, sdir in _subdirs(os.path.join(factory_dir, "server"), "entry_"):
+    src = Source.COMPLETED_JOBS.value
+    for entry, sdir in _subdirs(os.path.join(factory_dir, "server"), "entry_", errors, src, set()):
         try:
             with os.scandir(sdir) as it:
                 names = sorted(e.name for e in it if _COMPLETED.fullmatch(e.name))
-        except OSError:
+        except OSError as e:
+            _listing_failed(e, sdir, errors, src)
             continue
         for name in names:
             yield entry, os.path.join(sdir, name)
 
 
-def monitor_entries(monitor_dir: str) -> Iterator[tuple[str, str]]:
-    """(entry, dir) of every monitor/entry_* directory."""
-    yield from _subdirs(monitor_dir, "entry_")
+def monitor_entries(
+    monitor_dir: str, errors: Recorder | None = None, *, source: str = Source.SCHEDD_STATUS.value
+) -> Iterator[tuple[str, str]]:
+    """(entry, dir) of every monitor/entry_* directory (what is skipped is counted under ``source``)."""
+    yield from _subdirs(monitor_dir, "entry_", errors, source, set())
