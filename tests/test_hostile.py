@@ -16,6 +16,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -357,3 +358,27 @@ def test_report_over_a_hostile_corpus_stays_bounded(
     assert peak_mb < RSS_BOUND_MB
     rep = json.loads(proc.stdout)
     assert "EVIL" not in json.dumps(rep)
+
+
+# --- 8. pilots remembered as long as a log names them -------------------------------------------------
+def test_a_log_replaced_after_its_pilots_files_went_does_not_count_them_again(
+    clean: tuple[Path, Ingest, dict[str, PilotAccount]], work: Path, tmp_path: Path
+) -> None:
+    _, base, _ = clean
+    ck = tmp_path / "ck.json"
+    ing, _ = run(work, ck)
+    n = sum(ing.ledger.pilots.values())
+    assert n == sum(base.ledger.pilots.values())
+    # The .out files are cleaned up and, weeks later (past the retention), a log is
+    # rewritten (a copy: a new inode, so it is read again from its start).
+    for p in work.glob("client/user_*/glidein_*/entry_*/job.*"):
+        p.unlink()
+    later = time.time() + 30 * 86400
+    again = Ingest(IngestConfig(factory_dir=str(work), checkpoint=str(ck), settle_seconds=0.0), clock=lambda: later)
+    again.scan()
+    for log in work.glob("server/entry_*/completed_jobs_*.log"):
+        copy = log.with_suffix(".tmp")
+        shutil.copy2(log, copy)  # while the old one exists: surely another inode
+        copy.replace(log)
+    again.scan()
+    assert sum(again.ledger.pilots.values()) == n

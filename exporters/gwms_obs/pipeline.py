@@ -24,6 +24,7 @@ loses a pilot.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import dataclasses
 import functools
@@ -169,6 +170,9 @@ class EntryEvidence:
         if out.stats_format in (StatsFormat.REAL, StatsFormat.LEGACY):
             self.note(cluster, raw=out.stats_format is StatsFormat.REAL)
 
+
+# The day in a completed_jobs or event log's name.
+_LOG_DAY = re.compile(r"_(\d{8})(?:_|\.log$)")
 
 # client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
 _CLIENT_USER = re.compile(rb'client="([^"\n]{1,512})" +username="([^"\n]{1,512})"')
@@ -676,8 +680,20 @@ class Ingest:
         self.health.files[Source.SCHEDD_STATUS] = n
 
     def _prune(self, present: dict[str, tree.PilotFiles]) -> None:
-        """Forget counted pilots whose files are gone, after the retention window."""
+        """Forget counted pilots whose files are gone, after the retention window, and only
+        once no log still on disk can name them (else a log re-read from its start, say
+        after its inode changed, would count them again).
+
+        The factory's logs are per day; a pilot is named only in logs of days up to one
+        after it was counted, so one counted a day before the oldest log's day is named
+        by none.
+        """
         cutoff = self.clock() - self.cfg.seen_retention_seconds
+        days = [m[1] for p in self.follower.cursors if (m := _LOG_DAY.search(os.path.basename(p)))]
+        if days:
+            with contextlib.suppress(ValueError, OverflowError):
+                oldest = calendar.timegm(time.strptime(min(days), "%Y%m%d"))
+                cutoff = min(cutoff, oldest - 86400.0)
         with self.lock:
             for k in [k for k, t in self.seen.items() if t < cutoff and k not in present]:
                 del self.seen[k]
