@@ -382,3 +382,16 @@ def test_a_log_replaced_after_its_pilots_files_went_does_not_count_them_again(
         copy.replace(log)
     again.scan()
     assert sum(again.ledger.pilots.values()) == n
+
+
+def test_limits_are_configurable_and_checked(tmp_path: Path) -> None:
+    from gwms_obs.config import ConfigError, from_dict, value_problems
+
+    cfg = from_dict({"factory_dir": str(tmp_path), "limits": {"max_cpus": 256, "max_lifetime": 86400}})
+    assert (cfg.limits.max_cpus, cfg.limits.max_lifetime) == (256, 86400.0)
+    assert cfg.ingest().limits is cfg.limits
+    with pytest.raises(ConfigError, match="unknown limits"):
+        from_dict({"limits": {"max_cpu": 2}})
+    assert value_problems(from_dict({"limits": {"max_gpus": 0}})) == [
+        "limits.max_gpus must be a finite number > 0, got 0"
+    ]

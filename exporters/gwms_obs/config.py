@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .accounting.partition import Rules
+from .accounting.plausible import Limits
 from .pipeline import IngestConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
@@ -43,6 +44,8 @@ class ExportConfig:
     completed_total: str = "auto"
     # [clients] username = "client_log_name", for users the completed_jobs logs do not name.
     clients: dict[str, str] = field(default_factory=dict)
+    # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
+    limits: Limits = field(default_factory=Limits)
 
     def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
         # reset_checkpoint is a flag for one start, never a config key: a key
@@ -57,6 +60,7 @@ class ExportConfig:
             reset_checkpoint=reset_checkpoint,
             completed_total=self.completed_total,
             client_map=dict(self.clients),
+            limits=self.limits,
         )
 
 
@@ -104,6 +108,18 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
                 if not _is_number(x):
                     raise ConfigError(f"{where}: rules.{n} must be a number of seconds, got {x!r}")
             cfg.rules = Rules(**{n: float(x) for n, x in v.items()})
+        elif k == "limits":
+            if not isinstance(v, dict):
+                raise ConfigError(f"{where}: [limits] must be a table")
+            limit_keys = {f.name for f in fields(Limits)}
+            bad = set(v) - limit_keys
+            if bad:
+                raise ConfigError(f"{where}: unknown limits {sorted(bad)} (known: {sorted(limit_keys)})")
+            for n, x in v.items():
+                if not _is_number(x):
+                    raise ConfigError(f"{where}: limits.{n} must be a number, got {x!r}")
+            ints = {f.name for f in fields(Limits) if f.type in (int, "int")}
+            cfg.limits = Limits(**{n: int(x) if n in ints else float(x) for n, x in v.items()})  # type: ignore[arg-type]
         elif k == "clients":
             if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
                 raise ConfigError(f'{where}: [clients] must be a table of username = "client_log_name"')
@@ -144,6 +160,10 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     for k, v in nonneg:
         if not (math.isfinite(v) and v >= 0):
             problems.append(f"{k} must be a finite number of seconds >= 0, got {v}")
+    for f in fields(Limits):
+        v = getattr(cfg.limits, f.name)
+        if not (math.isfinite(v) and v > 0):
+            problems.append(f"limits.{f.name} must be a finite number > 0, got {v}")
     return problems
 
 

@@ -59,10 +59,11 @@ class Bounds:
     lifetime: float
     earliest: float
     latest: float  # no time reported may be later (the factory's clock plus skew)
+    min_job_seconds: float = 1.0
 
     def max_jobs(self, cpus: int | None = None) -> int:
         n = cpus or self.cpus
-        return max(1000, int(n * self.lifetime))
+        return max(1000, int(n * self.lifetime / self.min_job_seconds))
 
     def time_ok(self, t: float | None) -> bool:
         return t is None or self.earliest <= t <= self.latest
@@ -94,6 +95,7 @@ def bounds(d: EntryDefaults | None, limits: Limits, now: float) -> Bounds:
         lifetime=walltime + limits.walltime_margin,
         earliest=limits.earliest,
         latest=now + limits.clock_skew,
+        min_job_seconds=limits.min_job_seconds,
     )
 
 
