@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import binascii
 import gzip
+import time
+import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwms_obs.model import Job
+from gwms_obs.model import GlideinErr, Job
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.sources.budget import MAX_ADS, MAX_DECODED_BYTES, Budget, BudgetExceeded
 from gwms_obs.sources.classad import Expr, iter_ads, parse_value
 from gwms_obs.sources.condor_sections import encode
-from gwms_obs.sources.glidein_err import parse_err, read_err
+from gwms_obs.sources.glidein_err import HISTORY_SECTION, parse_err, read_err
 
 SRC = "glidein_err"
 
@@ -353,3 +357,119 @@ def test_fast_path_keeps_what_the_accounting_reads() -> None:
     assert fast.config == {
         k: full.config[k] for k in ("GLIDEIN_CPUS", "MEMORY", "GLIDEIN_Site", "GLIDEIN_Resource_Slots")
     }
+
+
+# --- bounded work per file (issue 16, item 2) ---------------------------------------------------
+# Measured on one core (2 vCPU CI class): 150 sections of tiny ads stop at the
+# ads budget in 0.5-0.9 CPU-s with a 21 MB peak (before: MemoryError at a 6 GB
+# cap after 319 s); 50 sections of 57 MB stop at the decoded-bytes budget in
+# ~0.9 CPU-s with a 123 MB peak (before: 31 CPU-s). The bounds asserted below
+# leave ~5x room for slower machines and still fail on the old behaviour.
+MAX_CPU = 5.0
+
+
+def _measure(data: bytes, budget: Budget) -> tuple[GlideinErr, ParseErrors, float, int]:
+    """(result, errors, CPU seconds of an untraced run, peak traced bytes of a second run)."""
+    errors = ParseErrors()
+    t0 = time.thread_time()
+    err = parse_err(data, "x.err", errors, budget=budget)
+    cpu = time.thread_time() - t0
+    tracemalloc.start()
+    try:
+        parse_err(data, "x.err", ParseErrors(), budget=Budget())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return err, errors, cpu, peak
+
+
+@pytest.mark.slow
+def test_budget_stops_150_sections_of_tiny_ads() -> None:
+    section = encode(HISTORY_SECTION, b"JobStartDate = 1\n\n" * (MAX_ADS - 1))  # just under the per-section limit
+    data = synthetic_err().split(b"=== Exit messages")[0] + section * 150
+    assert len(data) < 1 << 20
+    budget = Budget()
+    err, errors, cpu, peak = _measure(data, budget)
+    assert budget.exceeded == "ads" and budget.ads == MAX_ADS + 1
+    assert errors.counts[(SRC, "budget")] == 1
+    # A subset of the pilot's jobs is not kept: the accounting falls back to the Stats block.
+    assert err.jobs is None and err.trace_spool is None
+    assert err.cpus == 8 and err.gpus == 2  # read before the sections, complete: kept
+    assert cpu < MAX_CPU
+    assert peak < 64 << 20  # ~100,000 Job records and one section's text
+
+
+@pytest.mark.slow
+def test_budget_stops_many_large_gzip_sections() -> None:
+    ad = b'JobStartDate = 1656036400\nCompletionDate = 1656040100\nExitCode = 0\nFiller = "' + b"x" * 6000 + b'"\n\n'
+    content = ad * ((60 << 20) // len(ad))
+    section = encode(HISTORY_SECTION, content)  # ~110 KB of base64 for 60 MB of ads
+    data = section * 50
+    budget = Budget()
+    err, errors, cpu, peak = _measure(data, budget)
+    assert budget.exceeded == "decoded_bytes"
+    assert budget.decoded_bytes == 2 * len(content) <= MAX_DECODED_BYTES  # the third section is refused undecoded
+    assert errors.counts == {(SRC, "budget"): 1}
+    assert err.jobs is None
+    assert cpu < MAX_CPU
+    # Two copies of one section at most (the decoded text and the ad scanner's framed copy).
+    assert peak < 2 * (64 << 20) + (16 << 20)
+
+
+def test_budget_limits_each_stop_the_file() -> None:
+    one = encode(HISTORY_SECTION, HISTORY)
+    for budget, which in (
+        (Budget(max_sections=2), "sections"),
+        (Budget(max_ads=5), "ads"),  # HISTORY has 4 jobs with a start and 1 without: 5 ads a section
+        (Budget(max_decoded_bytes=len(HISTORY) + 10), "decoded_bytes"),
+        (Budget(max_cpu_seconds=-1), "cpu"),  # a CPU clock never goes back: fails at the first check
+    ):
+        errors = ParseErrors()
+        err = parse_err(one * 3, "x.err", errors, budget=budget)
+        assert budget.exceeded == which, which
+        assert errors.counts[(SRC, "budget")] == 1, which
+        assert err.jobs is None, which
+    # Within the limits the same file is read whole.
+    errors = ParseErrors()
+    err = parse_err(one * 3, "x.err", errors, budget=Budget(max_sections=3, max_ads=15))
+    assert err.jobs is not None and len(err.jobs) == 12 and errors.counts[(SRC, "budget")] == 0
+
+
+def test_spent_budget_stops_the_next_file(tmp_path: Path) -> None:
+    """One budget may be shared by a pilot's .out and .err: once spent, the next read stops too."""
+    p = tmp_path / "job.1.0.err"
+    p.write_bytes(synthetic_err())
+    budget = Budget(max_ads=1)
+    with pytest.raises(BudgetExceeded):
+        for _ in range(2):
+            budget.ad()
+    errors = ParseErrors()
+    err = read_err(str(p), errors, budget=budget)
+    assert err is not None and err.jobs is None and err.gpus == 2
+    assert errors.counts[(SRC, "budget")] == 1 and budget.exceeded == "ads"
+
+
+def test_trace_spool_sections_are_joined_not_concatenated_per_section() -> None:
+    data = encode("GWMSTraceSpool", b"a\n") + encode("GWMSTraceSpool", b"b\n") + encode(HISTORY_SECTION, HISTORY) * 2
+    err = parse_err(data, "x.err", errors := ParseErrors())
+    assert err.trace_spool == b"a\nb\n" and err.jobs is not None and len(err.jobs) == 8
+    assert errors.counts[(SRC, "budget")] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=40), st.booleans())
+def test_config_values_of_any_text_never_raise(cpus: str, memory: str, detail: bool) -> None:
+    # str.isdigit() accepts "²", which int() refuses: it raised out of parse_err.
+    body = f"GLIDEIN_CPUS {cpus}\nMEMORY {memory}\n".replace("\r", "").encode("utf-8", "surrogatepass")
+    data = b"-------- glidein_config in condor_startup.sh ----------\n" + body + b"----\n"
+    err = parse_err(data, "c.err", ParseErrors(), detail=detail)
+    for got in (err.cpus, err.memory_mb):
+        assert got is None or (got >= 0 and str(got).encode() in body)  # only plain ASCII decimals are read
+
+
+def test_unicode_digits_are_not_numbers() -> None:
+    data = b"-------- glidein_config in condor_startup.sh ----------\nGLIDEIN_CPUS \xc2\xb2\nMEMORY \xd9\xa1\n----\n"
+    for detail in (True, False):
+        err = parse_err(data, "c.err", ParseErrors(), detail=detail)
+        assert err.cpus is None and err.memory_mb is None
+    assert isinstance(parse_value("\u0661\u0662"), Expr)  # Arabic-Indic "12" is not the ClassAd integer 12

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gwms_obs.model import SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.sources.budget import Budget
 from gwms_obs.sources.glidein_out import parse_out, read_out
 
 REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "glideinwms"
@@ -292,3 +293,21 @@ def test_never_raises_on_mutated_real(real: bytes, data: st.DataObject) -> None:
             j = data.draw(st.integers(0, len(buf)))
             buf[i:i] = buf[min(i, j) : max(i, j)][:4096]
     parse_out(bytes(buf), "mut.out", ParseErrors())
+
+
+def test_budget_overrun_is_counted_and_the_out_not_used(tmp_path: Path, real: bytes) -> None:
+    """A .out parsed only in part would be mis-accounted: read_out returns None, the budget says why."""
+    p = tmp_path / "job.1.0.out"
+    p.write_bytes(real)
+    errors = ParseErrors()
+    budget = Budget(max_cpu_seconds=-1)  # a CPU clock never goes back: fails at the first check
+    assert read_out(str(p), errors, budget=budget) is None
+    assert budget.exceeded == "cpu" and errors.counts == {(SRC, "budget"): 1}
+    # parse_out keeps what it found before the check that failed (nothing, here) and never raises.
+    out = parse_out(real, "x.out", errors, budget=Budget(max_cpu_seconds=-1))
+    assert out.condor_started is False and errors.counts[(SRC, "budget")] == 2
+    # The default budget does not touch a real file.
+    errors = ParseErrors()
+    budget = Budget()
+    out = read_out(str(p), errors, root=str(tmp_path), budget=budget)
+    assert out is not None and out.glidein_duration == 8376 and budget.exceeded is None and errors.total() == 0
