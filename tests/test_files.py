@@ -169,6 +169,11 @@ def test_symlink_out_of_the_tree_is_refused(factory: Path) -> None:
     assert errors.counts[("schedd_status", files.OUTSIDE_TREE)] == 1
     # Without a root (gwms-obs inspect on a file a person names) it is read.
     assert schedd_status.read_schedd_status(str(status), ParseErrors()) is not None
+    # A regular file that is not under the root, by name or by "..", is refused too.
+    for path in (str(outside), str(factory / "monitor" / ".." / ".." / outside.name)):
+        errors = ParseErrors()
+        assert schedd_status.read_schedd_status(path, errors, root=str(factory / "monitor")) is None
+        assert errors.counts == {("schedd_status", files.OUTSIDE_TREE): 1}, path
 
 
 def test_symlink_inside_the_tree_is_read(factory: Path) -> None:
