@@ -395,3 +395,39 @@ def test_limits_are_configurable_and_checked(tmp_path: Path) -> None:
     assert value_problems(from_dict({"limits": {"max_gpus": 0}})) == [
         "limits.max_gpus must be a finite number > 0, got 0"
     ]
+
+
+# --- live: the daemon, as users start it, on a hostile factory --------------------------------------
+@pytest.mark.live
+def test_the_daemon_on_a_hostile_factory_serves_and_stops(
+    clean: tuple[Path, Ingest, dict[str, PilotAccount]], work: Path, tmp_path: Path
+) -> None:
+    from .support.servers import export_command, http_get, process, wait_for
+
+    _, base, _ = clean
+    outs = [p for p in pilots_of(work, lambda e, d: d.cpus_fixed, base) if ran_jobs_with_stats(p)]
+    rewrite(outs[0], rb"Setting GLIDEIN_CPUS=\d+", b"Setting GLIDEIN_CPUS=" + HUGE)
+    rewrite(outs[1].with_suffix(".err"), rb"\nGLIDEIN_Site [^\n]*", b"\nGLIDEIN_Site EVIL")
+    with open(outs[2].with_suffix(".err"), "ab") as f:
+        section = condor_sections.encode("StartdHistoryLog", b"JobStatus = 4\nJobStartDate = 1\n\n" * 20_000)
+        for _ in range(150):
+            f.write(section)
+    os.mkfifo(outs[3].with_name("job.99999999.0.out"))  # a reader that opened it would hang
+    os.mkfifo(outs[3].with_name("condor_activity_20260611_EVIL.log"))
+    port = free_port()
+    log = tmp_path / "export.log"
+    url = f"http://127.0.0.1:{port}/metrics"
+    cmd = export_command(work, port, tmp_path / "ck.json", interval=3600, settle=0)
+    with process(cmd, log, ready_url=url) as p:
+
+        def scanned() -> str | None:
+            body = http_get(url, timeout=5)
+            text = body.decode() if body else ""
+            return text if re.search(r"^gwms_obs_scan_duration_seconds \d", text, re.M) else None
+
+        text = wait_for("the first scan of the hostile factory", scanned, 120)
+        assert "EVIL" not in text
+        for reason in ("implausible", "label_mismatch", "not_regular", "budget"):
+            assert f'reason="{reason}"' in text, [x for x in text.splitlines() if "parse_errors_total{" in x]
+        p.terminate()
+        assert p.wait(10) == 0  # SIGTERM is honoured: nothing wedged in open() or read()
