@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,133 @@ def test_units_render_hardened(unit: Path) -> None:
     }.items():
         assert directives.get(key) == value, f"{unit.name}: {key}"
     assert directives["User"] not in ("", "root")
+
+
+# --- Listeners off loopback (multi-host inventory): TLS and auth or no deployment -------------
+
+
+def _multi_host_vault(tmp_path: Path) -> dict[str, Any]:
+    from tests.support import tls
+
+    pki = tls.make_pki(tmp_path / "pki", "monitor01.example.org", "192.0.2.1")
+    doc: dict[str, Any] = yaml.safe_load(
+        (ANSIBLE / "inventories/multi-host/group_vars/all/vault.yml.example").read_text()
+    )
+    return {
+        **doc,
+        "vault_grafana_admin_password": "a-long-enough-password",
+        "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
+        "vault_gwms_tls_ca": pki.ca,
+        "vault_gwms_monitoring_tls_cert": pki.server_cert,
+        "vault_gwms_monitoring_tls_key": pki.server_key,
+        "vault_otel_collector_tls_client_cert": pki.client_cert,
+        "vault_otel_collector_tls_client_key": pki.client_key,
+        "vault_prometheus_password": "grafana-and-self-0123",
+        "vault_prometheus_remote_write_password": "remote-write-0123456",
+    }
+
+
+def _multi_host_preflight(
+    tmp_path: Path, secrets: dict[str, Any], extra: dict[str, Any], limit: str = "all"
+) -> subprocess.CompletedProcess[str]:
+    """The preflight play and every role's `always` checks (argument specs, listener refusals), nothing else."""
+    vault = tmp_path / "secrets.yml"
+    vault.write_text(yaml.safe_dump(secrets))
+    return _run(
+        _tool("ansible-playbook"),
+        "-i",
+        "inventories/multi-host/hosts.yml",
+        "deploy.yml",
+        "--tags",
+        "preflight",
+        "--skip-tags",
+        "install,configure,run",
+        "--limit",
+        limit,
+        "-e",
+        f"@{vault}",
+        "-e",
+        json.dumps({"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **extra}),
+    )
+
+
+def test_multi_host_inventory_passes_with_tls_and_passwords(tmp_path: Path) -> None:
+    r = _multi_host_preflight(tmp_path, _multi_host_vault(tmp_path), {})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "failed=0" in r.stdout
+    # every monitoring role's listener check ran (and passed) before anything else
+    for check in ("Refuse a web listener off loopback", "Refuse an OTLP receiver off loopback", "Refuse Grafana off"):
+        assert check in r.stdout, check
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        # the example's CHANGE_ME certificates as they are
+        ({"vault_gwms_monitoring_tls_cert": "-----BEGIN CERTIFICATE-----\nCHANGE_ME\n"}, "placeholder"),
+        ({"vault_prometheus_password": "short"}, "prometheus_web_users: every password"),
+        ({"prometheus_web_users": {}}, "prometheus_web_listen_address is 0.0.0.0:9090 (not loopback)"),
+        ({"prometheus_web_tls_key": ""}, "prometheus_web_listen_address is 0.0.0.0:9090 (not loopback)"),
+        ({"jaeger_otlp_tls_client_ca": ""}, "jaeger_listen_host is 0.0.0.0 (not loopback)"),
+        ({"grafana_tls_key": ""}, "grafana_http_addr is 0.0.0.0 (not loopback)"),
+        ({"otel_collector_jaeger_insecure": True}, "leaves this host without TLS"),
+        (
+            {"otel_collector_prometheus_remote_write_url": "http://monitor01.example.org:9090/api/v1/write"},
+            "leaves this host without TLS",
+        ),
+    ],
+)
+def test_multi_host_refuses_a_listener_or_sender_off_loopback_without_tls_or_auth(
+    tmp_path: Path, extra: dict[str, Any], message: str
+) -> None:
+    secrets = _multi_host_vault(tmp_path)
+    vault_keys = {k: v for k, v in extra.items() if k.startswith("vault_")}
+    # the monitoring host's checks, or a factory host's for the collector's
+    limit = "factory01.example.org" if any(k.startswith("otel_collector") for k in extra) else "monitor01.example.org"
+    r = _multi_host_preflight(
+        tmp_path, {**secrets, **vault_keys}, {k: v for k, v in extra.items() if not k.startswith("vault_")}, limit
+    )
+    assert r.returncode != 0
+    assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-4000:]
+
+
+def test_loopback_listeners_need_no_tls() -> None:
+    """The single-host inventory keeps everything but the collector on loopback: no TLS, no web users."""
+    text = render.render("prometheus", "web-config.yml.j2")
+    assert "tls_server_config" not in text and "basic_auth_users" not in text
+    assert "tls:" not in render.render("jaeger", "config.yaml.j2")
+    assert "GF_SERVER_PROTOCOL" not in render.render(
+        "grafana", "grafana-server.env.j2", grafana_admin_password="x" * 12
+    )
+
+
+BCRYPT = ANSIBLE / "roles" / "prometheus" / "files" / "bcrypt_hashes.py"
+
+
+def _bcrypt(req: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BCRYPT)], input=json.dumps(req), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_bcrypt_hashes_are_kept_while_the_password_is_unchanged(tmp_path: Path) -> None:
+    first = _bcrypt({"users": {"a": "password-of-a-0123", "b": "password-of-b-0123"}, "cost": 4})
+    assert first.returncode == 0, first.stderr
+    got = json.loads(first.stdout)
+    assert sorted(got["new"]) == ["a", "b"] and all(h.startswith("$2b$04$") for h in got["hashes"].values())
+    again = json.loads(
+        _bcrypt({"users": {"a": "password-of-a-0123", "b": "changed-password-0123"}, "existing": got["hashes"]}).stdout
+    )
+    assert again["hashes"]["a"] == got["hashes"]["a"] and again["new"] == ["b"]
+    assert again["hashes"]["b"] != got["hashes"]["b"]
+    # promtool accepts the web config with these hashes
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    web = tmp_path / "web.yml"
+    web.write_text(render.render("prometheus", "web-config.yml.j2", prometheus_web_password_hashes=again["hashes"]))
+    r = subprocess.run([promtool, "check", "web-config", str(web)], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for bad in ("", "x" * 73):
+        r = _bcrypt({"users": {"a": bad}})
+        assert r.returncode == 1 and "1-72 bytes" in r.stderr
