@@ -20,6 +20,7 @@ from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import jaeger as J
 from tests.support.otlp_capture import otlp_capture
 from tests.support.servers import free_port
+from tests.support.trace_ledger import issue_from_spools
 
 TRACE = "6b934decf61abafeb052bb65697cf4f1"
 
@@ -139,6 +140,7 @@ def test_traces_unreachable_jaeger() -> None:
 def test_export_forwards_spools_from_err_files(tmp_path: Path) -> None:
     """`gwms-obs export --once --traces-endpoint` sends every spool of the simulated .err files."""
     simulate(tmp_path / "f", 60, 5)
+    issued = issue_from_spools(tmp_path / "f")  # as the factory's FactoryTracer would have
     with otlp_capture() as cap:
         rc = main(["export", "--factory-dir", str(tmp_path / "f"), "--listen", f"127.0.0.1:{free_port()}", "--once",
                    "--settle-seconds", "0", "--traces-endpoint", cap.traces_url,
@@ -146,5 +148,5 @@ def test_export_forwards_spools_from_err_files(tmp_path: Path) -> None:
         reqs = list(cap.requests)
     assert rc == 0
     spools = sum(1 for p in tmp_path.rglob("*.err") if b"GWMSTraceSpool" in p.read_bytes())
-    assert len(reqs) == spools > 0
+    assert len(reqs) == spools == issued > 0
     assert not [p for p in (tmp_path / "ob").iterdir() if p.suffix == ".json"]

@@ -14,10 +14,22 @@ from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources.condor_sections import encode
 from gwms_obs.sources.glidein_err import parse_err
 from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing.ledger import LEDGER_NAME
 from gwms_obs.tracing.spool import SpoolError, SpoolForwarder, otlp_headers, parse_spool, traces_endpoint
 from tests.support.otlp_capture import otlp_capture
+from tests.support.trace_ledger import issue
 
 T = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLUSTER = 10176598
+PARENTS = ["a000000000000001", "a000000000000002", "a000000000000003"]  # the factory's glidein submit spans
+FACTORY_RES = {C.FACTORY: "OSG", C.ENTRY: "Entry_A", C.CLIENT: "fe.main"}
+
+
+def glidein(log_dir: Path, proc: int = 0, cluster: int = CLUSTER) -> str:
+    """The .err path of a glidein the factory issued trace T to (the ledger written once per cluster)."""
+    if not (log_dir / LEDGER_NAME).exists():
+        issue(log_dir, cluster, T, PARENTS, FACTORY_RES)
+    return str(log_dir / f"job.{cluster}.{proc}.err")
 
 
 def span(**kw: Any) -> dict[str, Any]:
@@ -114,10 +126,11 @@ def test_garbage_spool_does_not_harm_the_rest_of_the_err(tmp_path: Path) -> None
 
 
 def test_forwarder_retries_then_sends_with_token(tmp_path: Path) -> None:
+    a, b = glidein(tmp_path, proc=0), glidein(tmp_path, proc=1)
     with otlp_capture(statuses=[503, 503]) as cap:
         fwd = SpoolForwarder(cap.traces_url, tmp_path / "ob", ParseErrors(), token="tok", retry_min=0.05)
-        fwd(line(span()), "a.err")
-        fwd(line(span(spanId="3333333333333333")), "b.err")
+        fwd(line(span(parentSpanId=PARENTS[0])), a)
+        fwd(line(span(spanId="3333333333333333", parentSpanId=PARENTS[1])), b)
         fwd.start()
         assert fwd.drain(20)
         fwd.stop()
@@ -134,7 +147,7 @@ def test_forwarder_retries_then_sends_with_token(tmp_path: Path) -> None:
 def test_forwarder_outbox_survives_restart_and_rejections_are_kept(tmp_path: Path) -> None:
     errors = ParseErrors()
     first = SpoolForwarder("http://127.0.0.1:9/v1/traces", tmp_path / "ob", errors)
-    first(line(span()), "a.err")  # the exporter stops before sending
+    first(line(span(parentSpanId=PARENTS[0])), glidein(tmp_path))  # the exporter stops before sending
     assert len(first.pending()) == 1
     with otlp_capture(statuses=[401]) as cap:
         second = SpoolForwarder(cap.traces_url, tmp_path / "ob", errors)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,8 @@ class Capture:
     requests: list[Captured] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # answered in order; then 200
     hang: bool = False  # read the request, never answer (until the server stops)
+    retry_after: str | None = None  # Retry-After header on every non-2xx answer
+    times: list[float] = field(default_factory=list)  # time.monotonic() of each request
     release: threading.Event = field(default_factory=threading.Event)
     got: threading.Condition = field(default_factory=threading.Condition)
 
@@ -40,7 +43,10 @@ class Capture:
 
 
 @contextlib.contextmanager
-def otlp_capture(statuses: list[int] | None = None, hang: bool = False) -> Iterator[Capture]:
+def otlp_capture(
+    statuses: list[int] | None = None, hang: bool = False, *, always: int | None = None, retry_after: str | None = None
+) -> Iterator[Capture]:
+    """``statuses`` are answered in order, then 200 (or ``always`` for every request)."""
     cap: Capture
 
     class Handler(BaseHTTPRequestHandler):
@@ -49,7 +55,8 @@ def otlp_capture(statuses: list[int] | None = None, hang: bool = False) -> Itera
             body = self.rfile.read(n)
             with cap.got:
                 cap.requests.append(Captured(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                status = cap.statuses.pop(0) if cap.statuses else 200
+                cap.times.append(time.monotonic())
+                status = always if always is not None else (cap.statuses.pop(0) if cap.statuses else 200)
                 cap.got.notify_all()
             if cap.hang:
                 cap.release.wait(30)
@@ -57,6 +64,8 @@ def otlp_capture(statuses: list[int] | None = None, hang: bool = False) -> Itera
             payload = b"{}"
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
+            if cap.retry_after is not None and status >= 300:
+                self.send_header("Retry-After", cap.retry_after)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -66,7 +75,9 @@ def otlp_capture(statuses: list[int] | None = None, hang: bool = False) -> Itera
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    cap = Capture(f"http://127.0.0.1:{srv.server_address[1]}", statuses=list(statuses or []), hang=hang)
+    cap = Capture(
+        f"http://127.0.0.1:{srv.server_address[1]}", statuses=list(statuses or []), hang=hang, retry_after=retry_after
+    )
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     try:

@@ -10,6 +10,14 @@ Called from GlideinWMS's ``glideFactoryLib.submitGlideins`` around each
         cluster, count = extractJobId(submit_out)
         sc.submitted(cluster, count)
 
+With ``log_dir`` (the entry's client log directory, where condor returns the
+glideins' .out/.err) each submitted cluster is recorded in the trace ledger
+(``tracing.ledger``), which the exporter uses to bind a returned spool to its
+glidein. With a ``signer`` (``tracing.credentials``) and ``token_dir`` each
+glidein gets its own short-lived JWT as a file for the submit file to
+transfer; the factory's own exporter then authenticates with a token it mints
+and renews itself.
+
 The spans go through a BatchSpanProcessor: ending a span only queues it, the
 export runs in the SDK's thread, and a full queue drops spans rather than
 wait, so the factory loop never blocks on tracing (no sleep, unlike the
@@ -21,17 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from .. import __version__
 from . import conventions as C
+from . import ledger as L
+from .credentials import ENV_TOKEN_DIR, SERVICE_LIFETIME, PilotSigner
 
 
 def otlp_traces_configured(env: Mapping[str, str] | None = None) -> bool:
@@ -41,8 +52,46 @@ def otlp_traces_configured(env: Mapping[str, str] | None = None) -> bool:
     return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
+class _RenewingExporter(SpanExporter):
+    """OTLP/HTTP with a service token minted by the factory, renewed at half its lifetime."""
+
+    def __init__(self, signer: PilotSigner, lifetime: float = SERVICE_LIFETIME) -> None:
+        self.signer = signer
+        self.lifetime = lifetime
+        self._inner: SpanExporter | None = None
+        self._minted = 0.0
+
+    def _exporter(self) -> SpanExporter:
+        now = self.signer.clock()
+        if self._inner is None or now - self._minted > self.lifetime / 2:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            from .spool import otlp_headers
+
+            token = self.signer.mint_service("factory", self.lifetime)
+            old, self._minted = self._inner, now
+            self._inner = OTLPSpanExporter(headers={**otlp_headers(), "Authorization": f"Bearer {token}"})
+            if old is not None:
+                old.shutdown()
+        return self._inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._exporter().export(spans)
+
+    def shutdown(self) -> None:
+        if self._inner is not None:
+            self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
 def make_provider(
-    factory: str, glidein_name: str = "", exporter: SpanExporter | None = None, **batch: int
+    factory: str,
+    glidein_name: str = "",
+    exporter: SpanExporter | None = None,
+    signer: PilotSigner | None = None,
+    **batch: int,
 ) -> TracerProvider:
     """A TracerProvider for the factory; OTLP/HTTP when the OTEL_* variables name an endpoint.
 
@@ -63,7 +112,7 @@ def make_provider(
     if exporter is None and otlp_traces_configured():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter()
+        exporter = _RenewingExporter(signer) if signer is not None else OTLPSpanExporter()
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter, **batch))  # type: ignore[arg-type]
     return provider
@@ -84,8 +133,14 @@ class SubmitCluster:
         count: int,
         resource_attrs: dict[str, str],
         glidein_attrs: dict[str, str],
+        *,
+        log_dir: str = "",
+        signer: PilotSigner | None = None,
+        token_dir: str | Path | None = None,
     ) -> None:
         self.span = span
+        self.log_dir = log_dir
+        self.token_files: Path | None = None  # this cluster's token directory, once written
         self.count = count
         self._resource_attrs = resource_attrs
         ctx = trace.set_span_in_context(span)
@@ -97,6 +152,14 @@ class SubmitCluster:
         ]
         self.traceparents = [traceparent(g) for g in self.glideins]
         self._done = False
+        if signer is not None and token_dir is not None:
+            self.token_files = signer.write_glidein_tokens(
+                token_dir,
+                f"{span.get_span_context().trace_id:032x}",
+                count,
+                entry=resource_attrs.get(C.ENTRY, ""),
+                client=resource_attrs.get(C.CLIENT, ""),
+            )
 
     @property
     def traceparent(self) -> str:
@@ -109,10 +172,13 @@ class SubmitCluster:
         ``$CHOICE(Process, GWMS_TRACEPARENT_LIST)`` and passes the resource
         attributes on (docs/tracing.md).
         """
-        return [
+        env = [
             f"{C.ENV_TRACEPARENT_LIST}={','.join(self.traceparents)}",
             f"GLIDEIN_{C.ENV_RESOURCE_ATTRIBUTES}={C.resource_attributes_env(self._resource_attrs)}",
         ]
+        if self.token_files is not None:  # a directory name, not a secret: the tokens are files
+            env.append(f"{ENV_TOKEN_DIR}={self.token_files}")
+        return env
 
     def submitted(self, cluster: int, count: int | None = None) -> None:
         """condor_submit succeeded: record the cluster; glideins beyond ``count`` were not queued."""
@@ -123,6 +189,11 @@ class SubmitCluster:
             g.set_attribute(C.CONDOR_CLUSTER, cluster)
             if i >= n:
                 g.set_status(Status(StatusCode.ERROR, "not queued by condor_submit"))
+        if self.log_dir:
+            ctx = self.span.get_span_context()
+            spans = [f"{g.get_span_context().span_id:016x}" for g in self.glideins[:n]]
+            L.append_record(self.log_dir, cluster, f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}", spans,
+                            self._resource_attrs)  # fmt: skip
         self._end()
 
     def failed(self, exc: BaseException) -> None:
@@ -144,10 +215,20 @@ class SubmitCluster:
 class FactoryTracer:
     """The factory's tracer; one per factory (or entry) process."""
 
-    def __init__(self, factory: str, glidein_name: str = "", provider: TracerProvider | None = None) -> None:
+    def __init__(
+        self,
+        factory: str,
+        glidein_name: str = "",
+        provider: TracerProvider | None = None,
+        *,
+        signer: PilotSigner | None = None,
+        token_dir: str | Path | None = None,
+    ) -> None:
         self.factory = factory
         self.glidein_name = glidein_name
-        self.provider = provider or make_provider(factory, glidein_name)
+        self.signer = signer
+        self.token_dir = token_dir
+        self.provider = provider or make_provider(factory, glidein_name, signer=signer)
         self.tracer = self.provider.get_tracer("gwms_obs.tracing.factory", __version__)
 
     @contextlib.contextmanager
@@ -161,8 +242,13 @@ class FactoryTracer:
         site: str = "",
         schedd: str = "",
         submit_file: str = "",
+        log_dir: str = "",
     ) -> Iterator[SubmitCluster]:
-        """Span the condor_submit of ``count`` glideins; ends it on exit (an exception marks it failed)."""
+        """Span the condor_submit of ``count`` glideins; ends it on exit (an exception marks it failed).
+
+        ``log_dir`` is the entry's client log directory (where condor returns
+        ``job.C.P.err``): the cluster is recorded in its trace ledger.
+        """
         common = {C.FACTORY: self.factory, C.ENTRY: entry, C.CLIENT: client}
         extra = {C.FRONTEND: frontend, C.SITE: site, C.CONDOR_SCHEDD: schedd, C.GLIDEIN_NAME: self.glidein_name}
         common.update({k: v for k, v in extra.items() if v})
@@ -173,7 +259,8 @@ class FactoryTracer:
         span = self.tracer.start_span(C.SPAN_SUBMIT, trace.set_span_in_context(trace.INVALID_SPAN),
                                       SpanKind.CLIENT, attrs)  # fmt: skip
         resource = {k: v for k, v in common.items() if k != C.CONDOR_SCHEDD}
-        sc = SubmitCluster(self.tracer, span, count, resource, common)
+        sc = SubmitCluster(self.tracer, span, count, resource, common, log_dir=log_dir, signer=self.signer,
+                           token_dir=self.token_dir)  # fmt: skip
         try:
             yield sc
         except BaseException as e:

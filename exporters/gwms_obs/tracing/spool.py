@@ -24,15 +24,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote
 
 from ..parse_errors import ParseErrors
 from ..registry import Source
 from . import conventions as C
+from .ledger import Issued, LedgerIndex
+from .redact import scrub_resource_spans
 
 log = logging.getLogger("gwms_obs.tracing.spool")
 
@@ -44,6 +46,9 @@ MAX_KEY = 256
 MAX_ATTRIBUTES = 256
 MAX_EVENTS = 1024
 MAX_LINKS = 128
+MAX_OUTBOX_BYTES = 128 << 20  # requests waiting for the collector; the oldest go first
+MAX_OUTBOX_AGE = 3 * 86400.0  # seconds; older requests are dropped (Jaeger's view has moved on)
+MAX_REJECTED = 100  # requests the collector refused, kept for a look
 _VALUE_KEYS = frozenset(
     ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
 )
@@ -281,15 +286,129 @@ def traces_endpoint(env: Mapping[str, str] | None = None) -> str | None:
 @dataclass
 class ForwarderStats:
     accepted: int = 0  # spools validated and queued
-    refused: int = 0  # spools refused by validation
+    refused: int = 0  # spools refused by validation or binding
     sent_requests: int = 0
     sent_spans: int = 0
     collector_rejected: int = 0  # requests refused by the collector (kept in outbox/rejected)
     failures: int = 0  # transient send failures (retried)
+    unbound_spans: int = 0  # spans dropped: not the glidein's trace, parent or resource
+    dropped_files: int = 0  # outbox files dropped: over the byte bound or too old
+    dropped_spans: int = 0
+
+
+# --- binding a spool to its glidein ---------------------------------------------------------------
+
+_JOB_ERR = re.compile(r"job\.([0-9]{1,12})\.([0-9]{1,9})\.err")
+_DIMENSION_VALUE = re.compile(r"[A-Za-z0-9_.@-]{1,128}")
+OTHER_PHASE: Final = "other"
+INVALID_VALUE: Final = "invalid"
+
+
+def _str_value(v: object) -> str | None:
+    """The text of an OTLP/JSON AnyValue that is a string or an integer."""
+    if isinstance(v, dict):
+        for k in ("stringValue", "intValue"):
+            if k in v and isinstance(v[k], str | int) and not isinstance(v[k], bool):
+                return str(v[k])
+    return None
+
+
+def bind_spool(spool: Spool, issued: Issued, report: Callable[[_Bad], None]) -> None:
+    """Keep only what the glidein may write: its own trace, under its own span, with its own identity.
+
+    The resource must name the entry, client, factory and job the factory
+    issued (missing names are filled in from the ledger); spans must be in the
+    cluster's trace, must not reuse a factory span id, and must descend from
+    the glidein's ``glidein submit`` span. Everything else is dropped and
+    reported, one report per span.
+    """
+    expected = {
+        **issued.resource,
+        C.SERVICE_NAME: C.SERVICE_PILOT,
+        C.CONDOR_CLUSTER: str(issued.cluster),
+        C.CONDOR_PROC: str(issued.proc),
+    }
+    kept_rs = []
+    for rs in spool.resource_spans:
+        attrs = rs.setdefault("resource", {}).get("attributes") or []
+        have = {kv["key"]: _str_value(kv.get("value")) for kv in attrs}
+        wrong = [k for k, v in expected.items() if k in have and have[k] != v]
+        if wrong:
+            for ss in rs["scopeSpans"]:
+                for _ in ss["spans"]:
+                    report(_Bad("foreign_resource", f"{wrong[0]}={str(have[wrong[0]])[:60]!r}"))
+            continue
+        for k, v in expected.items():
+            if k not in have:
+                typed = {"intValue": v} if k in (C.CONDOR_CLUSTER, C.CONDOR_PROC) else {"stringValue": v}
+                attrs.append({"key": k, "value": typed})
+        site = next((kv for kv in attrs if kv["key"] == C.SITE), None)
+        if site is not None and C.SITE not in issued.resource:
+            value = _str_value(site.get("value"))
+            if value is None or not _DIMENSION_VALUE.fullmatch(value):
+                report(_Bad("bad_dimension", f"{C.SITE}={str(value)[:60]!r}"))
+                site["value"] = {"stringValue": INVALID_VALUE}
+        rs["resource"]["attributes"] = attrs
+        kept_rs.append(rs)
+    # Which spans descend from the glidein's own span (through spans of the same trace)?
+    children: dict[str, list[str]] = {}
+    for rs in kept_rs:
+        for ss in rs["scopeSpans"]:
+            for s in ss["spans"]:
+                if s["traceId"] == issued.trace_id and s["spanId"] not in issued.factory_span_ids:
+                    children.setdefault(s["parentSpanId"], []).append(s["spanId"])
+    reached: set[str] = set()
+    todo = [issued.parent_span_id]
+    while todo:
+        for child in children.pop(todo.pop(), []):
+            if child not in reached:
+                reached.add(child)
+                todo.append(child)
+    out_rs = []
+    for rs in kept_rs:
+        scopes = []
+        for ss in rs["scopeSpans"]:
+            spans = []
+            for s in ss["spans"]:
+                if s["traceId"] != issued.trace_id:
+                    report(_Bad("foreign_trace", f"traceId {s['traceId']}, issued {issued.trace_id}"))
+                elif s["spanId"] in issued.factory_span_ids:
+                    report(_Bad("foreign_span", f"spanId {s['spanId']} is the factory's"))
+                elif s["spanId"] not in reached:
+                    report(_Bad("foreign_parent", f"span {s['spanId']} parent {s['parentSpanId'] or '-'}"))
+                else:
+                    _bound_phase(s, report)
+                    spans.append(s)
+            if spans:
+                scopes.append({**ss, "spans": spans})
+        if scopes:
+            out_rs.append({**rs, "scopeSpans": scopes})
+    spool.resource_spans = out_rs
+    spool.spans = sum(len(ss["spans"]) for rs in out_rs for ss in rs["scopeSpans"])
+
+
+def _bound_phase(s: dict[str, Any], report: Callable[[_Bad], None]) -> None:
+    """gwms.phase is a spanmetrics dimension: only the phases of the conventions pass."""
+    for kv in s.get("attributes") or []:
+        if kv["key"] == C.PHASE and _str_value(kv.get("value")) not in C.PHASES:
+            report(_Bad("bad_dimension", f"{C.PHASE}={str(_str_value(kv.get('value')))[:60]!r}"))
+            kv["value"] = {"stringValue": OTHER_PHASE}
+
+
+# --- forwarding -------------------------------------------------------------------------------
 
 
 class SpoolForwarder:
-    """``Ingest.spool_sink``: validate, queue on disk, post in the background."""
+    """``Ingest.spool_sink``: validate, bind to the glidein, redact, queue on disk, post in the background.
+
+    The outbox is bounded: at most ``max_outbox_bytes`` of requests (the
+    oldest are dropped to make room) and none older than
+    ``max_outbox_age`` seconds; each drop is counted
+    (``outbox_full``/``outbox_expired``) and logged. After a failed post the
+    sender waits out its backoff (doubling from ``retry_min`` to
+    ``retry_max``, or the collector's ``Retry-After``) however many new
+    spools arrive meanwhile.
+    """
 
     def __init__(
         self,
@@ -303,6 +422,11 @@ class SpoolForwarder:
         retry_min: float = 0.5,
         retry_max: float = 30.0,
         max_spans: int = MAX_SPANS,
+        max_outbox_bytes: int = MAX_OUTBOX_BYTES,
+        max_outbox_age: float = MAX_OUTBOX_AGE,
+        max_rejected: int = MAX_REJECTED,
+        ledger: LedgerIndex | None = None,
+        require_issued: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.outbox = Path(outbox)
@@ -315,22 +439,44 @@ class SpoolForwarder:
         self.retry_min = retry_min
         self.retry_max = retry_max
         self.max_spans = max_spans
+        self.max_outbox_bytes = max_outbox_bytes
+        self.max_outbox_age = max_outbox_age
+        self.max_rejected = max_rejected
+        # Without a ledger entry a spool cannot be tied to its glidein: refused
+        # unless require_issued=False (a factory that does not trace its submits).
+        self.ledger = ledger if ledger is not None else LedgerIndex(errors)
+        self.require_issued = require_issued
         self.stats = ForwarderStats()
         self._seq = 0
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._retry_after = 0.0  # the collector's Retry-After of the last failure, seconds
         self.outbox.mkdir(parents=True, exist_ok=True)
+        # name -> size of the requests waiting, the outbox's byte bound is kept on this
+        self._sizes: dict[str, int] = {}
+        for p in self.pending():
+            with contextlib.suppress(OSError):
+                self._sizes[p.name] = p.stat().st_size
 
     # The sink: called by the scan, must be quick and must not raise.
     def __call__(self, spool: bytes, path: str) -> None:
         try:
             parsed = parse_spool(spool, path, self.errors, max_spans=self.max_spans)
+            self._bind(parsed, path)
         except SpoolError as e:
             self.errors.record(SOURCE, e.reason, path, None, f"spool refused: {e}")
             self.stats.refused += 1
             return
+        tally = scrub_resource_spans(parsed.resource_spans)
+        for reason, n in (("secret_masked", tally.redacted), ("value_truncated", tally.truncated)):
+            for _ in range(n):
+                self.errors.record(SOURCE, reason, path, None, f"{n} in this spool")
         body = json.dumps(parsed.request(), separators=(",", ":")).encode()
+        if len(body) > self.max_outbox_bytes:
+            detail = f"{len(body)} bytes, outbox bound {self.max_outbox_bytes}"
+            self._count_drop("outbox_full", path, parsed.spans, detail)
+            return
         with self._cond:
             self._seq += 1
             # The span count rides in the name: the sender's statistics need no re-parse.
@@ -345,7 +491,54 @@ class SpoolForwarder:
             return
         self.stats.accepted += 1
         with self._cond:
+            self._sizes[name] = len(body)
+            self._enforce_bounds()
             self._cond.notify_all()
+
+    def _bind(self, parsed: Spool, path: str) -> None:
+        m = _JOB_ERR.fullmatch(os.path.basename(path))
+        issued = self.ledger.lookup(os.path.dirname(path), int(m[1]), int(m[2])) if m else None
+        if issued is None:
+            if self.require_issued:
+                raise SpoolError("not_issued", "no trace issued to this glidein in the factory's ledger")
+            return
+        report = _Reporter(self.errors, path)
+        before = parsed.spans
+        bind_spool(parsed, issued, report)
+        self.stats.unbound_spans += before - parsed.spans
+        if parsed.spans == 0:
+            first = report.first
+            raise SpoolError(first.reason if first else "empty", "nothing of this glidein's own trace")
+
+    # --- the outbox's bounds ---
+    def _enforce_bounds(self) -> None:
+        """Drop requests older than the age bound, then the oldest until under the byte bound (lock held)."""
+        cutoff = time.time_ns() - int(self.max_outbox_age * 1e9)
+        for name in sorted(self._sizes):
+            if _name_time(name) >= cutoff:
+                break
+            self._drop(name, "outbox_expired", f"older than {self.max_outbox_age:.0f} s")
+        total = sum(self._sizes.values())
+        for name in sorted(self._sizes):
+            if total <= self.max_outbox_bytes:
+                break
+            total -= self._sizes.get(name, 0)
+            self._drop(name, "outbox_full", f"outbox over {self.max_outbox_bytes} bytes, oldest dropped")
+
+    def _drop(self, name: str, reason: str, detail: str) -> None:
+        self._sizes.pop(name, None)
+        with contextlib.suppress(FileNotFoundError):
+            (self.outbox / name).unlink()
+        self._count_drop(reason, str(self.outbox / name), _name_spans(name), detail)
+
+    def _count_drop(self, reason: str, path: str, spans: int, detail: str) -> None:
+        self.stats.dropped_files += 1
+        self.stats.dropped_spans += spans
+        self.errors.record(SOURCE, reason, path, None, f"{spans} spans dropped: {detail}")
+
+    def outbox_bytes(self) -> int:
+        with self._cond:
+            return sum(self._sizes.values())
 
     def pending(self) -> list[Path]:
         with contextlib.suppress(FileNotFoundError):
@@ -366,7 +559,7 @@ class SpoolForwarder:
             self._thread = None
 
     def drain(self, timeout: float) -> bool:
-        """Wait until the outbox is empty (sent or rejected); False on timeout."""
+        """Wait until the outbox is empty (sent, rejected or dropped); False on timeout."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self.pending():
@@ -388,6 +581,7 @@ class SpoolForwarder:
             if ok is None:
                 return False
             with self._cond:
+                self._sizes.pop(p.name, None)
                 self._cond.notify_all()
         return True
 
@@ -400,17 +594,20 @@ class SpoolForwarder:
         except urllib.error.HTTPError as e:
             if e.code in (408, 429) or e.code >= 500:
                 self.stats.failures += 1
+                self._retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
                 log.warning("collector answered %d for %s; retrying", e.code, p.name)
                 return None
             # A 4xx other than those will not change on retry (bad token, bad data).
             self.rejected_dir.mkdir(exist_ok=True)
             with contextlib.suppress(OSError):
                 os.replace(p, self.rejected_dir / p.name)
+            self._prune_rejected()
             self.stats.collector_rejected += 1
             self.errors.record(SOURCE, "collector_rejected", str(p), None, f"HTTP {e.code}")
             return False
         except (OSError, ValueError) as e:
             self.stats.failures += 1
+            self._retry_after = 0.0
             log.warning("cannot send spans to %s: %s; retrying", self.endpoint, e)
             return None
         with contextlib.suppress(ValueError, AttributeError):
@@ -420,26 +617,55 @@ class SpoolForwarder:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
         self.stats.sent_requests += 1
-        with contextlib.suppress(ValueError):
-            self.stats.sent_spans += int(p.stem.rsplit("-", 1)[1])
+        self.stats.sent_spans += _name_spans(p.name)
         return True
+
+    def _prune_rejected(self) -> None:
+        """Requests the collector refused are kept for a look, the newest max_rejected of them."""
+        with contextlib.suppress(OSError):
+            old = sorted(self.rejected_dir.iterdir())[: -self.max_rejected or None]
+            for q in old:
+                with contextlib.suppress(OSError):
+                    q.unlink()
 
     def _run(self) -> None:
         delay = self.retry_min
+        not_before = 0.0  # monotonic time before which nothing is posted (backoff)
         while True:
             with self._cond:
+                while not self._stop:
+                    wait = not_before - time.monotonic()
+                    if wait > 0:  # a notification (a new spool) only wakes us: the backoff still holds
+                        self._cond.wait(wait)
+                        continue
+                    self._enforce_bounds()
+                    if self._sizes or self.pending():
+                        break
+                    self._cond.wait(5.0)  # woken by the sink; the timeout picks up files of a restart
                 if self._stop:
                     return
             if self.send_once():
                 delay = self.retry_min
-                with self._cond:
-                    if self._stop:
-                        return
-                    if not self.pending():
-                        self._cond.wait(5.0)  # woken by the sink; the timeout picks up files of a restart
+                not_before = 0.0
             else:
-                with self._cond:
-                    if self._stop:
-                        return
-                    self._cond.wait(delay)
+                not_before = time.monotonic() + min(max(delay, self._retry_after), self.retry_max)
                 delay = min(delay * 2, self.retry_max)
+
+
+def _name_time(name: str) -> int:
+    with contextlib.suppress(ValueError):
+        return int(name.split("-", 1)[0])
+    return 0
+
+
+def _name_spans(name: str) -> int:
+    with contextlib.suppress(ValueError, IndexError):
+        return int(name.removesuffix(".json").rsplit("-", 1)[1])
+    return 0
+
+
+def _retry_after(value: str | None) -> float:
+    """Retry-After in seconds (the HTTP-date form is not used by the collector)."""
+    with contextlib.suppress(TypeError, ValueError):
+        return max(0.0, float(value))  # type: ignore[arg-type]
+    return 0.0
