@@ -26,7 +26,9 @@
 # GWMS_TRACE_SPOOL, GWMS_TRACE_RESULT (after flush: sent | stderr | kept | empty | off).
 # Settings (environment): GWMS_TRACE=0 disables; GWMS_TRACE_MAX_SPANS (10000);
 # GWMS_TRACE_TIMEOUT (5 s for the whole POST); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
-# OTEL_EXPORTER_OTLP_ENDPOINT (+/v1/traces); GWMS_TRACE_TOKEN (bearer token);
+# OTEL_EXPORTER_OTLP_ENDPOINT (+/v1/traces); GWMS_TRACE_TOKEN_FILE (this glidein's own
+# token, a file the job transferred, default gwms-trace.jwt in the start directory: read
+# once by gwms_trace_init, then deleted); GWMS_TRACE_TOKEN (a shared static token, older setups);
 # OTEL_EXPORTER_OTLP_TRACES_HEADERS / OTEL_EXPORTER_OTLP_HEADERS (k=v,...);
 # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME.
 #
@@ -38,6 +40,11 @@
 # readable, `date +%s%N` runs once per timestamp. GWMS_TRACE_COMPAT=4 forces
 # the bash-4 path and GWMS_TRACE_CLOCK=date the date clock (tests, benchmarks).
 
+# Secrets never reach the spool: every name, key and value is masked where it looks like a
+# token, password, key, DN, PEM block or credential argument (the patterns of
+# exporters/gwms_obs/tracing/redact.py, in POSIX ERE), then cut to 128 (names) or 1024
+# (values) characters; the exporter and the collector mask again.
+#
 # shellcheck disable=SC2034  # GWMS_TRACE_* are set for the sourcing script
 true
 [[ -n ${_GWMS_TRACE_LOADED-} ]] && return 0
@@ -62,6 +69,24 @@ _gt_t=
 _gt_id=
 _gt_e=
 _gt_a=
+_gt_tok=            # this glidein's token, read from its file (never exported)
+# Secret shapes (ERE, matched case-insensitively); each match becomes ****.
+_gt_kw='(passw(or)?d|passphrase|pwd|token|secret|api[_-]?key|access[_-]?key([_-]id)?)'
+_gt_masks=(
+  'eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*'
+  'bearer[[:space:]]+[A-Za-z0-9._~+/=-]+'
+  '-----BEGIN [A-Z0-9 ]+-----.*'
+  '://[^/[:space:]:@]+:[^/[:space:]@]+@'
+  "-?-[a-z0-9_-]*${_gt_kw}[[:space:]]+[^[:space:]&;,]+"
+  "${_gt_kw}[[:space:]]*[=:][[:space:]]*[^[:space:]&;,]+"
+  '(AKIA|ASIA)[0-9A-Z]{16}'
+  'gh[pousr]_[A-Za-z0-9]{30,}'
+  '(/(DC|C|ST|L|O|OU|CN|UID|emailAddress)=[^/[:space:]]+){2,}'
+  '(CN|UID)=[^,/=[:space:]]+(,[[:space:]]*(OU|O|DC|C|L|ST|CN)=[^,/=[:space:]]+)+'
+  '/tmp/x509up_u[0-9]+'
+)
+# Keys whose whole value is a secret.
+_gt_keys='(token|passw|passphrase|secret|credential|proxy|x509|api[_.-]?key|access[_.-]?key|authori[sz]ation|cookie|private[_.-]?key|subject|(^|[._-])(dn|pwd)([._-]|$))'
 
 # --- clock and ids ---------------------------------------------------------------------------
 # _gt_now: _gt_t = now, Unix nanoseconds (a decimal string).
@@ -112,6 +137,32 @@ _gt_seed() {
   esac
 }
 
+# --- secrets and lengths -------------------------------------------------------------------------
+# _gt_scrub LIMIT STRING: _gt_e = STRING, secrets masked, cut to LIMIT characters.
+_gt_scrub() {
+  _gt_e=$2
+  case $_gt_e in   # fast path: nothing that could start a secret (no fork, no regex)
+    *[!A-Za-z0-9._/\ -]* | *[Tt][Oo][Kk]* | *[Pp][Aa][Ss]* | *[Pp][Ww][Dd]* | *[Ss][Ee][Cc]* | *[Kk][Ee][Yy]* | \
+    *eyJ* | *[Bb]earer* | *BEGIN* | *CN* | *DC* | *UID* | *x509* | *AKIA* | *ASIA* | *gh?_*) _gt_mask ;;
+  esac
+  ((${#_gt_e} > $1)) && _gt_e=${_gt_e:0:$1}
+  return 0
+}
+
+_gt_mask() {
+  local re n had=0
+  shopt -q nocasematch && had=1   # no $(shopt -p): that would fork
+  shopt -s nocasematch
+  for re in "${_gt_masks[@]}"; do
+    n=0
+    while ((n++ < 64)) && [[ $_gt_e =~ $re ]]; do   # each replacement removes its keyword: no loop
+      _gt_e=${_gt_e/"${BASH_REMATCH[0]}"/****}
+    done
+  done
+  ((had)) || shopt -u nocasematch
+  return 0
+}
+
 # --- JSON ----------------------------------------------------------------------------------------
 # _gt_esc STRING: _gt_e = STRING as the inside of a JSON string. Values outside
 # printable ASCII become "?" so the spool is valid UTF-8 whatever the input.
@@ -142,9 +193,18 @@ _gt_esc() {
 
 # _gt_kv KEY VALUE [TYPE]: _gt_a = one OTLP/JSON KeyValue.
 _gt_kv() {
-  local t=${3:-s}
-  _gt_esc "$1"
+  local t=${3:-s} had=0 blocked=''
+  _gt_scrub 128 "$1"
+  _gt_esc "$_gt_e"
   local k=$_gt_e
+  shopt -q nocasematch && had=1
+  shopt -s nocasematch
+  [[ $1 =~ $_gt_keys ]] && blocked=1
+  ((had)) || shopt -u nocasematch
+  if [[ -n $blocked ]]; then   # a secret's key: the value goes, whatever its type
+    _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"****\"}}"
+    return 0
+  fi
   case $t in
     i) case $2 in -[0-9]* | [0-9]*) [[ ${2#-} != *[!0-9]* ]] || t=s ;; *) t=s ;; esac ;;
     d) case $2 in '' | *[!0-9.eE+-]*) t=s ;; esac ;;
@@ -154,7 +214,7 @@ _gt_kv() {
     i) _gt_a="{\"key\":\"$k\",\"value\":{\"intValue\":\"$2\"}}" ;;
     d) _gt_a="{\"key\":\"$k\",\"value\":{\"doubleValue\":$2}}" ;;
     b) _gt_a="{\"key\":\"$k\",\"value\":{\"boolValue\":$2}}" ;;
-    *) _gt_esc "$2"; _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"$_gt_e\"}}" ;;
+    *) _gt_scrub 1024 "$2"; _gt_esc "$_gt_e"; _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"$_gt_e\"}}" ;;
   esac
 }
 
@@ -239,16 +299,16 @@ _gt_pop() {
     '') ;;
     0 | -[0-9]* | [0-9]*)
       if [[ ${rc#-} == *[!0-9]* ]]; then
-        _gt_esc "$rc"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
+        _gt_scrub 1024 "$rc"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
       else
         attrs+=${attrs:+,}"{\"key\":\"process.exit.code\",\"value\":{\"intValue\":\"$rc\"}}"
         if [[ $rc == 0 ]]; then
           status=',"status":{"code":1}'
         else
-          _gt_esc "${msg:-exit code $rc}"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
+          _gt_scrub 1024 "${msg:-exit code $rc}"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
         fi
       fi ;;
-    *) _gt_esc "$rc"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}" ;;
+    *) _gt_scrub 1024 "$rc"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}" ;;
   esac
   [[ -n ${3-} ]] && attrs+=${attrs:+,}'{"key":"gwms.trace.unfinished","value":{"boolValue":true}}'
   if ((i == 0)) && ((_gt_dropped > 0)); then
@@ -262,7 +322,8 @@ _gt_pop() {
   if [[ -z $_gt_resj ]]; then
     _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
   fi
-  _gt_esc "${_gt_names[i]}"
+  _gt_scrub 128 "${_gt_names[i]}"
+  _gt_esc "$_gt_e"
   printf '%s\n' "{\"resourceSpans\":[$_gt_resj{\"traceId\":\"$_gt_trace\",\"spanId\":\"${_gt_ids[i]}\",\"parentSpanId\":\"$parent\",\"name\":\"$_gt_e\",\"kind\":${_gt_kind[i]},\"startTimeUnixNano\":\"${_gt_t0[i]}\",\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$attrs],\"events\":[${_gt_events[i]}],\"links\":[${_gt_links[i]}]$status}]}]}]}" \
     2>/dev/null >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
   _gt_spans=$((_gt_spans + 1))
@@ -295,6 +356,14 @@ gwms_trace_init() {
   _gt_spool=${1:-${GWMS_TRACE_SPOOL:-$PWD/gwms-trace.spool.jsonl}}
   GWMS_TRACE_SPOOL=$_gt_spool
   : 2>/dev/null >"$_gt_spool" || return 0   # cannot write the spool: stay off
+  # This glidein's own token: kept in a shell variable (not exported, so payloads started
+  # later do not inherit it) and the file removed from the sandbox.
+  local tf=${GWMS_TRACE_TOKEN_FILE:-gwms-trace.jwt}
+  _gt_tok=
+  if [[ -f $tf && -r $tf ]]; then
+    read -r _gt_tok <"$tf" 2>/dev/null || true
+    rm -f "$tf" 2>/dev/null || true
+  fi
   # W3C traceparent (version 00; later versions may append "-..."); lower-case hex only.
   if [[ -n $tp ]]; then
     if [[ $tp =~ ^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$ ]] &&
@@ -406,7 +475,8 @@ gwms_trace_event() {
   ((_gt_on && _gt_n > 0)) || return 0
   local i=$((_gt_n - 1))
   _gt_now
-  _gt_esc "${1:-event}"
+  _gt_scrub 128 "${1:-event}"
+  _gt_esc "$_gt_e"
   local name=$_gt_e
   _gt_kvs "${@:2}"
   _gt_events[i]+=${_gt_events[i]:+,}"{\"timeUnixNano\":\"$_gt_t\",\"name\":\"$name\",\"attributes\":[$_gt_a]}"
@@ -473,7 +543,11 @@ _gt_body() {
 # Request headers as curl config lines, so the token never shows in `ps`.
 _gt_headers() {
   local h kv kvs=()
-  [[ -n ${GWMS_TRACE_TOKEN-} ]] && printf 'header = "Authorization: Bearer %s"\n' "$GWMS_TRACE_TOKEN"
+  if [[ -n $_gt_tok ]]; then
+    printf 'header = "Authorization: Bearer %s"\n' "$_gt_tok"
+  elif [[ -n ${GWMS_TRACE_TOKEN-} ]]; then
+    printf 'header = "Authorization: Bearer %s"\n' "$GWMS_TRACE_TOKEN"
+  fi
   h=${OTEL_EXPORTER_OTLP_TRACES_HEADERS-${OTEL_EXPORTER_OTLP_HEADERS-}}
   [[ -n $h ]] && IFS=, read -r -a kvs <<<"$h"
   for kv in ${kvs[@]+"${kvs[@]}"}; do

@@ -65,14 +65,18 @@ def _factory(st: Stack, monkeypatch: pytest.MonkeyPatch) -> FactoryTracer:
     return FactoryTracer("OSG", "gfactory_instance", make_provider("OSG", "gfactory_instance"))
 
 
-def _submit(ft: FactoryTracer) -> tuple[str, str, str]:
-    """One cluster of 2 glideins; (trace id, glidein 1's traceparent, its resource attributes)."""
-    with ft.submit_cluster("CMSHTPC_T2_US_Nebraska_red", "CMSG-v1_0.main-token", 2, site="Nebraska") as sc:
+def _submit(ft: FactoryTracer, log_dir: Path | None = None, cluster: int = 10176598) -> tuple[str, str, str]:
+    """One cluster of 2 glideins; (trace id, glidein 1's traceparent, its resource attributes).
+
+    With ``log_dir`` the cluster goes into that directory's trace ledger.
+    """
+    with ft.submit_cluster("CMSHTPC_T2_US_Nebraska_red", "CMSG-v1_0.main-token", 2, site="Nebraska",
+                           log_dir=str(log_dir or "")) as sc:  # fmt: skip
         env = dict(e.split("=", 1) for e in sc.submit_env())
-        sc.submitted(10176598, 2)
+        sc.submitted(cluster, 2)
     assert ft.flush()
     tp = env[C.ENV_TRACEPARENT_LIST].split(",")[1]
-    res = env["GLIDEIN_OTEL_RESOURCE_ATTRIBUTES"] + ",gwms.condor.cluster=10176598,gwms.condor.proc=1"
+    res = env["GLIDEIN_OTEL_RESOURCE_ATTRIBUTES"] + f",gwms.condor.cluster={cluster},gwms.condor.proc=1"
     return tp[3:35], tp, res
 
 
@@ -129,13 +133,17 @@ def test_pilot_to_collector_to_jaeger(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_no_endpoint_spans_come_back_through_err_and_exporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with stack(tmp_path) as st:
         ft = _factory(st, monkeypatch)
-        trace_id, tp, res = _submit(ft)
-        run = run_pilot(tmp_path / "pilot", traceparent=tp, env={"OTEL_RESOURCE_ATTRIBUTES": res})
-        assert "result stderr" in run.stdout
-        # A factory tree whose one pilot returned this stderr.
+        # A factory tree whose one pilot, job 10176598.1, returned this stderr.
         factory = tmp_path / "factory"
         simulate(factory, 1, 1)
         (err,) = factory.rglob("*.err")
+        (out,) = factory.rglob("*.out")
+        trace_id, tp, res = _submit(ft, log_dir=err.parent)  # the ledger beside the job's files
+        run = run_pilot(tmp_path / "pilot", traceparent=tp, env={"OTEL_RESOURCE_ATTRIBUTES": res})
+        assert "result stderr" in run.stdout
+        out.rename(out.with_name("job.10176598.1.out"))
+        err.unlink()
+        err = err.with_name("job.10176598.1.err")
         err.write_bytes(run.stderr)
         ingest = Ingest(IngestConfig(str(factory), settle_seconds=0))
         fwd = SpoolForwarder(st.col.traces_url, tmp_path / "outbox", ingest.errors, token=st.col.token)

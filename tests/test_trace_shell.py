@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import subprocess
 import time
@@ -391,3 +392,45 @@ def test_shellcheck_clean() -> None:
         pytest.skip("shellcheck not installed")
     r = subprocess.run(["shellcheck", "-s", "bash", str(LIB)], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout
+
+
+SECRET_SCRIPT = r"""
+set -euo pipefail
+source "$GWMS_TRACE_LIB"
+gwms_trace_init "$PWD/spool.jsonl"
+[[ -z ${GWMS_TRACE_TOKEN_SEEN-} ]]
+gwms_trace_begin "curl -H Authorization: Bearer BearerTokSecret01" gwms.pwd=PwdSecretGwms1 \
+  "cmd=run.sh --token TokCli123Secret -x password=hunter2Secret"
+gwms_trace_attr passphrase PassphraseSecret7
+gwms_trace_attr -i db.password 9137731337
+gwms_trace_attr aws_access_key_id AKIAZZZZSECRET123456
+gwms_trace_event "unlock passphrase=Sesame123Secret" detail=token=EventAttrSecret4
+gwms_trace_attr x.dn "/DC=org/DC=cilogon/C=US/O=Fermilab/CN=Secret Person"
+gwms_trace_attr jwt "a eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJKd3RTZWNyZXRTdWIifQ.U2ln b"
+gwms_trace_end 3 "login failed --password=PassEq456Secret for https://u:UrlPassSecret9@h/x"
+gwms_trace_phase setup
+gwms_trace_attr long "$(printf 'y%.0s' {1..3000})"
+env | grep -c TOKEN_SECRET_MARK || true
+gwms_trace_flush 0
+"""
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_secrets_are_masked_before_the_spool_is_written(tmp_path: Path, mode: str) -> None:
+    from tests.support.trace_secrets import SECRETS
+
+    (tmp_path / "gwms-trace.jwt").write_text("TOKEN_SECRET_MARK\n")
+    with otlp_capture() as cap:
+        env = {**os.environ, **MODES[mode], "GWMS_TRACE_LIB": str(LIB),
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": cap.traces_url}  # fmt: skip
+        p = subprocess.run(
+            ["/bin/bash", "-c", SECRET_SCRIPT], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
+        )
+        assert p.returncode == 0, p.stderr
+        (req,) = cap.requests
+    spool = (tmp_path / "spool.jsonl").read_text()
+    assert "****" in spool and not [s for s in SECRETS if s in spool or s in req.body.decode()]
+    assert max(len(m) for m in re.findall(r"y+", spool)) == 1024  # values cut
+    # the glidein's own token: sent, read once, never in the environment, file gone
+    assert req.headers["authorization"] == "Bearer TOKEN_SECRET_MARK"
+    assert p.stdout.decode().strip() == "0" and not (tmp_path / "gwms-trace.jwt").exists()
