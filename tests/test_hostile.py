@@ -431,3 +431,21 @@ def test_the_daemon_on_a_hostile_factory_serves_and_stops(
             assert f'reason="{reason}"' in text, [x for x in text.splitlines() if "parse_errors_total{" in x]
         p.terminate()
         assert p.wait(10) == 0  # SIGTERM is honoured: nothing wedged in open() or read()
+
+
+# --- 8. files are what they claim -----------------------------------------------------------------
+def test_links_out_of_the_tree_are_refused_once(
+    clean: tuple[Path, Ingest, dict[str, PilotAccount]], work: Path
+) -> None:
+    _, base, _ = clean
+    edir = next(work.glob("client/user_*/glidein_*/entry_*"))
+    (edir / "job.99999998.0.out").symlink_to("/etc/passwd")
+    (edir / "condor_activity_20260611_EVIL.log").symlink_to("/dev/zero")
+    ing = Ingest(IngestConfig(factory_dir=str(work), settle_seconds=0.0, final=True))
+    ing.scan()
+    ing.scan()  # listed again: not counted again
+    assert ing.errors.counts[(Source.GLIDEIN_OUT, "outside_tree")] == 1
+    assert ing.errors.counts[(Source.EVENT_LOG, "outside_tree")] == 1
+    # nothing read through them; every real pilot counted as before
+    assert ing.ledger.pilots == base.ledger.pilots
+    assert per_entry(ing.ledger) == pytest.approx(per_entry(base.ledger))

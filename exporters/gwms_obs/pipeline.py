@@ -55,7 +55,8 @@ from .follow import Follower
 from .model import CompletedJob, EntryDescript, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from .parse_errors import ParseErrors
 from .registry import Source
-from .sources import completed_jobs, condor_eventlog, descript, glidein_err, glidein_out, schedd_status, tree
+from .sources import completed_jobs, condor_eventlog, descript, files, glidein_err, glidein_out, schedd_status, tree
+from .sources.budget import Budget
 
 log = logging.getLogger("gwms_obs.pipeline")
 
@@ -198,6 +199,7 @@ class Ingest:
         self.lock = threading.RLock()  # held while state changes; the collector reads under it
         self.ledger = Ledger()
         self.errors = ParseErrors()
+        self._once = tree.OncePerPath(self.errors)  # what every scan lists again is counted once
         self.health = Health()
         self.follower = Follower()
         self.seen: dict[str, float] = {}  # key -> when counted
@@ -263,8 +265,8 @@ class Ingest:
         return res
 
     def _listing(self) -> Listing:
-        client_dirs = list(tree.entry_dirs(self.cfg.factory_dir))
-        listings = [(user, entry, *tree.scan_client_dir(user, entry, d)) for user, entry, d in client_dirs]
+        client_dirs = list(tree.entry_dirs(self.cfg.factory_dir, self._once))
+        listings = [(user, entry, *tree.scan_client_dir(user, entry, d, self._once)) for user, entry, d in client_dirs]
         present: dict[str, tree.PilotFiles] = {}
         for _, _, pilots, _ in listings:
             for p in pilots:
@@ -292,7 +294,7 @@ class Ingest:
             self.sink(acc)
 
     def _descripts(self) -> None:
-        for entry, d in tree.monitor_entries(self.cfg.monitor):
+        for entry, d in tree.monitor_entries(self.cfg.monitor, self._once, source=Source.DESCRIPT):
             path = os.path.join(d, "descript.xml")
             try:
                 mtime = os.stat(path).st_mtime
@@ -301,7 +303,7 @@ class Ingest:
             if self.descript_mtimes.get(path) == mtime and entry in self.defaults:
                 continue  # unchanged: neither re-read nor a bad one counted again
             self.descript_mtimes[path] = mtime
-            for ed in descript.read_descript(path, self.errors):
+            for ed in descript.read_descript(path, self.errors, root=self.cfg.monitor):
                 self.defaults[ed.entry or entry] = entry_defaults(ed)
         self.health.files[Source.DESCRIPT] = len(self.defaults)
 
@@ -438,14 +440,17 @@ class Ingest:
             self.bad_out[ks] = self.clock()
 
     def _account_pilot(self, p: tree.PilotFiles, ks: str, st: os.stat_result, res: ScanResult) -> None:
-        out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes)
+        # One budget for the pilot's two files: no file of a pilot may cost more than a real one.
+        budget = Budget()
+        root = self.cfg.factory_dir
+        out = glidein_out.read_out(p.out, self.errors, self.cfg.max_file_bytes, root=root, budget=budget)
         self.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
         if out is None:
             self._mark_bad(ks)  # counted as a parse error; its line or event log may still count it
             return
         err = None
         if p.has_err:  # known from the directory listing: no extra stat per pilot
-            err = glidein_err.read_err(p.err, self.errors, detail=False)
+            err = glidein_err.read_err(p.err, self.errors, detail=False, root=root, budget=budget)
             if err is not None and err.trace_spool is not None and self.spool_sink is not None:
                 try:
                     self.spool_sink(err.trace_spool, p.err)
@@ -506,7 +511,7 @@ class Ingest:
             self.unsettled.pop(ks, None)
 
     def _completed(self, res: ScanResult, t0: float) -> None:
-        paths = list(tree.completed_logs(self.cfg.factory_dir))
+        paths = list(tree.completed_logs(self.cfg.factory_dir, self._once))
         self.health.files[Source.COMPLETED_JOBS] = len(paths)
         self.health.backlog.setdefault(Source.COMPLETED_JOBS, t0)
 
@@ -547,9 +552,10 @@ class Ingest:
                     path,
                     functools.partial(scan_buffer, entry=entry),
                     functools.partial(sink, entry=entry, path=path),
+                    root=self.cfg.factory_dir,
                 )
-            except OSError as e:
-                self.errors.record(Source.COMPLETED_JOBS, "unreadable", path, None, str(e))
+            except OSError as e:  # listed every scan: counted once
+                self._once.record(Source.COMPLETED_JOBS, files.reason_of(e), path, None, files.describe(e))
                 continue
             self.health.bytes_read[Source.COMPLETED_JOBS] += n
         self.health.backlog.pop(Source.COMPLETED_JOBS, None)
@@ -569,10 +575,13 @@ class Ingest:
 
             try:
                 n = self.follower.read_new(
-                    f.path, lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, self.errors), sink
+                    f.path,
+                    lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, self.errors),
+                    sink,
+                    root=self.cfg.factory_dir,
                 )
-            except OSError as e:
-                self.errors.record(Source.EVENT_LOG, "unreadable", f.path, None, str(e))
+            except OSError as e:  # listed every scan: counted once
+                self._once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
                 continue
             self.health.bytes_read[Source.EVENT_LOG] += n
         # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
@@ -660,7 +669,7 @@ class Ingest:
 
     def _entry_status(self) -> None:
         n = 0
-        for entry, d in tree.monitor_entries(self.cfg.monitor):
+        for entry, d in tree.monitor_entries(self.cfg.monitor, self._once):
             path = os.path.join(d, "schedd_status.xml")
             try:
                 mtime = os.stat(path).st_mtime
@@ -669,7 +678,7 @@ class Ingest:
             n += 1
             if self.status_mtimes.get(path) == mtime:
                 continue
-            st = schedd_status.read_schedd_status(path, self.errors)
+            st = schedd_status.read_schedd_status(path, self.errors, root=self.cfg.monitor)
             self.status_mtimes[path] = mtime
             if st is None:
                 continue
