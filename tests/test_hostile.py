@@ -449,3 +449,13 @@ def test_links_out_of_the_tree_are_refused_once(
     # nothing read through them; every real pilot counted as before
     assert ing.ledger.pilots == base.ledger.pilots
     assert per_entry(ing.ledger) == pytest.approx(per_entry(base.ledger))
+
+
+def test_entry_configuration_of_any_text_never_raises() -> None:
+    from gwms_obs.model import EntryDescript
+    from gwms_obs.pipeline import entry_defaults, resource_slots_gpus
+
+    odd = {"GLIDEIN_CPUS": "²", "GLIDEIN_Max_Walltime": "9" * 40, "GLIDEIN_Resource_Slots": "GPUs,١"}
+    d = entry_defaults(EntryDescript("e", "s", odd))
+    assert (d.cpus, d.max_walltime, d.gpus) == (None, None, None)
+    assert resource_slots_gpus("GPUs,²") is None

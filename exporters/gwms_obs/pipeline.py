@@ -794,7 +794,9 @@ def entry_defaults(ed: EntryDescript) -> EntryDefaults:
         for n in names:
             for src in (ed.attributes, ed.params, ed.descript):
                 v = src.get(n)
-                if v is not None and v.strip().isdigit() and int(v) > 0:
+                v = v.strip() if v is not None else None
+                # isascii: str.isdigit() accepts "²", which int() refuses
+                if v and v.isascii() and v.isdigit() and len(v) <= 18 and int(v) > 0:
                     return int(v)
         return None
 
@@ -820,7 +822,7 @@ def resource_slots_gpus(value: str | None) -> int | None:
         return None
     for slot in value.split(";"):
         parts = [x.strip() for x in slot.split(",")]
-        if parts[0].lower() in ("gpus", "gpu") and len(parts) > 1 and parts[1].isdigit():
+        if parts[0].lower() in ("gpus", "gpu") and len(parts) > 1 and parts[1].isascii() and parts[1].isdigit():
             return int(parts[1]) or None
     return None
 
