@@ -17,6 +17,7 @@ Order matters: check mode on the fresh host, the deployment, a second run
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -35,9 +36,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gwms_obs import __version__, wheelhouse
+from gwms_obs import __version__, render, wheelhouse
 from gwms_obs.simulate.factory import simulate
-from tests.support import nspawn
+from tests.support import nspawn, tls
 from tests.support.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,16 +105,23 @@ class Host:
     runs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
-    def playbook(self, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    def playbook(
+        self,
+        *extra: str,
+        inventory: str = f"{ANSIBLE}/inventories/single-host/hosts.yml",
+        var_files: tuple[str, ...] = (),
+        timeout: float = 900,
+    ) -> subprocess.CompletedProcess[str]:
         return self.ct.exec(
             f"{VENV}/bin/ansible-playbook",
             "-i",
-            f"{ANSIBLE}/inventories/single-host/hosts.yml",
+            inventory,
             f"{ANSIBLE}/deploy.yml",
             "-e",
             "@/srv/gwms-test/vars.yml",
             "-e",
             "@/srv/gwms-test/vault.yml",
+            *(a for f in var_files for a in ("-e", f"@{f}")),
             "--vault-password-file",
             "/srv/gwms-test/vault-pass",
             *extra,
@@ -403,3 +411,319 @@ def test_a_broken_rule_file_never_reaches_prometheus(host: Host) -> None:
     groups = json.loads(host.ct.http_get("http://127.0.0.1:9090/api/v1/rules"))["data"]["groups"]
     rule = next(r for g in groups if g["name"] == "gwms-deploy-test" for r in g["rules"])
     assert rule["query"] == "vector(1)"
+
+
+# --- The multi-host inventory: listeners off loopback need TLS and auth -------------------------
+#
+# The booted host is redeployed with the multi-host inventory's group_vars
+# (copied unchanged; only hosts.yml names this one host as both the factory
+# and the monitoring host, and Jaeger's ports move aside from the collector's
+# as on one host). A network namespace of the test's own, joined to the
+# container by a veth pair, stands for the rest of the network: everything
+# there reaches the host's 192.0.2.1 (TEST-NET-1) only.
+
+MULTI_HOST = "gwms-host.test"
+HOST_IP, PEER_IP = "192.0.2.1", "192.0.2.2"
+JAEGER_GRPC, JAEGER_HTTP = 14317, 14318
+NETCLIENT = ROOT / "tests" / "support" / "netclient.py"
+# unit -> role prefix of its limit variables
+UNIT_ROLES = {
+    "prometheus": "prometheus",
+    "prometheus-alertmanager": "alertmanager",
+    "jaeger": "jaeger",
+    "gwms-obs-exporter": "gwms_exporter",
+    "otelcol-gwms": "otel_collector",
+}
+
+
+@dataclass
+class Multi:
+    host: Host
+    peer: nspawn.PeerNetns
+    pki: tls.Pki
+    passwords: dict[str, str]
+    token: str
+    runs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
+
+    def playbook(self) -> subprocess.CompletedProcess[str]:
+        return self.host.playbook(
+            inventory="/srv/gwms-test/inv-multi/hosts.yml",
+            var_files=("/srv/gwms-test/vault-multi.yml", "/srv/gwms-test/vars-multi.yml"),
+        )
+
+    def request(self, port: int, path: str = "/", **kw: Any) -> dict[str, Any]:
+        """An HTTP(S) request from the peer namespace to the host's 192.0.2.1 (see tests/support/netclient.py)."""
+        req = {"host": HOST_IP, "port": port, "path": path, "server_name": MULTI_HOST, **kw}
+        r = self.peer.run(sys.executable, str(NETCLIENT), json.dumps(req))
+        assert r.returncode == 0, r.stderr
+        out: dict[str, Any] = json.loads(r.stdout)
+        return out
+
+    def prom(self, path: str, user: str = "gwms-obs") -> dict[str, Any]:
+        auth = base64.b64encode(f"{user}:{self.passwords[user]}".encode()).decode()
+        return self.request(
+            9090, path, tls=True, ca=str(self.pki.path("ca")), headers={"Authorization": f"Basic {auth}"}
+        )
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        r = self.prom("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        assert r["status"] == 200, r
+        result: list[dict[str, Any]] = json.loads(r["body"])["data"]["result"]
+        return result
+
+
+def _encrypt(conf: Path, path: Path) -> None:
+    subprocess.run(
+        [f"{VENV}/bin/ansible-vault", "encrypt", "--vault-password-file", str(conf / "vault-pass"), str(path)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert path.read_text().startswith("$ANSIBLE_VAULT")
+
+
+def _span(service: str, trace_id: str, note: str) -> str:
+    now = time.time_ns()
+    attrs = [
+        {"key": "gwms.entry", "value": {"stringValue": "ENTRY_MULTI_HOST"}},
+        {"key": "gwms.phase", "value": {"stringValue": "startup"}},
+        {"key": "note", "value": {"stringValue": note}},
+    ]
+    span = {
+        "traceId": trace_id,
+        "spanId": trace_id[:16],
+        "name": "gwms.multi_host_probe",
+        "kind": 1,
+        "startTimeUnixNano": str(now - 2_000_000_000),
+        "endTimeUnixNano": str(now),
+        "attributes": attrs,
+    }
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": [span]}]}]})
+
+
+@pytest.fixture(scope="module")
+def multi(host: Host) -> Iterator[Multi]:
+    t0 = time.monotonic()
+    conf = host.work / "conf"  # /srv/gwms-test in the container
+    pki = tls.make_pki(host.work / "pki", MULTI_HOST, HOST_IP)
+    seed = hashlib.sha256(f"{host.work}-multi".encode()).hexdigest()
+    passwords = {"gwms-obs": seed[:24], "otelcol": seed[24:48]}
+    (conf / "vault-multi.yml").write_text(
+        yaml.safe_dump(
+            {
+                "vault_gwms_tls_ca": pki.ca,
+                "vault_gwms_monitoring_tls_cert": pki.server_cert,
+                "vault_gwms_monitoring_tls_key": pki.server_key,
+                "vault_otel_collector_tls_client_cert": pki.client_cert,
+                "vault_otel_collector_tls_client_key": pki.client_key,
+                "vault_prometheus_password": passwords["gwms-obs"],
+                "vault_prometheus_remote_write_password": passwords["otelcol"],
+            }
+        )
+    )
+    _encrypt(conf, conf / "vault-multi.yml")
+    (conf / "vars-multi.yml").write_text(
+        yaml.safe_dump(
+            {
+                # one host plays both parts: Jaeger's ports move aside from the collector's
+                "gwms_jaeger_otlp_grpc_port": JAEGER_GRPC,
+                "jaeger_otlp_http_port": JAEGER_HTTP,
+                "jaeger_health_port": 13134,
+                "otel_collector_spanmetrics_flush_interval": "2s",
+            }
+        )
+    )
+    inv = conf / "inv-multi"
+    shutil.copytree(ANSIBLE / "inventories" / "multi-host" / "group_vars", inv / "group_vars")
+    (inv / "group_vars" / "all" / "vault.yml.example").unlink()
+    (inv / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {g: {"hosts": {MULTI_HOST: None}} for g in ("factory", "monitoring")}}})
+    )
+    with nspawn.peer_netns(host.ct, HOST_IP, PEER_IP) as peer:
+        host.ct.exec("sh", "-c", f"echo '{HOST_IP} {MULTI_HOST}' >> /etc/hosts")
+        token = yaml.safe_load(
+            subprocess.run(
+                [
+                    f"{VENV}/bin/ansible-vault",
+                    "view",
+                    "--vault-password-file",
+                    str(conf / "vault-pass"),
+                    str(conf / "vault.yml"),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+        )["vault_otel_collector_pilot_tokens"][0]
+        m = Multi(host, peer, pki, passwords, token)
+        t = time.monotonic()
+        m.runs["first"] = m.playbook()
+        host.timings["multi_first_run"] = time.monotonic() - t
+        t = time.monotonic()
+        m.runs["second"] = m.playbook()
+        host.timings["multi_second_run"] = time.monotonic() - t
+        yield m
+        host.timings["multi_total"] = time.monotonic() - t0
+
+
+def test_multi_host_deploys_and_a_second_run_changes_nothing(multi: Multi) -> None:
+    assert _ok(multi.runs["first"])["changed"] > 0
+    recap = _ok(multi.runs["second"])
+    assert recap["changed"] == 0, multi.runs["second"].stdout[-6000:]
+
+
+def test_off_loopback_jaeger_refuses_otlp_without_the_collectors_client_certificate(multi: Multi) -> None:
+    service, trace_id = "gwms-unauthenticated-probe", os.urandom(16).hex()
+    body = _span(service, trace_id, "token=hunter2")
+    ca = str(multi.pki.path("ca"))
+    post = {"method": "POST", "path": "/v1/traces", "body": body}
+    # plain HTTP to the TLS port: Go answers 400 and reads nothing
+    plain = multi.request(JAEGER_HTTP, **post)
+    assert plain["status"] == 400, plain
+    # TLS without a client certificate, and with one of another CA: the handshake is refused
+    for kw in ({}, {"cert": str(multi.pki.path("rogue_cert")), "key": str(multi.pki.path("rogue_key"))}):
+        r = multi.request(JAEGER_HTTP, tls=True, ca=ca, **kw, **post)
+        assert r["status"] is None and r["error"], r
+        g = multi.request(JAEGER_GRPC, tls=True, ca=ca, **kw)
+        assert g["status"] is None and g["error"], g
+    # nothing of it was stored
+    assert service not in multi.host.ct.http_get("http://127.0.0.1:16686/api/services")
+    # the same request with the collectors' client certificate gets in: the certificate made the difference
+    ok = multi.request(
+        JAEGER_HTTP,
+        tls=True,
+        ca=ca,
+        cert=str(multi.pki.path("client_cert")),
+        key=str(multi.pki.path("client_key")),
+        **{**post, "body": _span("gwms-client-cert-probe", os.urandom(16).hex(), "authenticated")},
+    )
+    assert ok["status"] == 200, ok
+
+
+def test_off_loopback_prometheus_refuses_remote_write_without_tls_and_password(multi: Multi) -> None:
+    write = {"method": "POST", "path": "/api/v1/write", "body": "not a remote-write body"}
+    ca = str(multi.pki.path("ca"))
+    assert multi.request(9090, **write)["status"] == 400  # plain HTTP to the TLS listener
+    assert multi.request(9090, tls=True, ca=ca, **write)["status"] == 401
+    wrong = base64.b64encode(b"otelcol:not-the-password").decode()
+    assert multi.request(9090, tls=True, ca=ca, headers={"Authorization": f"Basic {wrong}"}, **write)["status"] == 401
+    assert multi.request(9090, "/api/v1/query?query=up", tls=True, ca=ca)["status"] == 401
+    # with the password the request is let through to the receiver, which rejects the bogus body itself
+    good = base64.b64encode(f"otelcol:{multi.passwords['otelcol']}".encode()).decode()
+    r = multi.request(9090, tls=True, ca=ca, headers={"Authorization": f"Basic {good}"}, **write)
+    assert r["status"] == 400 and "snappy" in r["body"], r
+    # the host keeps only bcrypt hashes
+    web = yaml.safe_load((multi.host.ct.root / "etc/prometheus/web-config.yml").read_text())
+    assert set(web["basic_auth_users"]) == set(multi.passwords)
+    assert all(h.startswith("$2b$") for h in web["basic_auth_users"].values())
+    assert not any(p in json.dumps(web) for p in multi.passwords.values())
+
+
+def test_a_span_through_the_collector_reaches_jaeger_and_its_metrics_reach_prometheus(multi: Multi) -> None:
+    service, trace_id = "gwms-multi-host-probe", os.urandom(16).hex()
+    r = multi.request(
+        4318,
+        method="POST",
+        path="/v1/traces",
+        body=_span(service, trace_id, "token=hunter2"),
+        headers={"Authorization": f"Bearer {multi.token}"},
+    )
+    assert r["status"] == 200, r
+    # collector -> Jaeger over mutual TLS; the query API is on the host's loopback
+    trace = wait_for(
+        "the span in Jaeger",
+        lambda: json.loads(multi.host.ct.http_get(f"http://127.0.0.1:16686/api/traces/{trace_id}"))["data"],
+        timeout=60,
+        step=0.5,
+    )
+    text = json.dumps(trace)
+    assert "gwms.multi_host_probe" in text and "hunter2" not in text
+    # collector -> Prometheus by remote write (TLS, basic auth as otelcol)
+    got = wait_for(
+        "the span metrics in Prometheus",
+        lambda: multi.query(f'traces_span_metrics_calls_total{{service_name="{service}"}}'),
+        timeout=90,
+        step=1,
+    )
+    assert got[0]["metric"]["gwms_entry"] == "ENTRY_MULTI_HOST"
+
+
+def test_prometheus_still_scrapes_exporter_collector_and_itself(multi: Multi) -> None:
+    def all_up() -> bool:
+        up = {r["metric"]["job"]: r["value"][1] for r in multi.query("up")}
+        return all(up.get(job) == "1" for job in ("gwms-obs", "otel-collector", "prometheus", "alertmanager"))
+
+    assert wait_for("every scrape target up (the self-scrape over TLS with a password)", all_up, timeout=60, step=1)
+    assert multi.query('sum(gwms_pilots_total{job="gwms-obs"})')
+
+
+def test_grafana_provisioning_logs_in_to_prometheus_over_tls(multi: Multi) -> None:
+    path = multi.host.ct.root / "etc/grafana/provisioning/datasources/gwms-obs.yml"
+    assert path.stat().st_mode & 0o777 == 0o640
+    prom = next(d for d in yaml.safe_load(path.read_text())["datasources"] if d["type"] == "prometheus")
+    assert prom["url"] == f"https://{MULTI_HOST}:9090"
+    assert prom["basicAuth"] is True and prom["basicAuthUser"] == "gwms-obs"
+    assert prom["secureJsonData"]["basicAuthPassword"] == multi.passwords["gwms-obs"]
+    assert prom["secureJsonData"]["tlsCACert"] == multi.pki.ca and prom["jsonData"]["tlsAuthWithCACert"] is True
+
+
+def test_units_have_resource_limits_measured_peaks_and_security_exposure(multi: Multi) -> None:
+    """Record each unit's limits, peak RSS and `systemd-analyze security` exposure (build/deploy-nspawn-resources.json).
+
+    The peak is the main process's VmHWM: this container's systemd (252) has no
+    MemoryPeak and, on a cgroup-v1 host, no memory controller of its own, so
+    the limits are configured but only a cgroup-v2 host enforces them.
+    """
+    ct = multi.host.ct
+    out: dict[str, dict[str, Any]] = {}
+    for unit in UNIT_ROLES:
+        props = dict(
+            line.split("=", 1)
+            for line in ct.exec(
+                "systemctl",
+                "show",
+                unit,
+                "-p",
+                "MainPID",
+                "-p",
+                "MemoryMax",
+                "-p",
+                "TasksMax",
+                "-p",
+                "CPUQuotaPerSecUSec",
+            ).stdout.splitlines()
+        )
+        # the container's /proc, read through its own mount namespace
+        status = dict(
+            (k, v.strip())
+            for k, _, v in (
+                line.partition(":") for line in ct.exec("cat", f"/proc/{props['MainPID']}/status").stdout.splitlines()
+            )
+        )
+        security = ct.exec("systemd-analyze", "security", "--no-pager", unit, check=False).stdout
+        m = re.search(r"Overall exposure level for \S+: ([0-9.]+) (\w+)", security)
+        assert m, security[-2000:]
+        out[unit] = {
+            "MemoryMax": props["MemoryMax"],
+            "TasksMax": props["TasksMax"],
+            "CPUQuotaPerSecUSec": props["CPUQuotaPerSecUSec"],
+            "peak_rss_kib": int(status["VmHWM"].split()[0]),
+            "threads": int(status["Threads"]),
+            "exposure": float(m.group(1)),
+            "exposure_rating": m.group(2),
+        }
+    (ROOT / "build").mkdir(exist_ok=True)
+    (ROOT / "build" / "deploy-nspawn-resources.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"\nunit resources: {json.dumps(out)}")
+    for unit, role in UNIT_ROLES.items():
+        if role == "otel_collector":
+            continue  # its unit template belongs to the collector's role owner; limits not set there yet
+        d = render.role_defaults(role)
+        r = out[unit]
+        assert r["MemoryMax"] != "infinity" and int(r["MemoryMax"]) > r["peak_rss_kib"] * 1024, (unit, r)
+        assert int(r["TasksMax"]) == d[f"{role}_tasks_max"] > r["threads"], (unit, r)
+        assert r["CPUQuotaPerSecUSec"] != "infinity", (unit, r)
+        # systemd-analyze security: 1.4-1.5 "OK" measured (docs/deploy.md); a dropped hardening line raises it
+        assert r["exposure"] <= 2.0, (unit, r)

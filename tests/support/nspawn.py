@@ -33,8 +33,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 SUITE = "bookworm"
-# systemd as init, and what Ansible needs on a managed Debian host (python3, python3-apt).
-INCLUDE = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt")
+# systemd as init, and what Ansible needs on a managed Debian host (python3, python3-apt;
+# iproute2: the network facts, e.g. the default IPv4 address the multi-host inventory listens on).
+INCLUDE = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2")
 # what the roles install from the distribution (the air-gapped host's mirror serves these)
 DEBS = ("prometheus", "prometheus-alertmanager", "python3-venv")
 MIRROR_IN_CONTAINER = "/srv/gwms-mirror"
@@ -218,6 +219,57 @@ class Container:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+
+
+class PeerNetns:
+    """A network namespace of the test's own, joined to a container's by a veth pair (see ``peer_netns``)."""
+
+    def __init__(self, name: str, host_ip: str, peer_ip: str) -> None:
+        self.name = name
+        self.host_ip = host_ip
+        self.peer_ip = peer_ip
+
+    def run(self, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run a program of this machine inside the peer namespace only."""
+        return subprocess.run(
+            ["ip", "netns", "exec", self.name, *cmd], capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+
+def _ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)} -> {r.returncode}: {r.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def peer_netns(ct: Container, host_ip: str, peer_ip: str, prefix: int = 24) -> Iterator[PeerNetns]:
+    """Another host on the container's network: a new namespace, a veth pair between it and the container.
+
+    The pair is created inside the new namespace with its other end moved
+    straight into the container's (this machine's own namespace never sees
+    either end). The container gets ``host_ip`` and a default route via the
+    peer (so Ansible finds a default IPv4 address, as on a real host); the
+    namespace, and with it the pair, is deleted on exit.
+    """
+    name = f"gwms-peer-{os.getpid()}"
+    _ip("netns", "add", name)
+    try:
+        _ip("-n", name, "link", "add", "gwms-peer0", "type", "veth", "peer", "name", "gwms0", "netns", str(ct.leader))
+        _ip("-n", name, "addr", "add", f"{peer_ip}/{prefix}", "dev", "gwms-peer0")
+        _ip("-n", name, "link", "set", "gwms-peer0", "up")
+        _ip("-n", name, "link", "set", "lo", "up")
+        for args in (
+            ("addr", "add", f"{host_ip}/{prefix}", "dev", "gwms0"),
+            ("link", "set", "gwms0", "up"),
+            ("route", "add", "default", "via", peer_ip),
+        ):
+            r = ct.netns("ip", *args)
+            if r.returncode != 0:
+                raise RuntimeError(f"ip {' '.join(args)} in the container -> {r.returncode}: {r.stderr.strip()}")
+        yield PeerNetns(name, host_ip, peer_ip)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30, check=False)
 
 
 def stop(p: subprocess.Popen[bytes], timeout: float = 30) -> None:
