@@ -314,7 +314,13 @@ def test_multi_host_inventory_passes_with_tls_and_passwords(tmp_path: Path) -> N
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "failed=0" in r.stdout
     # every monitoring role's listener check ran (and passed) before anything else
-    for check in ("Refuse a web listener off loopback", "Refuse an OTLP receiver off loopback", "Refuse Grafana off"):
+    for check in (
+        "Refuse a web listener off loopback",
+        "Refuse an OTLP receiver off loopback",
+        "Refuse the query API, UI",
+        "Refuse Grafana off",
+        "Refuse Alertmanager off loopback",
+    ):
         assert check in r.stdout, check
 
 
@@ -328,6 +334,8 @@ def test_multi_host_inventory_passes_with_tls_and_passwords(tmp_path: Path) -> N
         ({"prometheus_web_tls_key": ""}, "prometheus_web_listen_address is 0.0.0.0:9090 (not loopback)"),
         ({"jaeger_otlp_tls_client_ca": ""}, "jaeger_listen_host is 0.0.0.0 (not loopback)"),
         ({"grafana_tls_key": ""}, "grafana_http_addr is 0.0.0.0 (not loopback)"),
+        ({"jaeger_query_host": "0.0.0.0"}, "jaeger_query_host is 0.0.0.0 (not loopback)"),
+        ({"alertmanager_web_listen_address": "0.0.0.0:9093"}, "alertmanager_web_listen_address is 0.0.0.0:9093"),
         ({"otel_collector_jaeger_insecure": True}, "leaves this host without TLS"),
         (
             {"otel_collector_prometheus_remote_write_url": "http://monitor01.example.org:9090/api/v1/write"},

@@ -582,12 +582,17 @@ def test_off_loopback_jaeger_refuses_otlp_without_the_collectors_client_certific
     # plain HTTP to the TLS port: Go answers 400 and reads nothing
     plain = multi.request(JAEGER_HTTP, **post)
     assert plain["status"] == 400, plain
-    # TLS without a client certificate, and with one of another CA: the handshake is refused
-    for kw in ({}, {"cert": str(multi.pki.path("rogue_cert")), "key": str(multi.pki.path("rogue_key"))}):
+    # TLS without a client certificate, and with one of another CA: the handshake is refused,
+    # on the OTLP/HTTP port and on the OTLP/gRPC port (HTTP/2 with ALPN h2, as a gRPC client)
+    client = {"cert": str(multi.pki.path("client_cert")), "key": str(multi.pki.path("client_key"))}
+    rogue = {"cert": str(multi.pki.path("rogue_cert")), "key": str(multi.pki.path("rogue_key"))}
+    for kw, alert in (({}, "CERTIFICATE_REQUIRED"), (rogue, "UNKNOWN_CA")):
         r = multi.request(JAEGER_HTTP, tls=True, ca=ca, **kw, **post)
-        assert r["status"] is None and r["error"], r
-        g = multi.request(JAEGER_GRPC, tls=True, ca=ca, **kw)
-        assert g["status"] is None and g["error"], g
+        assert r["status"] is None and alert in r["error"], r
+        g = multi.request(JAEGER_GRPC, tls=True, ca=ca, h2=True, **kw)
+        assert not g["h2"] and alert in g["error"], g
+    # the gRPC port lets the collectors' certificate in
+    assert multi.request(JAEGER_GRPC, tls=True, ca=ca, h2=True, **client)["h2"]
     # nothing of it was stored
     assert service not in multi.host.ct.http_get("http://127.0.0.1:16686/api/services")
     # the same request with the collectors' client certificate gets in: the certificate made the difference
@@ -595,8 +600,7 @@ def test_off_loopback_jaeger_refuses_otlp_without_the_collectors_client_certific
         JAEGER_HTTP,
         tls=True,
         ca=ca,
-        cert=str(multi.pki.path("client_cert")),
-        key=str(multi.pki.path("client_key")),
+        **client,
         **{**post, "body": _span("gwms-client-cert-probe", os.urandom(16).hex(), "authenticated")},
     )
     assert ok["status"] == 200, ok

@@ -6,7 +6,8 @@ written by hand on a socket so that the test controls every part of it: the
 address to connect to, the TLS server name, the CA, an optional client
 certificate, the headers. The outcome is {"status": int or null, "error": str
 or null, "body": str}: a refused TLS handshake (no or wrong client
-certificate) or a reset connection is an ``error`` with no status.
+certificate) or a reset connection is an ``error`` with no status. With
+``"h2": true`` it opens HTTP/2 instead, as a gRPC client does (see h2_settings).
 
     {"host": "192.0.2.1", "port": 9090, "method": "GET", "path": "/api/v1/query?query=up",
      "tls": true, "server_name": "gwms-host.test", "ca": "/path/ca.pem",
@@ -20,6 +21,30 @@ import socket
 import ssl
 import sys
 from typing import Any
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + an empty SETTINGS frame
+
+
+def h2_settings(req: dict[str, Any]) -> dict[str, Any]:
+    """Open HTTP/2 over TLS (ALPN h2, as a gRPC client) and read the server's first frame.
+
+    {"h2": true} when the server answered with its SETTINGS frame (it accepted
+    the connection), else {"h2": false, "error": ...}.
+    """
+    try:
+        ctx = ssl.create_default_context(cafile=req.get("ca"))
+        ctx.set_alpn_protocols(["h2"])
+        if req.get("cert"):
+            ctx.load_cert_chain(req["cert"], req["key"])
+        raw = socket.create_connection((req["host"], int(req["port"])), timeout=float(req.get("timeout", 10)))
+        with raw, ctx.wrap_socket(raw, server_hostname=req.get("server_name") or req["host"]) as sock:
+            sock.sendall(H2_PREFACE)
+            head = sock.recv(9)
+    except (OSError, ssl.SSLError) as e:
+        return {"h2": False, "error": f"{type(e).__name__}: {e}"}
+    if len(head) >= 4 and head[3] == 0x04:
+        return {"h2": True, "error": None}
+    return {"h2": False, "error": f"no SETTINGS frame: {head!r}"}
 
 
 def request(req: dict[str, Any]) -> dict[str, Any]:
@@ -68,4 +93,5 @@ def _dechunk(data: bytes) -> bytes:
 
 
 if __name__ == "__main__":
-    json.dump(request(json.loads(sys.argv[1])), sys.stdout)
+    r = json.loads(sys.argv[1])
+    json.dump(h2_settings(r) if r.get("h2") else request(r), sys.stdout)
