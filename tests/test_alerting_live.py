@@ -30,6 +30,7 @@ from gwms_obs.simulate.factory import DEFAULT_ENTRIES, simulate
 from tests.support.servers import (
     SmtpSink,
     alertmanager,
+    first_scan_done,
     free_port,
     have,
     http_get,
@@ -125,7 +126,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
             ]  # fmt: skip
             url = f"http://127.0.0.1:{exp_port}/metrics"
             with process(cmd, work / "exporter.log"):
-                wait_for("the first scan", lambda: b"\ngwms_obs_last_scan_timestamp_seconds " in http_get(url), 120)
+                wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)
                 with prometheus(work / "prom", prom_cfg, ["--rules.alert.resend-delay=1s"], port=prom_port) as prom:
                     yield prom, sink, factory, held
 

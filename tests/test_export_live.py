@@ -16,7 +16,17 @@ import pytest
 from gwms_obs import registry as R
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from tests.support.servers import export_command, free_port, have, http_get, process, prom_query, prometheus, wait_for
+from tests.support.servers import (
+    export_command,
+    first_scan_done,
+    free_port,
+    have,
+    http_get,
+    process,
+    prom_query,
+    prometheus,
+    wait_for,
+)
 
 pytestmark = [
     pytest.mark.live,
@@ -45,7 +55,7 @@ def daemon(factory: Path, checkpoint: Path, log: Path) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}/metrics"
     cmd = export_command(factory, port, checkpoint, interval=3600, settle=0)
     with process(cmd, log):
-        wait_for("the first scan", lambda: b"\ngwms_obs_last_scan_timestamp_seconds " in http_get(url), 120)
+        wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)
         yield url
 
 

@@ -66,6 +66,7 @@ class Numbers:
 def scrape(url: str) -> Numbers:
     """The daemon's /metrics, summed over client, site and accuracy."""
     n = Numbers()
+    scanned = False
     for fam in text_string_to_metric_families(http_get(url).decode()):
         for s in fam.samples:
             if s.name == R.CPU_SECONDS.name:
@@ -76,6 +77,11 @@ def scrape(url: str) -> Numbers:
                 n.pilots[s.labels["entry"]] = n.pilots.get(s.labels["entry"], 0) + int(s.value)
             elif s.name == R.LAST_SCAN.name:
                 n.last_scan = s.value
+            elif s.name == R.SCAN_DURATION.name:
+                scanned = True
+    # Before the first scan ends the timestamp is the exporter's start (for the stalled alert).
+    if not scanned:
+        n.last_scan = None
     return n
 
 

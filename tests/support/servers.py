@@ -68,6 +68,11 @@ def export_command(factory: Path, port: int, checkpoint: Path, *, interval: floa
     ]
 
 
+def first_scan_done(metrics: bytes) -> bool:
+    """Whether an exporter's /metrics shows a finished scan (the scan timestamp is there from start)."""
+    return b"\ngwms_obs_scan_duration_seconds " in metrics
+
+
 def have(binary: str) -> bool:
     return shutil.which(binary) is not None
 
