@@ -90,6 +90,23 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)  # TOML true is an int to Python
 
 
+def _number_table(raw: object, cls: type, name: str, where: str, what: str) -> dict[str, int | float]:
+    """A ``[name]`` table of numbers keyed by ``cls``'s fields (an int field stays an int)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [{name}] must be a table")
+    keys = {f.name for f in fields(cls)}
+    bad = set(raw) - keys
+    if bad:
+        raise ConfigError(f"{where}: unknown {name} {sorted(bad)} (known: {sorted(keys)})")
+    ints = {f.name for f in fields(cls) if f.type in (int, "int")}
+    out: dict[str, int | float] = {}
+    for n, x in raw.items():
+        if not _is_number(x):
+            raise ConfigError(f"{where}: {name}.{n} must be {what}, got {x!r}")
+        out[n] = int(x) if n in ints else float(x)
+    return out
+
+
 def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
     """An ExportConfig from a parsed file; raises ConfigError at the first key of the wrong type."""
     cfg = ExportConfig()
@@ -98,28 +115,9 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
         if k not in known:
             raise ConfigError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(known))})")
         if k == "rules":
-            if not isinstance(v, dict):
-                raise ConfigError(f"{where}: [rules] must be a table")
-            rule_keys = {f.name for f in fields(Rules)}
-            bad = set(v) - rule_keys
-            if bad:
-                raise ConfigError(f"{where}: unknown rules {sorted(bad)} (known: {sorted(rule_keys)})")
-            for n, x in v.items():
-                if not _is_number(x):
-                    raise ConfigError(f"{where}: rules.{n} must be a number of seconds, got {x!r}")
-            cfg.rules = Rules(**{n: float(x) for n, x in v.items()})
+            cfg.rules = Rules(**_number_table(v, Rules, "rules", where, "a number of seconds"))
         elif k == "limits":
-            if not isinstance(v, dict):
-                raise ConfigError(f"{where}: [limits] must be a table")
-            limit_keys = {f.name for f in fields(Limits)}
-            bad = set(v) - limit_keys
-            if bad:
-                raise ConfigError(f"{where}: unknown limits {sorted(bad)} (known: {sorted(limit_keys)})")
-            for n, x in v.items():
-                if not _is_number(x):
-                    raise ConfigError(f"{where}: limits.{n} must be a number, got {x!r}")
-            ints = {f.name for f in fields(Limits) if f.type in (int, "int")}
-            cfg.limits = Limits(**{n: int(x) if n in ints else float(x) for n, x in v.items()})  # type: ignore[arg-type]
+            cfg.limits = Limits(**_number_table(v, Limits, "limits", where, "a number"))  # type: ignore[arg-type]
         elif k == "clients":
             if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
                 raise ConfigError(f'{where}: [clients] must be a table of username = "client_log_name"')
