@@ -325,13 +325,8 @@ def test_a_pilot_in_flight_at_a_crash_is_quarantined_at_the_next_start(
 
 
 # --- the whole corpus in one report process ----------------------------------------------------------
-RSS_BOUND_MB = 150  # measured 49 MB (120 pilots + the corpus); the ad budget keeps the 150-section .err small
-
-
-def test_report_over_a_hostile_corpus_stays_bounded(
-    clean: tuple[Path, Ingest, dict[str, PilotAccount]], work: Path, tmp_path: Path
-) -> None:
-    _, base, _ = clean
+def plant_corpus(work: Path, base: Ingest) -> None:
+    """Every file-level attack at once, each on its own pilot (the report and daemon tests)."""
     outs = [p for p in pilots_of(work, lambda e, d: d.cpus_fixed, base) if ran_jobs_with_stats(p)]
     rewrite(outs[0], rb"Setting GLIDEIN_CPUS=\d+", b"Setting GLIDEIN_CPUS=" + HUGE)
     rewrite(outs[1], rb"\((\d{10})\) with code", b"(100000000000000000) with code")
@@ -343,9 +338,18 @@ def test_report_over_a_hostile_corpus_stays_bounded(
     with open(outs[4].with_suffix(".err"), "ab") as f:
         for _ in range(150):
             f.write(section)
-    # a FIFO where a .out should be (a reader that opens it would hang)
-    fifo = outs[5].with_name("job.99999999.0.out")
-    os.mkfifo(fifo)
+    # FIFOs where a .out and an event log should be (a reader that opened them would hang)
+    os.mkfifo(outs[5].with_name("job.99999999.0.out"))
+    os.mkfifo(outs[5].with_name("condor_activity_20260611_EVIL.log"))
+
+
+RSS_BOUND_MB = 150  # measured 49 MB (120 pilots + the corpus); the ad budget keeps the 150-section .err small
+
+
+def test_report_over_a_hostile_corpus_stays_bounded(
+    clean: tuple[Path, Ingest, dict[str, PilotAccount]], work: Path, tmp_path: Path
+) -> None:
+    plant_corpus(work, clean[1])
     out = tmp_path / "report.json"
     # The peak of this report alone: this process's RUSAGE_CHILDREN holds every earlier child's.
     measure = (
@@ -408,16 +412,7 @@ def test_the_daemon_on_a_hostile_factory_serves_and_stops(
 ) -> None:
     from .support.servers import export_command, http_get, process, wait_for
 
-    _, base, _ = clean
-    outs = [p for p in pilots_of(work, lambda e, d: d.cpus_fixed, base) if ran_jobs_with_stats(p)]
-    rewrite(outs[0], rb"Setting GLIDEIN_CPUS=\d+", b"Setting GLIDEIN_CPUS=" + HUGE)
-    rewrite(outs[1].with_suffix(".err"), rb"\nGLIDEIN_Site [^\n]*", b"\nGLIDEIN_Site EVIL")
-    with open(outs[2].with_suffix(".err"), "ab") as f:
-        section = condor_sections.encode("StartdHistoryLog", b"JobStatus = 4\nJobStartDate = 1\n\n" * 20_000)
-        for _ in range(150):
-            f.write(section)
-    os.mkfifo(outs[3].with_name("job.99999999.0.out"))  # a reader that opened it would hang
-    os.mkfifo(outs[3].with_name("condor_activity_20260611_EVIL.log"))
+    plant_corpus(work, clean[1])
     port = free_port()
     log = tmp_path / "export.log"
     url = f"http://127.0.0.1:{port}/metrics"
