@@ -71,8 +71,8 @@ run: sample
 	$(BIN)/gwms-obs export --factory-dir $(SAMPLE) --listen $(LISTEN) --checkpoint $(SAMPLE).checkpoint.json --interval 30 $(RUN_ARGS)
 
 lint: venv
-	$(BIN)/ruff check exporters tests benchmarks dashboards
-	$(BIN)/ruff format --check exporters tests benchmarks dashboards
+	$(BIN)/ruff check exporters tests benchmarks dashboards tools
+	$(BIN)/ruff format --check exporters tests benchmarks dashboards tools
 
 typecheck: venv
 	$(BIN)/mypy
@@ -116,7 +116,7 @@ dashboard-linter:
 	  || echo "dashboard-linter $(DASHBOARD_LINTER_VERSION) not built: $$(grep -m1 -iE 'error|forbidden|not available' $(TOOLS_BIN)/dashboard-linter-build.log)"
 
 generate: venv
-	$(BIN)/python -m gwms_obs.generate
+	$(BIN)/python -m tools.generate
 
 bench: venv
 	$(BIN)/python benchmarks/ingest.py
@@ -155,7 +155,7 @@ jaeger: $(JAEGER)
 # Artifacts for `ansible-playbook deploy.yml` on air-gapped hosts (docs/deploy.md):
 # the exporter's wheelhouse, our collector and Jaeger, each with its sha256.
 wheelhouse: venv
-	$(BIN)/python -m gwms_obs.wheelhouse build/artifacts
+	$(BIN)/python -m tools.wheelhouse build/artifacts
 deploy-artifacts: wheelhouse otelcol jaeger
 	cp $(OTELCOL) build/artifacts/otelcol-gwms && cp $(JAEGER) build/artifacts/jaeger
 	cd build/artifacts && sha256sum otelcol-gwms jaeger *-wheelhouse.tar.gz

@@ -43,10 +43,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status  # noqa: E402
 
-from gwms_obs import render  # noqa: E402
-from gwms_obs.tracing import collector as K  # noqa: E402
+from gwms_obs import catalogue  # noqa: E402
 from gwms_obs.tracing import conventions as C  # noqa: E402
 from tests.support.servers import prometheus  # noqa: E402
+from tools import render, tracing_backends  # noqa: E402
 
 SPANS_PER_TRACE = 1 + len(C.PHASES)
 
@@ -157,15 +157,17 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run(n_spans: int, per_request: int, workers: int) -> dict[str, Any]:
-    otelcol, jaeger = K.find_binary("otelcol"), K.find_binary("jaeger")
+    otelcol, jaeger = tracing_backends.find_binary("otelcol"), tracing_backends.find_binary("jaeger")
     t = time.perf_counter()
     bodies, trace_ids = encode_requests(n_spans, per_request)
     n = len(trace_ids) * SPANS_PER_TRACE
     print(f"encoded {n} spans in {len(bodies)} requests in {time.perf_counter() - t:.1f}s", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gwms-bench-collector-") as tmpd:
         tmp = Path(tmpd)
-        jcfg = K.jaeger_config(tmp / "jaeger", jaeger_memory_max_traces=len(trace_ids) + 10)
-        ccfg = K.collector_config(tmp / "otelcol", jaeger_otlp_grpc=jcfg.otlp_grpc, remote_write_url="http://x/")
+        jcfg = tracing_backends.jaeger_config(tmp / "jaeger", jaeger_memory_max_traces=len(trace_ids) + 10)
+        ccfg = tracing_backends.collector_config(
+            tmp / "otelcol", jaeger_otlp_grpc=jcfg.otlp_grpc, remote_write_url="http://x/"
+        )
         prom_cfg = (
             "global: {scrape_interval: 5s}\nscrape_configs:\n"
             f"  - job_name: otelcol\n    static_configs: [{{targets: ['{ccfg.telemetry_target}']}}]\n"
@@ -179,22 +181,26 @@ def run(n_spans: int, per_request: int, workers: int) -> dict[str, Any]:
             }
             render.write("otel_collector", "config.yaml.j2", ccfg.path, **values)
             with (
-                K.run(jaeger, jcfg.path, jcfg.health, tmp / "jaeger.log") as jp,
-                K.run(otelcol, ccfg.path, ccfg.health, tmp / "otelcol.log") as cp,
+                tracing_backends.run(jaeger, jcfg.path, jcfg.health, tmp / "jaeger.log") as jp,
+                tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp / "otelcol.log") as cp,
             ):
                 c_cpu0, j_cpu0 = cpu_seconds(cp.pid), cpu_seconds(jp.pid)
                 t0 = time.perf_counter()
                 send_s, statuses = send_all(ccfg.traces_url, ccfg.token, bodies, workers)
 
                 def jaeger_accepted() -> float:
-                    return K.metric_sum(K.scrape(jcfg.telemetry), K.OTELCOL_ACCEPTED_SPANS)
+                    return tracing_backends.metric_sum(
+                        tracing_backends.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS
+                    )
 
-                K.poll("every span in Jaeger", lambda: jaeger_accepted() >= n, timeout=600, step=0.05)
+                tracing_backends.poll("every span in Jaeger", lambda: jaeger_accepted() >= n, timeout=600, step=0.05)
                 e2e_s = time.perf_counter() - t0
                 c_cpu, j_cpu = cpu_seconds(cp.pid) - c_cpu0, cpu_seconds(jp.pid) - j_cpu0
-                cm = K.scrape(ccfg.telemetry)
+                cm = tracing_backends.scrape(ccfg.telemetry)
                 sample = random.Random(2).sample(trace_ids, 20)
-                complete = sum(len(K.jaeger_trace(jcfg.query, tid.hex())) == SPANS_PER_TRACE for tid in sample)
+                complete = sum(
+                    len(tracing_backends.jaeger_trace(jcfg.query, tid.hex())) == SPANS_PER_TRACE for tid in sample
+                )
                 return {
                     "spans": n,
                     "requests": len(bodies),
@@ -207,11 +213,13 @@ def run(n_spans: int, per_request: int, workers: int) -> dict[str, Any]:
                     "e2e_rate": n / e2e_s,
                     "collector_cpu_s": c_cpu,
                     "jaeger_cpu_s": j_cpu,
-                    "collector_accepted": K.metric_sum(cm, K.OTELCOL_ACCEPTED_SPANS),
-                    "collector_refused": K.metric_sum(cm, K.OTELCOL_REFUSED_SPANS),
-                    "collector_sent_jaeger": K.metric_sum(cm, K.OTELCOL_SENT_SPANS, exporter=K.JAEGER_EXPORTER),
-                    "collector_send_failed": K.metric_sum(cm, K.OTELCOL_SEND_FAILED_SPANS),
-                    "collector_enqueue_failed": K.metric_sum(cm, K.OTELCOL_ENQUEUE_FAILED_SPANS),
+                    "collector_accepted": tracing_backends.metric_sum(cm, catalogue.OTELCOL_ACCEPTED_SPANS),
+                    "collector_refused": tracing_backends.metric_sum(cm, catalogue.OTELCOL_REFUSED_SPANS),
+                    "collector_sent_jaeger": tracing_backends.metric_sum(
+                        cm, catalogue.OTELCOL_SENT_SPANS, exporter=catalogue.JAEGER_EXPORTER
+                    ),
+                    "collector_send_failed": tracing_backends.metric_sum(cm, catalogue.OTELCOL_SEND_FAILED_SPANS),
+                    "collector_enqueue_failed": tracing_backends.metric_sum(cm, catalogue.OTELCOL_ENQUEUE_FAILED_SPANS),
                     "jaeger_accepted": jaeger_accepted(),
                     "sample_complete": f"{complete}/{len(sample)}",
                     "otelcol": otelcol.name,

@@ -124,7 +124,7 @@ def test_bad_contacts_are_refused(tmp_path: Path, text: str, why: str) -> None:
 
 
 def test_smtp_credentials_reach_the_config_only_when_set() -> None:
-    from gwms_obs import render
+    from tools import render
 
     plain = yaml.safe_load(render.render("alertmanager", "alertmanager.yml.j2"))
     assert "smtp_auth_username" not in plain["global"]

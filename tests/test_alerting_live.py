@@ -25,7 +25,7 @@ import yaml
 from dashboards.gen import __main__ as gen
 from dashboards.gen import alerting, lint, rules
 from dashboards.gen import names as N
-from gwms_obs import registry as R
+from gwms_obs import catalogue
 from gwms_obs.simulate.factory import DEFAULT_ENTRIES, simulate
 from tests.support.servers import (
     SmtpSink,
@@ -137,7 +137,7 @@ def to(sink: SmtpSink, addr: str, kind: str) -> list[str]:
 
 def test_bad_site_mails_its_admins_once_then_resolves(stack: tuple[str, SmtpSink, Path, Path]) -> None:
     prom, sink, factory, held = stack
-    vf = f'{R.PILOTS.name}{{entry="{BAD.name}",outcome="validation_failed"}}'
+    vf = f'{catalogue.PILOTS.name}{{entry="{BAD.name}",outcome="validation_failed"}}'
     # A baseline: the counter is known for a few scrapes before the failures arrive.
     wait_for("a baseline of FailSite's failures", lambda: prom_query(prom, f"count_over_time({vf}[1m]) >= 3"), 60)
     before = float(prom_query(prom, vf)[0]["value"][1])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gwms_obs import render
+from tools import render
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE = ROOT / "ansible"
@@ -244,7 +244,7 @@ UNITS = sorted((ANSIBLE / "roles").glob("*/templates/*.service.j2"))
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
 def test_units_render_hardened(unit: Path) -> None:
-    """The unit templates render with gwms_obs.render too (one template source), hardened."""
+    """The unit templates render with tools.render too (one template source), hardened."""
     text = render.render(unit.parent.parent.name, unit.name)
     directives = dict(
         line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith(("#", " "))

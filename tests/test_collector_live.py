@@ -1,6 +1,6 @@
 """Our collector distribution and Jaeger v2, as real processes on 127.0.0.1.
 
-Configs are the Ansible roles' templates rendered by gwms_obs.render; the
+Configs are the Ansible roles' templates rendered by tools.render; the
 binaries come from `make otelcol` / `make jaeger` (prerequisites of `make
 test`). Every wait is a bounded poll; every process is stopped.
 """
@@ -19,10 +19,10 @@ from typing import Any
 import jinja2
 import pytest
 
-from gwms_obs import render
-from gwms_obs.tracing import collector as K
+from gwms_obs import catalogue
 from gwms_obs.tracing import conventions as C
 from tests.support.servers import prom_query, prometheus, wait_for
+from tools import render, tracing_backends
 
 TOKEN = "test-token-" + secrets.token_hex(8)
 DN = "/DC=org/DC=cilogon/C=US/O=Fermi National Accelerator Laboratory/OU=People/CN=Jane Doe/CN=UID:jdoe"
@@ -33,16 +33,16 @@ JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJqZG9lIiwic2NvcGUiOiJjb21wdXRlLnJlYWQifQ.c
 @pytest.fixture(scope="module")
 def otelcol() -> Path:
     try:
-        return K.find_binary("otelcol")
-    except K.ToolUnavailable as e:
+        return tracing_backends.find_binary("otelcol")
+    except tracing_backends.ToolUnavailable as e:
         pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
 def jaeger() -> Path:
     try:
-        return K.find_binary("jaeger")
-    except K.ToolUnavailable as e:
+        return tracing_backends.find_binary("jaeger")
+    except tracing_backends.ToolUnavailable as e:
         pytest.skip(str(e))
 
 
@@ -126,7 +126,7 @@ def pilot_trace(entry: str, *, secret_attrs: bool = False, phase_ms: int = 1500)
 
 def complete_trace(query: str, trace_id: str, n: int) -> list[dict[str, Any]] | None:
     """The trace's spans once Jaeger has all ``n`` of them, else None."""
-    spans = K.jaeger_trace(query, trace_id)
+    spans = tracing_backends.jaeger_trace(query, trace_id)
     return spans if len(spans) == n else None
 
 
@@ -144,28 +144,33 @@ scrape_configs:
 
 
 @contextlib.contextmanager
-def jaeger_proc(binary: Path, cfg: K.JaegerConfig, log: Path) -> Iterator[None]:
-    with K.run(binary, cfg.path, cfg.health, log):
-        K.poll("jaeger query API", lambda: K._get(f"{cfg.query}/api/services"))
+def jaeger_proc(binary: Path, cfg: tracing_backends.JaegerConfig, log: Path) -> Iterator[None]:
+    with tracing_backends.run(binary, cfg.path, cfg.health, log):
+        tracing_backends.poll("jaeger query API", lambda: tracing_backends._get(f"{cfg.query}/api/services"))
         yield
 
 
 @contextlib.contextmanager
 def stack(
     tmp: Path, otelcol: Path, jaeger: Path, **overrides: Any
-) -> Iterator[tuple[K.CollectorConfig, K.JaegerConfig, str]]:
-    jcfg = K.jaeger_config(tmp / "jaeger")
+) -> Iterator[tuple[tracing_backends.CollectorConfig, tracing_backends.JaegerConfig, str]]:
+    jcfg = tracing_backends.jaeger_config(tmp / "jaeger")
     # Prometheus's port is only known once it runs, and the collector's telemetry
     # port must be in Prometheus's config: render the collector first with a
     # placeholder remote-write URL, then re-render with the real one (same ports).
-    ccfg = K.collector_config(tmp / "otelcol", jaeger_otlp_grpc=jcfg.otlp_grpc, remote_write_url="http://x/")
+    ccfg = tracing_backends.collector_config(
+        tmp / "otelcol", jaeger_otlp_grpc=jcfg.otlp_grpc, remote_write_url="http://x/"
+    )
     with prometheus(
         tmp / "prom", PROM_CFG.format(target=ccfg.telemetry_target), ["--web.enable-remote-write-receiver"]
     ) as prom:
         values = {**ccfg.values, "otel_collector_prometheus_remote_write_url": f"{prom}/api/v1/write", **overrides}
         render.write("otel_collector", "config.yaml.j2", ccfg.path, **values)
         ccfg.values = values
-        with jaeger_proc(jaeger, jcfg, tmp / "jaeger.log"), K.run(otelcol, ccfg.path, ccfg.health, tmp / "otelcol.log"):
+        with (
+            jaeger_proc(jaeger, jcfg, tmp / "jaeger.log"),
+            tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp / "otelcol.log"),
+        ):
             yield ccfg, jcfg, prom
 
 
@@ -195,9 +200,13 @@ def test_render_refuses_production_without_a_real_token() -> None:
 
 
 def test_metric_names_match_conventions() -> None:
-    assert tuple(render.role_defaults("otel_collector")["otel_collector_spanmetrics_dimensions"]) == K.DIMENSIONS
     assert (
-        K.LABEL_ENTRY == "gwms_entry" and K.SPANMETRICS_DURATION_BUCKET == "traces_span_metrics_duration_seconds_bucket"
+        tuple(render.role_defaults("otel_collector")["otel_collector_spanmetrics_dimensions"])
+        == C.SPANMETRICS_DIMENSIONS
+    )
+    assert (
+        catalogue.SPAN_LABEL_ENTRY == "gwms_entry"
+        and catalogue.SPANMETRICS_DURATION_BUCKET == "traces_span_metrics_duration_seconds_bucket"
     )
 
 
@@ -220,15 +229,15 @@ def test_otelcol_validate(otelcol: Path, tmp_path: Path, variant: str) -> None:
         otel_collector_queue_dir=str(tmp_path / "q"),
         **COLLECTOR_VARIANTS[variant],
     )
-    r = K.validate(otelcol, cfg)
+    r = tracing_backends.validate(otelcol, cfg)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.live
 @pytest.mark.parametrize("storage", ["memory", "badger", "opensearch"])
 def test_jaeger_validate(jaeger: Path, tmp_path: Path, storage: str) -> None:
-    cfg = K.jaeger_config(tmp_path, storage=storage)
-    r = K.validate(jaeger, cfg.path)
+    cfg = tracing_backends.jaeger_config(tmp_path, storage=storage)
+    r = tracing_backends.validate(jaeger, cfg.path)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -239,18 +248,18 @@ def test_spans_to_jaeger_token_redaction_spanmetrics(otelcol: Path, jaeger: Path
         good, body, names = pilot_trace("ENTRY_live_1", secret_attrs=True)
         refused, rbody, _ = pilot_trace("ENTRY_refused")
         # no token / wrong token: refused before any processing
-        assert K.post_otlp(ccfg.traces_url, rbody, None) == 401
-        assert K.post_otlp(ccfg.traces_url, rbody, "not-the-token") == 401
-        assert K.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
+        assert tracing_backends.post_otlp(ccfg.traces_url, rbody, None) == 401
+        assert tracing_backends.post_otlp(ccfg.traces_url, rbody, "not-the-token") == 401
+        assert tracing_backends.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
 
         spans = wait_for("trace in Jaeger", partial(complete_trace, jcfg.query, good, len(names)), 30)
         assert sorted(s["operationName"] for s in spans) == sorted(names)
         # the refused trace went through nothing, so it is not behind the accepted one
-        assert K.jaeger_trace(jcfg.query, refused) == []
+        assert tracing_backends.jaeger_trace(jcfg.query, refused) == []
 
         # secrets stripped, everything else intact (resource -> Jaeger process tags)
         root = next(s for s in spans if s["operationName"] == C.SPAN_PILOT)
-        tags = K.span_tags(root)
+        tags = tracing_backends.span_tags(root)
         blob = json.dumps(spans)
         for secret in (DN, "CN=Jane Doe", JWT, "hunter2", "s3cr3tpw", "x509up_u4242"):
             assert secret not in blob, secret
@@ -263,28 +272,37 @@ def test_spans_to_jaeger_token_redaction_spanmetrics(otelcol: Path, jaeger: Path
         assert all(JWT not in json.dumps(log) for log in init.get("logs", []))
 
         # spanmetrics: phase-duration histograms per entry/client/site/phase in a real Prometheus
-        sel = f'{K.LABEL_ENTRY}="ENTRY_live_1",{K.LABEL_CLIENT}="frontend-test.main",{K.LABEL_SITE}="Test_Site"'
+        sel = ",".join(
+            (
+                f'{catalogue.SPAN_LABEL_ENTRY}="ENTRY_live_1"',
+                f'{catalogue.SPAN_LABEL_CLIENT}="frontend-test.main"',
+                f'{catalogue.SPAN_LABEL_SITE}="Test_Site"',
+            )
+        )
         series = wait_for(
             "spanmetrics in Prometheus",
-            partial(prom_series, prom, f"{K.SPANMETRICS_DURATION_COUNT}{{{sel}}}", len(C.PHASES)),
+            partial(prom_series, prom, f"{catalogue.SPANMETRICS_DURATION_COUNT}{{{sel}}}", len(C.PHASES)),
             30,
         )
-        phases = {s["metric"].get(K.LABEL_PHASE) for s in series}
+        phases = {s["metric"].get(catalogue.SPAN_LABEL_PHASE) for s in series}
         assert set(C.PHASES) <= phases
-        setup = [s for s in series if s["metric"].get(K.LABEL_PHASE) == C.PHASE_SETUP]
-        assert setup[0]["metric"][K.LABEL_STATUS] == "STATUS_CODE_ERROR"
-        assert "ENTRY_refused" not in json.dumps(prom_query(prom, K.SPANMETRICS_DURATION_COUNT))
+        setup = [s for s in series if s["metric"].get(catalogue.SPAN_LABEL_PHASE) == C.PHASE_SETUP]
+        assert setup[0]["metric"][catalogue.SPAN_LABEL_STATUS] == "STATUS_CODE_ERROR"
+        assert "ENTRY_refused" not in json.dumps(prom_query(prom, catalogue.SPANMETRICS_DURATION_COUNT))
         # the main phase lasted 4 x 1.5 s = 6 s: its median falls in the (5 s, 10 s] bucket
         q = prom_query(
             prom,
-            f'histogram_quantile(0.5, sum by (le) ({K.SPANMETRICS_DURATION_BUCKET}{{{sel},{K.LABEL_PHASE}="main"}}))',
+            f"histogram_quantile(0.5, sum by (le) "
+            f'({catalogue.SPANMETRICS_DURATION_BUCKET}{{{sel},{catalogue.SPAN_LABEL_PHASE}="main"}}))',
         )
         assert 5 < float(q[0]["value"][1]) <= 10
         # the collector's own telemetry, scraped by the same Prometheus
         acc = wait_for(
             "otelcol telemetry",
             partial(
-                prom_series, prom, f'sum({K.OTELCOL_ACCEPTED_SPANS}{{job="otelcol",transport="http"}}) >= {len(names)}'
+                prom_series,
+                prom,
+                f'sum({catalogue.OTELCOL_ACCEPTED_SPANS}{{job="otelcol",transport="http"}}) >= {len(names)}',
             ),
             30,
         )
@@ -294,37 +312,37 @@ def test_spans_to_jaeger_token_redaction_spanmetrics(otelcol: Path, jaeger: Path
 @pytest.mark.live
 def test_jaeger_outage_loses_nothing(otelcol: Path, jaeger: Path, tmp_path: Path) -> None:
     """Jaeger down, pilots keep sending, the collector even restarts: every span arrives afterwards."""
-    jcfg = K.jaeger_config(tmp_path / "jaeger")
-    ccfg = K.collector_config(
+    jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
+    ccfg = tracing_backends.collector_config(
         tmp_path / "otelcol", jaeger_otlp_grpc=jcfg.otlp_grpc, remote_write_url="http://127.0.0.1:9/", **FAST
     )
     jlog, clog = tmp_path / "jaeger.log", tmp_path / "otelcol.log"
     before = [pilot_trace("ENTRY_before") for _ in range(3)]
     during = [pilot_trace(f"ENTRY_outage_{i}") for i in range(40)]
-    with K.run(otelcol, ccfg.path, ccfg.health, clog):
+    with tracing_backends.run(otelcol, ccfg.path, ccfg.health, clog):
         with jaeger_proc(jaeger, jcfg, jlog):
             for _, body, _ in before:
-                assert K.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
+                assert tracing_backends.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
             for tid, _, names in before:
                 wait_for("trace before outage", partial(complete_trace, jcfg.query, tid, len(names)))
         # Jaeger is down now
         for _, body, _ in during:
-            assert K.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
+            assert tracing_backends.post_otlp(ccfg.traces_url, body, ccfg.token) == 200
 
         def queued() -> float:
-            m = K.scrape(ccfg.telemetry)
-            return K.metric_sum(m, K.OTELCOL_QUEUE_SIZE, exporter=K.JAEGER_EXPORTER)
+            m = tracing_backends.scrape(ccfg.telemetry)
+            return tracing_backends.metric_sum(m, catalogue.OTELCOL_QUEUE_SIZE, exporter=catalogue.JAEGER_EXPORTER)
 
         wait_for("batches held in the persistent queue", queued, 30)
     # the collector stopped with the batches still queued on disk
     assert any(ccfg.queue_dir.iterdir())
-    with K.run(otelcol, ccfg.path, ccfg.health, clog), jaeger_proc(jaeger, jcfg, jlog):
+    with tracing_backends.run(otelcol, ccfg.path, ccfg.health, clog), jaeger_proc(jaeger, jcfg, jlog):
         for tid, _, names in during:
             wait_for(
                 f"trace {tid} after the outage",
                 partial(complete_trace, jcfg.query, tid, len(names)),
                 60,
             )
-        m = K.scrape(ccfg.telemetry)
-        assert K.metric_sum(m, K.OTELCOL_ENQUEUE_FAILED_SPANS) == 0
-        assert K.metric_sum(m, K.OTELCOL_REFUSED_SPANS) == 0
+        m = tracing_backends.scrape(ccfg.telemetry)
+        assert tracing_backends.metric_sum(m, catalogue.OTELCOL_ENQUEUE_FAILED_SPANS) == 0
+        assert tracing_backends.metric_sum(m, catalogue.OTELCOL_REFUSED_SPANS) == 0

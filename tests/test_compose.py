@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gwms_obs import compose, render
-from gwms_obs.tracing import collector
+from gwms_obs import catalogue
 from tests.support.servers import have
+from tools import compose, render, tracing_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "compose" / "config"
@@ -45,10 +45,10 @@ def test_exporter_config_is_valid() -> None:
 @pytest.mark.parametrize(("tool", "name"), [("otelcol", "otelcol.yaml"), ("jaeger", "jaeger.yaml")])
 def test_collector_and_jaeger_configs_are_valid(tool: str, name: str) -> None:
     try:
-        binary = collector.find_binary(tool)
-    except collector.ToolUnavailable as e:
+        binary = tracing_backends.find_binary(tool)
+    except tracing_backends.ToolUnavailable as e:
         pytest.skip(str(e))
-    r = collector.validate(binary, CONFIG / name)
+    r = tracing_backends.validate(binary, CONFIG / name)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -68,8 +68,8 @@ def test_compose_agrees_with_the_pins_elsewhere() -> None:
     svc = COMPOSE["services"]
     # The collector runs with the gates its tests and its systemd unit use.
     cmd = " ".join(svc["otelcol"]["command"])
-    assert all(g in cmd for g in collector.FEATURE_GATES)
-    assert render.role_defaults("otel_collector")["otel_collector_feature_gates"] == list(collector.FEATURE_GATES)
+    assert all(g in cmd for g in catalogue.FEATURE_GATES)
+    assert render.role_defaults("otel_collector")["otel_collector_feature_gates"] == list(catalogue.FEATURE_GATES)
     # Jaeger and Grafana images are the versions the Makefile builds and the role deploys.
     jaeger_v2 = re.search(r"^JAEGER_V2 := v(\S+)", (ROOT / "Makefile").read_text(), re.M)
     assert jaeger_v2 and svc["jaeger"]["image"].endswith(":" + jaeger_v2[1])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gwms_obs.generate import ROOT
+from tools import ROOT
 
 LINTER = Path(os.environ.get("GWMS_OBS_DASHBOARD_LINTER", "/nonexistent"))
 BOARDS = sorted((ROOT / "dashboards/grafana").glob("*.json"))

@@ -14,10 +14,9 @@ from dashboards.gen import __main__ as gen
 from dashboards.gen import dashboards as D
 from dashboards.gen import lint
 from dashboards.gen import names as N
-from gwms_obs import __version__
-from gwms_obs import registry as R
-from gwms_obs.generate import ROOT
-from gwms_obs.render import role_defaults
+from gwms_obs import __version__, catalogue
+from tools import ROOT
+from tools.render import role_defaults
 
 RENDERED = gen.render_all()
 BOARDS = {p: json.loads(t) for p, t in RENDERED.items() if p.startswith("dashboards/grafana/")}
@@ -111,9 +110,9 @@ _TRANSFORMS = re.compile(r"\b(rate|increase|time|count|histogram_quantile)\(|/")
 
 
 def test_panel_units_match_the_metric() -> None:
-    """A panel showing a registry metric as it is uses that metric's grafana_unit.
+    """A panel showing a catalogue metric as it is uses that metric's grafana_unit.
 
-    A quantile of a registry histogram is in the histogram's unit; a rate of a
+    A quantile of a catalogue histogram is in the histogram's unit; a rate of a
     seconds counter is seconds per second, a count ("short").
     """
     checked = 0
@@ -121,7 +120,7 @@ def test_panel_units_match_the_metric() -> None:
         unit = p["fieldConfig"]["defaults"]["unit"]
         for t in p["targets"]:
             names = {n.removesuffix("_bucket") for n in lint.metric_names(t["expr"])}
-            defs = [R.BY_NAME[n] for n in names if n in R.BY_NAME]
+            defs = [catalogue.BY_NAME[n] for n in names if n in catalogue.BY_NAME]
             if len(defs) != 1 or len(names) != 1:
                 continue
             m = defs[0]

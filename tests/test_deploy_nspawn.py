@@ -36,10 +36,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gwms_obs import __version__, render, wheelhouse
+from gwms_obs import __version__
 from gwms_obs.simulate.factory import simulate
 from tests.support import nspawn, tls
 from tests.support.servers import wait_for
+from tools import render, wheelhouse
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE = ROOT / "ansible"

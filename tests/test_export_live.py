@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gwms_obs import registry as R
+from gwms_obs import catalogue
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from tests.support.servers import (
@@ -70,8 +70,14 @@ def test_promtool_check_metrics_finds_nothing(exporter: str) -> None:
     r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60, check=False)
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr)
     text = body.decode()
-    for m in R.ALL:
-        if m in (R.LAG, R.FILES_TRACKED, R.BYTES_READ, R.RECORDS, R.PARSE_ERRORS):
+    for m in catalogue.ALL:
+        if m in (
+            catalogue.LAG,
+            catalogue.FILES_TRACKED,
+            catalogue.BYTES_READ,
+            catalogue.RECORDS,
+            catalogue.PARSE_ERRORS,
+        ):
             continue  # health series that may be empty on a clean tree
         assert f"# TYPE {m.name} {m.type}" in text, m.name
 
@@ -88,14 +94,16 @@ scrape_configs:
     with prometheus(tmp_path / "prom", cfg) as prom:
         res = wait_for(
             "the exporter's series in Prometheus",
-            lambda: prom_query(prom, f"sum({R.CPU_SECONDS.name})"),
+            lambda: prom_query(prom, f"sum({catalogue.CPU_SECONDS.name})"),
             60,
             0.25,
         )
         assert float(res[0]["value"][1]) == pytest.approx(sum(ref.cpu.values()), rel=1e-9)
         by_cat = {
             r["metric"]["category"]: float(r["value"][1])
-            for r in prom_query(prom, f'sum by (category) ({R.CPU_SECONDS.name}{{entry=~".*FAIL_VALIDATION.*"}})')
+            for r in prom_query(
+                prom, f'sum by (category) ({catalogue.CPU_SECONDS.name}{{entry=~".*FAIL_VALIDATION.*"}})'
+            )
         }
         want: dict[str, float] = {}
         for k, v in ref.cpu.items():
@@ -103,21 +111,21 @@ scrape_configs:
                 want[k[3]] = want.get(k[3], 0.0) + v
         assert by_cat == pytest.approx(want, rel=1e-9)
         assert by_cat["validation_failed"] > 0
-        pilots = prom_query(prom, f'sum({R.PILOTS.name}{{outcome="lost"}})')
+        pilots = prom_query(prom, f'sum({catalogue.PILOTS.name}{{outcome="lost"}})')
         assert float(pilots[0]["value"][1]) == sum(v for k, v in ref.pilots.items() if k[3] == "lost")
-        q = f"histogram_quantile(0.5, sum by (le) (rate({R.PILOT_LIFETIME.name}_bucket[5m])))"
-        assert prom_query(prom, f"sum({R.PILOT_LIFETIME.name}_count)")[0]["value"][1] == str(
+        q = f"histogram_quantile(0.5, sum by (le) (rate({catalogue.PILOT_LIFETIME.name}_bucket[5m])))"
+        assert prom_query(prom, f"sum({catalogue.PILOT_LIFETIME.name}_count)")[0]["value"][1] == str(
             sum(h.count for h in ref.lifetime.values())
         )
         assert prom_query(prom, q) is not None
-        glideins = prom_query(prom, f'sum({R.ENTRY_GLIDEINS.name}{{state="running"}})')
+        glideins = prom_query(prom, f'sum({catalogue.ENTRY_GLIDEINS.name}{{state="running"}})')
         assert float(glideins[0]["value"][1]) > 0
         assert prom_query(prom, "up{job='gwms-obs'}")[0]["value"][1] == "1"
 
 
 def cpu_total(url: str) -> float:
     text = http_get(url).decode()
-    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(R.CPU_SECONDS.name + "{"))
+    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(catalogue.CPU_SECONDS.name + "{"))
 
 
 def test_restart_keeps_counters(factory: Path, tmp_path: Path) -> None:

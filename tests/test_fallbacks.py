@@ -17,9 +17,9 @@ import pytest
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.partition import JobTotals, PilotUsage, partition_from_totals
 from gwms_obs.accounting.pilot import EntryDefaults, from_completed_job, line_total_is_raw, stats_totals
+from gwms_obs.catalogue import Accuracy, Category, Source
 from gwms_obs.model import CompletedJob, GlideinOut, SlotStat, StatsFormat
 from gwms_obs.pipeline import EntryEvidence, Ingest, IngestConfig, resource_slots_gpus
-from gwms_obs.registry import Accuracy, Category, Source
 from gwms_obs.simulate.factory import simulate
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gwms_obs.generate import ROOT, render_all
+from tools import ROOT
+from tools.generate import render_all
 
 
 @pytest.mark.parametrize(("rel", "text"), sorted(render_all().items()))

@@ -24,9 +24,9 @@ import pytest
 from gwms_obs import cli
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.pilot import EntryDefaults, PilotAccount
+from gwms_obs.catalogue import LABEL_OVERFLOW, LAST_SCAN, OVERFLOW, Accuracy, Outcome, Source
 from gwms_obs.outputs.prometheus import FactoryCollector
 from gwms_obs.pipeline import Ingest, IngestConfig, key_str
-from gwms_obs.registry import LABEL_OVERFLOW, LAST_SCAN, OVERFLOW, Accuracy, Outcome, Source
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_sections
 
@@ -217,7 +217,7 @@ def test_pilot_written_labels_are_only_compared(
 
 def test_label_budget_caps_every_label_with_an_overflow_value() -> None:
     from gwms_obs.accounting.partition import Partition
-    from gwms_obs.registry import Category
+    from gwms_obs.catalogue import Category
 
     led = Ledger()
     led.budget.caps = {"entry": 3, "client": 2, "site": 3}

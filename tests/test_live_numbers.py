@@ -27,15 +27,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gwms_obs import registry as R
+from gwms_obs import catalogue
+from gwms_obs.catalogue import Outcome, Resource
 from gwms_obs.config import ExportConfig
 from gwms_obs.outputs.report import CSV_HEADER
-from gwms_obs.polling import http_get
-from gwms_obs.polling import poll as wait_for
-from gwms_obs.registry import Outcome, Resource
 from gwms_obs.simulate.factory import simulate
 from tests.support.servers import export_command, free_port, have, process, prom_query, prometheus
 from tests.test_scan_property import Cell, cell_mismatches
+from tools.polling import http_get
+from tools.polling import poll as wait_for
 
 pytestmark = [
     pytest.mark.live,
@@ -69,15 +69,15 @@ def scrape(url: str) -> Numbers:
     scanned = False
     for fam in text_string_to_metric_families(http_get(url).decode()):
         for s in fam.samples:
-            if s.name == R.CPU_SECONDS.name:
+            if s.name == catalogue.CPU_SECONDS.name:
                 n.add((s.labels["entry"], s.labels["category"], Resource.CPU.value), s.value)
-            elif s.name == R.GPU_SECONDS.name:
+            elif s.name == catalogue.GPU_SECONDS.name:
                 n.add((s.labels["entry"], s.labels["category"], Resource.GPU.value), s.value)
-            elif s.name == R.PILOTS.name:
+            elif s.name == catalogue.PILOTS.name:
                 n.pilots[s.labels["entry"]] = n.pilots.get(s.labels["entry"], 0) + int(s.value)
-            elif s.name == R.LAST_SCAN.name:
+            elif s.name == catalogue.LAST_SCAN.name:
                 n.last_scan = s.value
-            elif s.name == R.SCAN_DURATION.name:
+            elif s.name == catalogue.SCAN_DURATION.name:
                 scanned = True
     # Before the first scan ends the timestamp is the exporter's start (for the stalled alert).
     if not scanned:
@@ -170,7 +170,7 @@ scrape_configs:
         daemon_cpu = scrape(url).by_entry(Resource.CPU)
 
         def prom_cpu_by_entry(prom: str) -> dict[str, float] | None:
-            res = prom_query(prom, f"sum by (entry) ({R.CPU_SECONDS.name})")
+            res = prom_query(prom, f"sum by (entry) ({catalogue.CPU_SECONDS.name})")
             d = {r["metric"]["entry"]: float(r["value"][1]) for r in res}
             return d if d == pytest.approx(daemon_cpu, rel=1e-9) else None
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from gwms_obs import registry as R
+from gwms_obs import catalogue
 from gwms_obs.outputs.otlp import start_otlp
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
@@ -60,12 +60,12 @@ def test_otlp_push_carries_the_ledger(receiver: Capture, tmp_path: Path, monkeyp
     monkeypatch.setenv("OTEL_SERVICE_NAME", "gwms-obs-test")
     provider = start_otlp(ing)
     try:
-        got = wait_for("cpu seconds over OTLP", lambda: latest(receiver, R.CPU_SECONDS.base), 30)
+        got = wait_for("cpu seconds over OTLP", lambda: latest(receiver, catalogue.CPU_SECONDS.base), 30)
     finally:
         provider.shutdown()
-    want = {tuple(sorted(zip(R.CPU_SECONDS.labels, k, strict=True))): v for k, v in ing.ledger.cpu.items()}
+    want = {tuple(sorted(zip(catalogue.CPU_SECONDS.labels, k, strict=True))): v for k, v in ing.ledger.cpu.items()}
     assert got == pytest.approx(want)
-    pilots = latest(receiver, R.PILOTS.base)
+    pilots = latest(receiver, catalogue.PILOTS.base)
     assert pilots is not None and sum(pilots.values()) == sum(ing.ledger.pilots.values())
     last = ExportMetricsServiceRequest()
     with receiver.got:

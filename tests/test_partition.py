@@ -17,8 +17,8 @@ from gwms_obs.accounting.partition import (
     partition_from_totals,
     unknown_lifetime,
 )
+from gwms_obs.catalogue import Accuracy, Category
 from gwms_obs.model import Job
-from gwms_obs.registry import Accuracy, Category
 
 GB = 1024
 

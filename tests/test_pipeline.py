@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gwms_obs.accounting.ledger import Ledger
+from gwms_obs.catalogue import Category, Outcome
 from gwms_obs.pipeline import Ingest, IngestConfig
-from gwms_obs.registry import Category, Outcome
 from gwms_obs.simulate.factory import SimPilot, SimulationSummary, simulate
 from gwms_obs.sources.condor_sections import encode
 

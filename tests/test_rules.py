@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from dashboards.gen import rules
-from gwms_obs.generate import ROOT
 from tests.support.servers import have
+from tools import ROOT
 
 pytestmark = pytest.mark.skipif(not have("promtool"), reason="Debian prometheus (promtool) not installed")
 RULES = ROOT / "dashboards/rules"

@@ -51,8 +51,8 @@ from hypothesis import strategies as st
 
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.pilot import PilotAccount
+from gwms_obs.catalogue import Resource
 from gwms_obs.pipeline import Ingest, IngestConfig
-from gwms_obs.registry import Resource
 from gwms_obs.simulate.factory import GLIDEIN_NAME, SimPilot, SimulationSummary, simulate
 
 N_PILOTS = 60

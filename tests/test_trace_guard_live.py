@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.tracing import collector as COL
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.credentials import PilotSigner, generate_key
 from gwms_obs.tracing.spool import SpoolForwarder
 from tests.support.trace_pilot import run_pilot
 from tests.support.trace_secrets import SECRETS, secret_request
 from tests.test_trace_live import Stack, _binaries, _factory, _submit, _trace, stack
+from tools import tracing_backends
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ def test_a_secret_in_each_hiding_place_reaches_jaeger_redacted(tmp_path: Path) -
     trace_id = "5ec2e75ec2e75ec2e75ec2e75ec2e75e"
     with stack(tmp_path) as st:
         body = json.dumps(secret_request(trace_id, "")).encode()
-        assert COL.post_otlp(st.col.traces_url, body, st.col.token) == 200
+        assert tracing_backends.post_otlp(st.col.traces_url, body, st.col.token) == 200
         spans = _trace(st, trace_id, 2)
         text = json.dumps(spans)
         leaked = [s for s in SECRETS if s in text]
@@ -83,9 +83,9 @@ def test_a_secret_in_each_hiding_place_reaches_jaeger_redacted(tmp_path: Path) -
 def _jwt_stack(tmp_path: Path):  # type: ignore[no-untyped-def]
     otelcol, jaeger = _binaries()
     generate_key(tmp_path / "factory-key.pem", tmp_path / "jwks.json")
-    jcfg = COL.jaeger_config(tmp_path / "jaeger")
-    ccfg = COL.collector_config(tmp_path / "col", jaeger_otlp_grpc=jcfg.otlp_grpc,
-                                remote_write_url=f"http://127.0.0.1:{COL.free_port()}/api/v1/write",
+    jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
+    ccfg = tracing_backends.collector_config(tmp_path / "col", jaeger_otlp_grpc=jcfg.otlp_grpc,
+                                remote_write_url=f"http://127.0.0.1:{tracing_backends.free_port()}/api/v1/write",
                                 otel_collector_pilot_jwks_file=str(tmp_path / "jwks.json"))  # fmt: skip
     return otelcol, jaeger, jcfg, ccfg
 
@@ -94,8 +94,8 @@ def test_per_pilot_jwt_writes_only_its_own_trace(tmp_path: Path, monkeypatch: py
     otelcol, jaeger, jcfg, ccfg = _jwt_stack(tmp_path)
     signer = PilotSigner(tmp_path / "factory-key.pem")
     with (
-        COL.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"),
-        COL.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"),
+        tracing_backends.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"),
+        tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"),
     ):
         st = Stack(ccfg, jcfg, jaeger, tmp_path)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ccfg.traces_url)
@@ -130,16 +130,18 @@ def test_per_pilot_jwt_writes_only_its_own_trace(tmp_path: Path, monkeypatch: py
         # The same token, spans of the victim's trace: accepted at the door, dropped by gwmsguard.
         token = token_file.read_text().strip()
         forged = secret_request(victim_trace, "")
-        assert COL.post_otlp(ccfg.traces_url, json.dumps(forged).encode(), token) == 200
+        assert tracing_backends.post_otlp(ccfg.traces_url, json.dumps(forged).encode(), token) == 200
         mine = secret_request(tp[3:35], "")  # a marker request in the pilot's own trace, sent after
         for s in mine["resourceSpans"][0]["scopeSpans"][0]["spans"]:
             s["spanId"] = "f" + s["spanId"][1:]
             s["parentSpanId"] = "f" + s["parentSpanId"][1:] if s["parentSpanId"] else ""
-        assert COL.post_otlp(ccfg.traces_url, json.dumps(mine).encode(), token) == 200
+        assert tracing_backends.post_otlp(ccfg.traces_url, json.dumps(mine).encode(), token) == 200
         _trace(st, tp[3:35], 3 + len(run.spans()) + 2)  # the marker arrived: the forged request was processed
-        victim = COL.jaeger_trace(jcfg.query, victim_trace)
+        victim = tracing_backends.jaeger_trace(jcfg.query, victim_trace)
         assert victim and not {s["spanID"] for s in victim} & {"c0ffee0000000001", "c0ffee0000000002"}
-        dropped = COL.metric_sum(COL.scrape(ccfg.telemetry), "otelcol_gwmsguard_dropped_spans", reason="foreign_trace")
+        dropped = tracing_backends.metric_sum(
+            tracing_backends.scrape(ccfg.telemetry), "otelcol_gwmsguard_dropped_spans", reason="foreign_trace"
+        )
         assert dropped >= 2
         # Expired, wrong audience, another key, the static development token: refused at the door.
         expired = PilotSigner(tmp_path / "factory-key.pem", clock=lambda: time.time() - 30 * 86400).mint(
@@ -149,5 +151,5 @@ def test_per_pilot_jwt_writes_only_its_own_trace(tmp_path: Path, monkeypatch: py
         generate_key(tmp_path / "other-key.pem", tmp_path / "other-jwks.json")
         other_key = PilotSigner(tmp_path / "other-key.pem").mint(tp[3:35], subject="g")
         for bad in (expired, other_aud, other_key, "gwms-obs-development-token-not-for-production", None):
-            assert COL.post_otlp(ccfg.traces_url, json.dumps(mine).encode(), bad) == 401
+            assert tracing_backends.post_otlp(ccfg.traces_url, json.dumps(mine).encode(), bad) == 401
         ft.shutdown()

@@ -3,7 +3,7 @@
 Needs the binaries of `make otelcol` and `make jaeger` (found through
 $GWMS_OBS_OTELCOL / $GWMS_OBS_JAEGER, which the Makefile exports); skipped,
 with the reason, when they are not built. The collector and Jaeger configs
-are the Ansible roles' templates, rendered by gwms_obs.tracing.collector.
+are the Ansible roles' templates, rendered by tools.tracing_backends.
 """
 
 from __future__ import annotations
@@ -18,26 +18,26 @@ import pytest
 
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.tracing import collector as COL
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.factory import FactoryTracer, make_provider
 from gwms_obs.tracing.spool import SpoolForwarder
 from tests.support.trace_pilot import SCRIPTS, PilotRun, run_pilot
+from tools import tracing_backends
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
 def _binaries() -> tuple[Path, Path]:
     try:
-        return COL.find_binary("otelcol", build=False), COL.find_binary("jaeger", build=False)
-    except COL.ToolUnavailable as e:
+        return tracing_backends.find_binary("otelcol", build=False), tracing_backends.find_binary("jaeger", build=False)
+    except tracing_backends.ToolUnavailable as e:
         pytest.skip(f"needs `make otelcol jaeger`: {e}")
 
 
 @dataclass
 class Stack:
-    col: COL.CollectorConfig
-    jaeger: COL.JaegerConfig
+    col: tracing_backends.CollectorConfig
+    jaeger: tracing_backends.JaegerConfig
     jaeger_bin: Path
     work: Path
 
@@ -45,16 +45,16 @@ class Stack:
 @contextlib.contextmanager
 def stack(tmp_path: Path) -> Iterator[Stack]:
     otelcol, jaeger = _binaries()
-    jcfg = COL.jaeger_config(tmp_path / "jaeger")
+    jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
     # Nothing listens for the spanmetrics remote write here; traces do not depend on it.
-    ccfg = COL.collector_config(
+    ccfg = tracing_backends.collector_config(
         tmp_path / "col",
         jaeger_otlp_grpc=jcfg.otlp_grpc,
-        remote_write_url=f"http://127.0.0.1:{COL.free_port()}/api/v1/write",
+        remote_write_url=f"http://127.0.0.1:{tracing_backends.free_port()}/api/v1/write",
     )
     with (
-        COL.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"),
-        COL.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"),
+        tracing_backends.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"),
+        tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"),
     ):
         yield Stack(ccfg, jcfg, jaeger, tmp_path)
 
@@ -82,9 +82,9 @@ def _submit(ft: FactoryTracer, log_dir: Path | None = None, cluster: int = 10176
 
 def _trace(st: Stack, trace_id: str, n: int) -> list[dict[str, Any]]:
     return list(
-        COL.poll(
+        tracing_backends.poll(
             f"{n} spans of {trace_id} in Jaeger",
-            lambda: (s := COL.jaeger_trace(st.jaeger.query, trace_id)) and len(s) >= n and s,
+            lambda: (s := tracing_backends.jaeger_trace(st.jaeger.query, trace_id)) and len(s) >= n and s,
             timeout=60,
         )
     )
@@ -160,13 +160,13 @@ def test_no_endpoint_spans_come_back_through_err_and_exporter(tmp_path: Path, mo
 def test_jaeger_outage_loses_no_span(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Jaeger stopped while pilots report: the collector's persistent queue delivers once it is back."""
     otelcol, jaeger = _binaries()
-    jcfg = COL.jaeger_config(tmp_path / "jaeger")
-    ccfg = COL.collector_config(
+    jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
+    ccfg = tracing_backends.collector_config(
         tmp_path / "col",
         jaeger_otlp_grpc=jcfg.otlp_grpc,
-        remote_write_url=f"http://127.0.0.1:{COL.free_port()}/api/v1/write",
+        remote_write_url=f"http://127.0.0.1:{tracing_backends.free_port()}/api/v1/write",
     )
-    with COL.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"):
+    with tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"):
         st = Stack(ccfg, jcfg, jaeger, tmp_path)
         ft = _factory(st, monkeypatch)
         runs = []
@@ -178,7 +178,7 @@ def test_jaeger_outage_loses_no_span(tmp_path: Path, monkeypatch: pytest.MonkeyP
             run = run_pilot(tmp_path / f"pilot{i}", traceparent=tp, env=env)
             assert "result sent" in run.stdout, run.stderr[-2000:]
             runs.append((trace_id, tp, run))
-        with COL.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"):
+        with tracing_backends.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"):
             for trace_id, tp, run in runs:
                 _check_tree(_trace(st, trace_id, 3 + len(run.spans())), run, tp)
         ft.shutdown()
@@ -188,5 +188,5 @@ def test_otlp_without_token_is_refused(tmp_path: Path) -> None:
     with stack(tmp_path) as st:
         run = run_pilot(tmp_path / "pilot", env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": st.col.traces_url})
         assert "result stderr" in run.stdout  # refused (401): the spool falls back to stderr
-        assert COL.post_otlp(st.col.traces_url, run.spool.splitlines()[0], None) == 401
-        assert COL.post_otlp(st.col.traces_url, run.spool.splitlines()[0], "wrong-token") == 401
+        assert tracing_backends.post_otlp(st.col.traces_url, run.spool.splitlines()[0], None) == 401
+        assert tracing_backends.post_otlp(st.col.traces_url, run.spool.splitlines()[0], "wrong-token") == 401

@@ -1,4 +1,4 @@
-"""Dashboards, rules and alert routing for gwms-obs, generated from the metric registry.
+"""Dashboards, rules and alert routing for gwms-obs, generated from the metric catalogue.
 
 Run ``make dashboards`` (``python -m dashboards.gen``) from the repository root;
 tests/test_dashboards.py fails when a committed file differs from what this

@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 
-from gwms_obs.generate import write
+from tools.generate import write
 
 from . import alerting, dashboards, rule_tests, rules
 from .alerting import render

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from gwms_obs import render as _render
-from gwms_obs.generate import ROOT
+from tools import ROOT
+from tools import render as _render
 
 EXAMPLE_CONTACTS = ROOT / "dashboards/alerting/site-contacts.example.yml"
 

@@ -2,7 +2,7 @@
 
 Pinned in pyproject.toml to the SDK build for **Grafana 11.6** (the version
 ansible/roles/grafana deploys; schemaVersion 41, classic JSON for the file
-provisioner). Every expression selects names from gwms_obs.registry or
+provisioner). Every expression selects names from gwms_obs.catalogue or
 names.py; every panel's unit comes from the metric it shows (MetricDef.
 grafana_unit) or, for a rate of a seconds counter, "short" (seconds per
 second = resource units in use).
@@ -27,9 +27,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from gwms_obs import __version__
-from gwms_obs import registry as R
-from gwms_obs.registry import Category, Outcome
+from gwms_obs import __version__, catalogue
+from gwms_obs.catalogue import Category, Outcome
 
 from . import names as N
 
@@ -41,7 +40,7 @@ RATE_UNIT = "short"  # rate() of a seconds counter: seconds per second = units i
 _PER_SECOND = {"bytes": "Bps"}  # rate() of other units; counts and seconds give RATE_UNIT
 
 
-def rate_unit(m: R.MetricDef) -> str:
+def rate_unit(m: catalogue.MetricDef) -> str:
     """The Grafana unit of ``rate(m)``."""
     return _PER_SECOND.get(m.unit, RATE_UNIT)
 
@@ -140,9 +139,9 @@ def _var(name: str) -> D.QueryVariable:
     # Chained: client and site narrow to the chosen entries. The metric is
     # one every entry has (its downtime flag / its queue), so no entry is missed.
     src = {
-        "entry": f"label_values({R.ENTRY_DOWNTIME.name}, entry)",
-        "site": f'label_values({R.ENTRY_DOWNTIME.name}{{entry=~"$entry"}}, site)',
-        "client": f'label_values({R.ENTRY_GLIDEINS.name}{{entry=~"$entry"}}, client)',
+        "entry": f"label_values({catalogue.ENTRY_DOWNTIME.name}, entry)",
+        "site": f'label_values({catalogue.ENTRY_DOWNTIME.name}{{entry=~"$entry"}}, site)',
+        "client": f'label_values({catalogue.ENTRY_GLIDEINS.name}{{entry=~"$entry"}}, client)',
     }[name]
     return (
         D.QueryVariable(name)
@@ -157,7 +156,7 @@ def _var(name: str) -> D.QueryVariable:
     )
 
 
-def _rate(m: R.MetricDef, sel: str = SEL, extra: str = "", suffix: str = "") -> str:
+def _rate(m: catalogue.MetricDef, sel: str = SEL, extra: str = "", suffix: str = "") -> str:
     inner = f"{sel},{extra}" if extra else sel
     return f"rate({m.name}{suffix}{{{inner}}}[$__rate_interval])"
 
@@ -166,12 +165,12 @@ def factory_overview() -> Board:
     b = Board(
         "gwms-factory-overview", "GlideinWMS factory / Overview", "The factory at a glance: is every entry working?"
     )
-    G = R.ENTRY_GLIDEINS.name
+    G = catalogue.ENTRY_GLIDEINS.name
     b.add(
         "stat",
         "Running glideins",
         "Glideins running now, all selected entries.",
-        R.ENTRY_GLIDEINS.grafana_unit,
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
         [Target(f'sum({G}{{{SEL},state="running"}})', instant=True)],
         w=6,
         h=4,
@@ -180,7 +179,7 @@ def factory_overview() -> Board:
         "stat",
         "Held glideins",
         "Glideins held in the factory queue now.",
-        R.ENTRY_GLIDEINS.grafana_unit,
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
         [Target(f'sum({G}{{{SEL},state="held"}})', instant=True)],
         w=6,
         h=4,
@@ -189,8 +188,8 @@ def factory_overview() -> Board:
         "stat",
         "Entries in downtime",
         "Entries whose downtime flag is set.",
-        R.ENTRY_DOWNTIME.grafana_unit,
-        [Target(f"sum({R.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})", instant=True)],
+        catalogue.ENTRY_DOWNTIME.grafana_unit,
+        [Target(f"sum({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})", instant=True)],
         w=6,
         h=4,
     )
@@ -207,7 +206,7 @@ def factory_overview() -> Board:
         "timeseries",
         "Glideins by state",
         "Factory queue per state, all selected entries.",
-        R.ENTRY_GLIDEINS.grafana_unit,
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
         [Target(f"sum by (state) ({G}{{{SEL}}})", "{{state}}")],
         stacked=True,
     )
@@ -242,19 +241,19 @@ def entry_health() -> Board:
         "GlideinWMS factory / Entry and site health",
         "Per entry: glidein states, held, validation failures, time to start, efficiency.",
     )
-    G = R.ENTRY_GLIDEINS.name
+    G = catalogue.ENTRY_GLIDEINS.name
     b.add(
         "timeseries",
         "Glideins by entry and state",
         "Factory queue per entry.",
-        R.ENTRY_GLIDEINS.grafana_unit,
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
         [Target(f"sum by (entry, state) ({G}{{{SEL}}})", "{{entry}} {{state}}")],
     )
     b.add(
         "timeseries",
         "Held glideins",
         "Held glideins per entry.",
-        R.ENTRY_GLIDEINS.grafana_unit,
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
         [Target(f'sum by (entry) ({G}{{{SEL},state="held"}})', "{{entry}}")],
     )
     b.add(
@@ -262,23 +261,28 @@ def entry_health() -> Board:
         "Validation failures",
         "Pilots per second that failed worker-node validation.",
         RATE_UNIT,
-        [Target(f"sum by (entry) ({_rate(R.PILOTS, extra=VF)})", "{{entry}}")],
+        [Target(f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VF)})", "{{entry}}")],
     )
     b.add(
         "timeseries",
         "Validation failure ratio",
         "Validation failures / all completed pilots.",
         "percentunit",
-        [Target(f"sum by (entry) ({_rate(R.PILOTS, extra=VF)}) / sum by (entry) ({_rate(R.PILOTS)})", "{{entry}}")],
+        [
+            Target(
+                f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VF)}) / sum by (entry) ({_rate(catalogue.PILOTS)})",
+                "{{entry}}",
+            )
+        ],
     )
     b.add(
         "timeseries",
         "Time to start (validation), p90",
         "90th percentile of the validation time before HTCondor.",
-        R.PILOT_VALIDATION.grafana_unit,
+        catalogue.PILOT_VALIDATION.grafana_unit,
         [
             Target(
-                f"histogram_quantile(0.9, sum by (entry, le) ({_rate(R.PILOT_VALIDATION, suffix='_bucket')}))",
+                f"histogram_quantile(0.9, sum by (entry, le) ({_rate(catalogue.PILOT_VALIDATION, suffix='_bucket')}))",
                 "{{entry}}",
             )
         ],
@@ -287,10 +291,10 @@ def entry_health() -> Board:
         "timeseries",
         "Pilot lifetime, p50",
         "Median wall-clock lifetime of completed pilots.",
-        R.PILOT_LIFETIME.grafana_unit,
+        catalogue.PILOT_LIFETIME.grafana_unit,
         [
             Target(
-                f"histogram_quantile(0.5, sum by (entry, le) ({_rate(R.PILOT_LIFETIME, suffix='_bucket')}))",
+                f"histogram_quantile(0.5, sum by (entry, le) ({_rate(catalogue.PILOT_LIFETIME, suffix='_bucket')}))",
                 "{{entry}}",
             )
         ],
@@ -312,22 +316,22 @@ def entry_health() -> Board:
         "timeseries",
         "Frontend information age",
         "Age of the frontend's information about the entry.",
-        R.ENTRY_INFO_AGE.grafana_unit,
-        [Target(f"max by (entry) ({R.ENTRY_INFO_AGE.name}{{{SEL}}})", "{{entry}}")],
+        catalogue.ENTRY_INFO_AGE.grafana_unit,
+        [Target(f"max by (entry) ({catalogue.ENTRY_INFO_AGE.name}{{{SEL}}})", "{{entry}}")],
     )
     b.add(
         "timeseries",
         "Status file age",
         "Time since the factory last wrote the entry's status.",
         "s",
-        [Target(f"time() - max by (entry) ({R.ENTRY_UPDATED.name}{{{SEL_ENTRY}}})", "{{entry}}")],
+        [Target(f"time() - max by (entry) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}})", "{{entry}}")],
     )
     b.add(
         "timeseries",
         "Provisioning bottleneck",
         "Idle matching user jobs while no pilot of the entry is idle.",
-        R.ENTRY_BOTTLENECK.grafana_unit,
-        [Target(f"sum by (entry) ({R.ENTRY_BOTTLENECK.name}{{{SEL}}})", "{{entry}}")],
+        catalogue.ENTRY_BOTTLENECK.grafana_unit,
+        [Target(f"sum by (entry) ({catalogue.ENTRY_BOTTLENECK.name}{{{SEL}}})", "{{entry}}")],
     )
     return b
 
@@ -338,7 +342,7 @@ def accounting() -> Board:
         "GlideinWMS factory / Canonical accounting",
         "Where the provisioned resources went, in canonical units (CPU: 1 core + 2 GB; GPU: 1 GPU).",
     )
-    for res, rr, m in (("CPU", N.RR_CPU_RATE, R.CPU_SECONDS), ("GPU", N.RR_GPU_RATE, R.GPU_SECONDS)):
+    for res, rr, m in (("CPU", N.RR_CPU_RATE, catalogue.CPU_SECONDS), ("GPU", N.RR_GPU_RATE, catalogue.GPU_SECONDS)):
         b.add(
             "timeseries",
             f"{res} units by category",
@@ -380,7 +384,7 @@ def accounting() -> Board:
         "User jobs by category",
         "User jobs per second by where their time went.",
         RATE_UNIT,
-        [Target(f"sum by (category) ({_rate(R.USER_JOBS)})", "{{category}}")],
+        [Target(f"sum by (category) ({_rate(catalogue.USER_JOBS)})", "{{category}}")],
         w=24,
     )
     return b
@@ -472,29 +476,34 @@ def stack_health() -> Board:
         "timeseries",
         "Exporter lag",
         "Age of the newest input not yet processed.",
-        R.LAG.grafana_unit,
-        [Target(f"max by (instance, source) ({R.LAG.name})", "{{instance}} {{source}}")],
+        catalogue.LAG.grafana_unit,
+        [Target(f"max by (instance, source) ({catalogue.LAG.name})", "{{instance}} {{source}}")],
     )
     b.add(
         "timeseries",
         "Exporter parse errors",
         "Inputs skipped as unreadable per second.",
         RATE_UNIT,
-        [Target(f"sum by (source, reason) (rate({R.PARSE_ERRORS.name}[$__rate_interval]))", "{{source}} {{reason}}")],
+        [
+            Target(
+                f"sum by (source, reason) (rate({catalogue.PARSE_ERRORS.name}[$__rate_interval]))",
+                "{{source}} {{reason}}",
+            )
+        ],
     )
     b.add(
         "timeseries",
         "Exporter scan duration",
         "How long the last scan took.",
-        R.SCAN_DURATION.grafana_unit,
-        [Target(f"max by (instance) ({R.SCAN_DURATION.name})", "{{instance}}")],
+        catalogue.SCAN_DURATION.grafana_unit,
+        [Target(f"max by (instance) ({catalogue.SCAN_DURATION.name})", "{{instance}}")],
     )
     b.add(
         "timeseries",
         "Exporter read rate",
         "Bytes read per second by source.",
-        rate_unit(R.BYTES_READ),
-        [Target(f"sum by (source) (rate({R.BYTES_READ.name}[$__rate_interval]))", "{{source}}")],
+        rate_unit(catalogue.BYTES_READ),
+        [Target(f"sum by (source) (rate({catalogue.BYTES_READ.name}[$__rate_interval]))", "{{source}}")],
     )
     b.add(
         "timeseries",

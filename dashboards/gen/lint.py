@@ -2,7 +2,7 @@
 
 Grafana's ``$__`` macros are not PromQL, so they are replaced by durations
 first; template variables inside label-matcher strings (``=~"$entry"``)
-are valid as they are. Names must come from the registry or names.py.
+are valid as they are. Names must come from the catalogue or names.py.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def check_expr(expr: str, allowed: frozenset[str] | None = None) -> list[str]:
         if not sel.name:
             problems.append(f"selector without a metric name: {expr}")
         elif sel.name not in allowed:
-            problems.append(f"unknown metric {sel.name!r} (not in the registry or names.py): {expr}")
+            problems.append(f"unknown metric {sel.name!r} (not in the catalogue or names.py): {expr}")
     return problems
 
 

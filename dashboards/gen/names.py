@@ -1,4 +1,4 @@
-"""Every metric name the dashboards and rules may use that is not in gwms_obs.registry.
+"""Every metric name the dashboards and rules may use that is not in gwms_obs.catalogue.
 
 Three kinds, each named once here: the recording rules we define, the
 span metrics the tracing pipeline (OpenTelemetry Collector ``spanmetrics``
@@ -8,9 +8,8 @@ connector) produces, and the self-metrics of the stack's servers. The linter
 
 from __future__ import annotations
 
-from gwms_obs import registry as R
-from gwms_obs.tracing import collector as TC
-from gwms_obs.tracing import conventions as CONV
+from gwms_obs import catalogue
+from gwms_obs.tracing import conventions as C
 
 # Prometheus job names, shared with ansible/roles/prometheus/defaults/main.yml
 # (tests/test_dashboards.py checks they agree).
@@ -27,21 +26,26 @@ RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate5m"
 RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_BADPUT_RATIO)
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
-# them; their names and labels are defined once, in gwms_obs.tracing.collector
+# them; their names and labels are defined once, in gwms_obs.catalogue
 # (and the span attributes in gwms_obs.tracing.conventions).
-SPAN_DURATION = TC.SPANMETRICS_DURATION  # histogram
-SPAN_CALLS = TC.SPANMETRICS_CALLS  # counter
-SPAN_ENTRY = TC.LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
-SPAN_LABELS = (TC.LABEL_SERVICE, TC.LABEL_SPAN_NAME, TC.LABEL_STATUS, TC.LABEL_ENTRY)
-TRACE_SERVICE = CONV.SERVICE_PILOT
+SPAN_DURATION = catalogue.SPANMETRICS_DURATION  # histogram
+SPAN_CALLS = catalogue.SPANMETRICS_CALLS  # counter
+SPAN_ENTRY = catalogue.SPAN_LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
+SPAN_LABELS = (
+    catalogue.SPAN_LABEL_SERVICE,
+    catalogue.SPAN_LABEL_SPAN_NAME,
+    catalogue.SPAN_LABEL_STATUS,
+    catalogue.SPAN_LABEL_ENTRY,
+)
+TRACE_SERVICE = C.SERVICE_PILOT
 
 # OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).
-OTELCOL_RECEIVER_ACCEPTED = TC.OTELCOL_ACCEPTED_SPANS
-OTELCOL_RECEIVER_REFUSED = TC.OTELCOL_REFUSED_SPANS
-OTELCOL_EXPORTER_SENT = TC.OTELCOL_SENT_SPANS
-OTELCOL_EXPORTER_FAILED = TC.OTELCOL_SEND_FAILED_SPANS
-OTELCOL_EXPORTER_ENQUEUE_FAILED = TC.OTELCOL_ENQUEUE_FAILED_SPANS
-OTELCOL_QUEUE_SIZE = TC.OTELCOL_QUEUE_SIZE
+OTELCOL_RECEIVER_ACCEPTED = catalogue.OTELCOL_ACCEPTED_SPANS
+OTELCOL_RECEIVER_REFUSED = catalogue.OTELCOL_REFUSED_SPANS
+OTELCOL_EXPORTER_SENT = catalogue.OTELCOL_SENT_SPANS
+OTELCOL_EXPORTER_FAILED = catalogue.OTELCOL_SEND_FAILED_SPANS
+OTELCOL_EXPORTER_ENQUEUE_FAILED = catalogue.OTELCOL_ENQUEUE_FAILED_SPANS
+OTELCOL_QUEUE_SIZE = catalogue.OTELCOL_QUEUE_SIZE
 OTELCOL_QUEUE_CAPACITY = "otelcol_exporter_queue_capacity"
 OTELCOL: tuple[str, ...] = (
     OTELCOL_RECEIVER_ACCEPTED,
@@ -86,6 +90,6 @@ def allowed() -> frozenset[str]:
     """Every series name a panel or rule may select."""
     names: set[str] = set(RECORDING) | set(SERVERS) | set(OTELCOL) | {SPAN_CALLS}
     names |= {f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count")}
-    for m in R.ALL:
-        names |= set(R.exposition_names(m))
+    for m in catalogue.ALL:
+        names |= set(catalogue.exposition_names(m))
     return frozenset(names)

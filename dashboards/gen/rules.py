@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from gwms_obs import registry as R
-from gwms_obs.registry import Category, Outcome
+from gwms_obs import catalogue
+from gwms_obs.catalogue import Category, Outcome
 
 from . import names as N
 
@@ -72,9 +72,9 @@ def recording_rules() -> list[dict[str, str]]:
     job = _re(tuple(c.value for c in JOB_TIME))
     bad = _re(tuple(c.value for c in BADPUT))
     return [
-        {"record": N.RR_CPU_RATE, "expr": f"sum {keep} (rate({R.CPU_SECONDS.name}[5m]))"},
-        {"record": N.RR_GPU_RATE, "expr": f"sum {keep} (rate({R.GPU_SECONDS.name}[5m]))"},
-        {"record": N.RR_PILOTS_RATE, "expr": f"sum {keep} (rate({R.PILOTS.name}[5m]))"},
+        {"record": N.RR_CPU_RATE, "expr": f"sum {keep} (rate({catalogue.CPU_SECONDS.name}[5m]))"},
+        {"record": N.RR_GPU_RATE, "expr": f"sum {keep} (rate({catalogue.GPU_SECONDS.name}[5m]))"},
+        {"record": N.RR_PILOTS_RATE, "expr": f"sum {keep} (rate({catalogue.PILOTS.name}[5m]))"},
         {
             "record": N.RR_BADPUT_RATIO,
             "expr": f'sum by (entry, site) ({N.RR_CPU_RATE}{{category=~"{bad}"}})'
@@ -84,7 +84,7 @@ def recording_rules() -> list[dict[str, str]]:
 
 
 def alerts(t: Timing = Timing()) -> list[Alert]:
-    P, CPU = R.PILOTS.name, R.CPU_SECONDS.name
+    P, CPU = catalogue.PILOTS.name, catalogue.CPU_SECONDS.name
     w = t.window
 
     def pilots(outcome: str | None = None) -> str:
@@ -110,7 +110,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsPilotsHeld",
-            f'sum by (entry, site) ({R.ENTRY_GLIDEINS.name}{{state="held"}}) >= 20',
+            f'sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{state="held"}}) >= 20',
             t.for_held,
             "warning",
             "site",
@@ -139,7 +139,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsEntryInfoStale",
-            f"time() - max by (entry, site) ({R.ENTRY_UPDATED.name}) > 3600",
+            f"time() - max by (entry, site) ({catalogue.ENTRY_UPDATED.name}) > 3600",
             t.for_site,
             "warning",
             "factory",
@@ -148,7 +148,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsEntryInDowntime",
-            f"max by (entry, site) ({R.ENTRY_DOWNTIME.name}) == 1",
+            f"max by (entry, site) ({catalogue.ENTRY_DOWNTIME.name}) == 1",
             "0s",
             "info",
             "factory",
@@ -167,7 +167,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsExporterStalled",
-            f"time() - max by (instance) ({R.LAST_SCAN.name}) > 900",
+            f"time() - max by (instance) ({catalogue.LAST_SCAN.name}) > 900",
             t.for_stack,
             "critical",
             "factory",
@@ -176,7 +176,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsExporterFallingBehind",
-            f"max by (instance, source) ({R.LAG.name}) > 1800",
+            f"max by (instance, source) ({catalogue.LAG.name}) > 1800",
             t.for_stack,
             "warning",
             "factory",
@@ -186,7 +186,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
         ),
         Alert(
             "GwmsExporterParseErrors",
-            f"sum by (instance, source) (increase({R.PARSE_ERRORS.name}[{w}])) > 50",
+            f"sum by (instance, source) (increase({catalogue.PARSE_ERRORS.name}[{w}])) > 50",
             t.for_site,
             "warning",
             "factory",

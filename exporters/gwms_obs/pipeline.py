@@ -51,10 +51,10 @@ from .accounting.pilot import (
     from_glidein,
     line_total_is_raw,
 )
+from .catalogue import Source
 from .follow import Follower
 from .model import CompletedJob, EntryDescript, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from .parse_errors import ParseErrors
-from .registry import Source
 from .sources import completed_jobs, condor_eventlog, descript, files, glidein_err, glidein_out, schedd_status, tree
 from .sources.budget import Budget
 

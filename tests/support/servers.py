@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gwms_obs.polling import http_get
-from gwms_obs.polling import poll as wait_for
+from tools.polling import http_get
+from tools.polling import poll as wait_for
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import registry as R
+from .. import catalogue
 from ..model import EntryStatus, FrontendStatus
 from .pilot import PilotAccount
 
@@ -59,22 +59,22 @@ def bottleneck(fs: FrontendStatus) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class LabelBudget:
-    """The cardinality caps of registry.LABEL_CAPS: the first values of a label are kept,
+    """The cardinality caps of catalogue.LABEL_CAPS: the first values of a label are kept,
     later new ones become OVERFLOW (counted). Rebuilt from the ledger's keys on restore."""
 
-    caps: dict[str, int] = field(default_factory=lambda: dict(R.LABEL_CAPS))
+    caps: dict[str, int] = field(default_factory=lambda: dict(catalogue.LABEL_CAPS))
     known: dict[str, set[str]] = field(default_factory=dict)
     overflow: dict[str, int] = field(default_factory=dict)
 
     def admit(self, label: str, value: str) -> str:
         seen = self.known.setdefault(label, set())
-        if value in seen or value == R.OVERFLOW:
+        if value in seen or value == catalogue.OVERFLOW:
             return value
         if len(seen) < self.caps.get(label, 1 << 62):
             seen.add(value)
             return value
         self.overflow[label] = self.overflow.get(label, 0) + 1
-        return R.OVERFLOW
+        return catalogue.OVERFLOW
 
     def pool(self, entry: str, client: str, site: str) -> Labels:
         return (self.admit("entry", entry), self.admit("client", client), self.admit("site", site))
@@ -109,14 +109,16 @@ class Ledger:
         for cat, n in a.partition.jobs.items():
             kj = (*pool, cat.value)
             self.user_jobs[kj] = self.user_jobs.get(kj, 0) + n
-        self.lifetime.setdefault(pool, Histogram.empty(R.PILOT_LIFETIME.buckets)).observe(a.lifetime)
+        self.lifetime.setdefault(pool, Histogram.empty(catalogue.PILOT_LIFETIME.buckets)).observe(a.lifetime)
         if a.validation_duration is not None:
-            self.validation.setdefault(pool, Histogram.empty(R.PILOT_VALIDATION.buckets)).observe(a.validation_duration)
+            self.validation.setdefault(pool, Histogram.empty(catalogue.PILOT_VALIDATION.buckets)).observe(
+                a.validation_duration
+            )
         self.last_completed[pool] = max(self.last_completed.get(pool, 0.0), a.end)
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
-        if self.budget.admit("entry", status.entry) == R.OVERFLOW:
+        if self.budget.admit("entry", status.entry) == catalogue.OVERFLOW:
             return  # an entry's gauges cannot be summed into another's
         site = self.budget.admit("site", site)
         for client in status.frontends:
@@ -173,8 +175,8 @@ class Ledger:
         led.pilots, led.user_jobs = load("pilots", 4), load("user_jobs", 4)
         led.last_completed = load("last_completed", 3)
         led.bottleneck_seconds, led.demand_seconds = load("bottleneck_seconds", 3), load("demand_seconds", 3)
-        led.lifetime = hload("lifetime", R.PILOT_LIFETIME.buckets)
-        led.validation = hload("validation", R.PILOT_VALIDATION.buckets)
+        led.lifetime = hload("lifetime", catalogue.PILOT_LIFETIME.buckets)
+        led.validation = hload("validation", catalogue.PILOT_VALIDATION.buckets)
         # The values already in series keep their place under the budget.
         for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds):
             led.budget.known.setdefault("entry", set()).add(k[0])

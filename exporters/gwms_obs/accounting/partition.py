@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..catalogue import CANONICAL_MB_PER_CORE, Accuracy, Category
 from ..model import Job
-from ..registry import CANONICAL_MB_PER_CORE, Accuracy, Category
 
 
 @dataclass(frozen=True, slots=True)

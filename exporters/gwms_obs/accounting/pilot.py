@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..catalogue import Accuracy, Category, Outcome
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
-from ..registry import Accuracy, Category, Outcome
 from .partition import (
     DEFAULT_RULES,
     JobTotals,

@@ -2,8 +2,8 @@
 
 The observations come from :class:`FactoryCollector`, so OTLP and /metrics
 can never disagree. Counters are exported without ``_total`` and with unit
-``s`` where the registry says seconds: the OpenTelemetry→Prometheus
-translation adds the suffixes back, giving the registry's names.
+``s`` where the catalogue says seconds: the OpenTelemetry→Prometheus
+translation adds the suffixes back, giving the catalogue's names.
 Histograms are served on /metrics only (OpenTelemetry has no asynchronous
 histogram instrument).
 """
@@ -22,8 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from .. import __version__
-from .. import registry as R
+from .. import __version__, catalogue
 from .prometheus import FactoryCollector
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ def start_otlp(ingest: Ingest, service_name: str = "gwms-obs-exporter") -> Meter
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(resource=resource, metric_readers=[reader])
     meter = provider.get_meter("gwms_obs", __version__)
-    for m in R.ALL:
+    for m in catalogue.ALL:
         if m.type == "histogram":
             continue
         unit = {"seconds": "s", "bytes": "By"}.get(m.unit, "")  # "1" would gain a _ratio suffix

@@ -1,7 +1,7 @@
-"""Serve the ledger as Prometheus metrics: a custom collector over registry.py.
+"""Serve the ledger as Prometheus metrics: a custom collector over catalogue.py.
 
 Nothing is kept in prometheus_client objects: each scrape reads the ledger
-under the ingest lock and builds metric families from the registry's
+under the ingest lock and builds metric families from the catalogue's
 definitions, so names, help, units and labels come from one place.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .. import registry as R
+from .. import catalogue
 from ..accounting.ledger import Histogram, Labels, bottleneck
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ VO_GLIDEIN_STATES = {"GlideIdle": "idle", "GlideRunning": "running"}
 VO_CORE_STATES = {"CoresIdle": "idle", "CoresRunning": "running"}
 
 
-def _family(m: R.MetricDef) -> CounterMetricFamily | GaugeMetricFamily:
+def _family(m: catalogue.MetricDef) -> CounterMetricFamily | GaugeMetricFamily:
     if m.type == "counter":
         return CounterMetricFamily(m.base, m.help, labels=list(m.labels))
     if m.type == "gauge":
@@ -43,14 +43,14 @@ def _family(m: R.MetricDef) -> CounterMetricFamily | GaugeMetricFamily:
     raise ValueError(f"{m.name} is a {m.type}; use _hist")
 
 
-def _values(m: R.MetricDef, rows: Iterable[tuple[Labels, float]]) -> Metric:
+def _values(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, float]]) -> Metric:
     fam = _family(m)
     for labels, v in rows:
         fam.add_metric(list(labels), v)
     return fam
 
 
-def _hist(m: R.MetricDef, rows: Iterable[tuple[Labels, Histogram]]) -> Metric:
+def _hist(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, Histogram]]) -> Metric:
     fam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
     for labels, h in rows:
         fam.add_metric(list(labels), h.cumulative(), h.total)
@@ -68,16 +68,16 @@ class FactoryCollector(Collector):
         ing = self.ingest
         with ing.lock:
             led = ing.ledger
-            yield _values(R.CPU_SECONDS, led.cpu.items())
-            yield _values(R.GPU_SECONDS, led.gpu.items())
-            yield _values(R.PILOTS, led.pilots.items())
-            yield _values(R.USER_JOBS, led.user_jobs.items())
-            yield _hist(R.PILOT_LIFETIME, led.lifetime.items())
-            yield _hist(R.PILOT_VALIDATION, led.validation.items())
-            yield _values(R.PILOT_LAST_COMPLETED, led.last_completed.items())
+            yield _values(catalogue.CPU_SECONDS, led.cpu.items())
+            yield _values(catalogue.GPU_SECONDS, led.gpu.items())
+            yield _values(catalogue.PILOTS, led.pilots.items())
+            yield _values(catalogue.USER_JOBS, led.user_jobs.items())
+            yield _hist(catalogue.PILOT_LIFETIME, led.lifetime.items())
+            yield _hist(catalogue.PILOT_VALIDATION, led.validation.items())
+            yield _values(catalogue.PILOT_LAST_COMPLETED, led.last_completed.items())
             yield from self._entries()
-            yield _values(R.ENTRY_BOTTLENECK_SECONDS, led.bottleneck_seconds.items())
-            yield _values(R.ENTRY_INSUFFICIENT_DEMAND_SECONDS, led.demand_seconds.items())
+            yield _values(catalogue.ENTRY_BOTTLENECK_SECONDS, led.bottleneck_seconds.items())
+            yield _values(catalogue.ENTRY_INSUFFICIENT_DEMAND_SECONDS, led.demand_seconds.items())
             yield from self._health()
 
     def _entries(self) -> Iterator[Metric]:
@@ -85,56 +85,56 @@ class FactoryCollector(Collector):
         fams = {
             m.name: _family(m)
             for m in (
-                R.ENTRY_GLIDEINS,
-                R.ENTRY_REQUESTED,
-                R.ENTRY_USER_JOBS,
-                R.ENTRY_VO_GLIDEINS,
-                R.ENTRY_VO_CORES,
-                R.ENTRY_INFO_AGE,
-                R.ENTRY_DOWNTIME,
-                R.ENTRY_UPDATED,
-                R.ENTRY_BOTTLENECK,
-                R.ENTRY_INSUFFICIENT_DEMAND,
+                catalogue.ENTRY_GLIDEINS,
+                catalogue.ENTRY_REQUESTED,
+                catalogue.ENTRY_USER_JOBS,
+                catalogue.ENTRY_VO_GLIDEINS,
+                catalogue.ENTRY_VO_CORES,
+                catalogue.ENTRY_INFO_AGE,
+                catalogue.ENTRY_DOWNTIME,
+                catalogue.ENTRY_UPDATED,
+                catalogue.ENTRY_BOTTLENECK,
+                catalogue.ENTRY_INSUFFICIENT_DEMAND,
             )
         }
 
-        def put(m: R.MetricDef, labels: list[str], v: float) -> None:
+        def put(m: catalogue.MetricDef, labels: list[str], v: float) -> None:
             fams[m.name].add_metric(labels, v)
 
         for entry, (st, site) in sorted(led.entries.items()):
-            put(R.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
+            put(catalogue.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
             if st.updated is not None:
-                put(R.ENTRY_UPDATED, [entry, site], st.updated)
+                put(catalogue.ENTRY_UPDATED, [entry, site], st.updated)
             for client, fs in sorted(st.frontends.items()):
                 pool = [entry, client, site]
                 for attrs, metric, src in (
-                    (STATUS_STATES, R.ENTRY_GLIDEINS, fs.status),
-                    (REQUESTED_KINDS, R.ENTRY_REQUESTED, fs.requested),
-                    (USER_JOB_STATES, R.ENTRY_USER_JOBS, fs.client_monitor),
-                    (VO_GLIDEIN_STATES, R.ENTRY_VO_GLIDEINS, fs.client_monitor),
-                    (VO_CORE_STATES, R.ENTRY_VO_CORES, fs.client_monitor),
+                    (STATUS_STATES, catalogue.ENTRY_GLIDEINS, fs.status),
+                    (REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, fs.requested),
+                    (USER_JOB_STATES, catalogue.ENTRY_USER_JOBS, fs.client_monitor),
+                    (VO_GLIDEIN_STATES, catalogue.ENTRY_VO_GLIDEINS, fs.client_monitor),
+                    (VO_CORE_STATES, catalogue.ENTRY_VO_CORES, fs.client_monitor),
                 ):
                     for attr, label in attrs.items():
                         if attr in src:
                             put(metric, [*pool, label], src[attr])
                 if "InfoAge" in fs.client_monitor:
-                    put(R.ENTRY_INFO_AGE, pool, fs.client_monitor["InfoAge"])
+                    put(catalogue.ENTRY_INFO_AGE, pool, fs.client_monitor["InfoAge"])
                 b, d = bottleneck(fs)
-                put(R.ENTRY_BOTTLENECK, pool, b)
-                put(R.ENTRY_INSUFFICIENT_DEMAND, pool, d)
+                put(catalogue.ENTRY_BOTTLENECK, pool, b)
+                put(catalogue.ENTRY_INSUFFICIENT_DEMAND, pool, d)
         yield from fams.values()
 
     def _health(self) -> Iterator[Metric]:
         ing = self.ingest
         h = ing.health
-        yield _values(R.PARSE_ERRORS, ing.errors.counts.items())
+        yield _values(catalogue.PARSE_ERRORS, ing.errors.counts.items())
         over = ing.ledger.budget.overflow
-        yield _values(R.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in R.LABEL_CAPS))
-        yield _values(R.RECORDS, (((s,), float(n)) for s, n in h.records.items()))
-        yield _values(R.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
-        yield _values(R.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
+        yield _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS))
+        yield _values(catalogue.RECORDS, (((s,), float(n)) for s, n in h.records.items()))
+        yield _values(catalogue.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
+        yield _values(catalogue.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
         now = ing.clock()
-        yield _values(R.LAG, (((s,), v) for s, v in h.lag(now).items()))
+        yield _values(catalogue.LAG, (((s,), v) for s, v in h.lag(now).items()))
         # From the start: a first scan that never ends must trip the stalled alert too.
-        yield _values(R.LAST_SCAN, [((), h.last_scan_end if h.last_scan_end is not None else h.started)])
-        yield _values(R.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])
+        yield _values(catalogue.LAST_SCAN, [((), h.last_scan_end if h.last_scan_end is not None else h.started)])
+        yield _values(catalogue.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])

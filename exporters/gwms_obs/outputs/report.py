@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..accounting.pilot import PilotAccount
-from ..registry import Accuracy, Category, Outcome, Resource
+from ..catalogue import Accuracy, Category, Outcome, Resource
 
 CSV_HEADER = ("entry", "client", "category", "resource", "seconds")
 CATEGORY_ORDER = [c.value for c in Category]

@@ -28,9 +28,9 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
+from gwms_obs.catalogue import Source
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.registry import Source
 from gwms_obs.sources import files
 
 MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from gwms_obs.catalogue import Source
 from gwms_obs.model import PilotTimes
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.registry import Source
 from gwms_obs.sources import files
 
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")

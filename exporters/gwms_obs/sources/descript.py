@@ -23,9 +23,9 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
+from gwms_obs.catalogue import Source
 from gwms_obs.model import EntryDescript
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.registry import Source
 from gwms_obs.sources import files
 
 MAX_XML = 32 << 20  # real files are KB (entry) to a few MB (factory with 1000s of entries)

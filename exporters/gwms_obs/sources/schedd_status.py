@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from xml.etree.ElementTree import Element
 
+from gwms_obs.catalogue import Source
 from gwms_obs.model import EntryStatus, FrontendStatus
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.registry import Source
 from gwms_obs.sources.descript import entry_from_dir, load_xml
 
 _SRC = Source.SCHEDD_STATUS.value

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ..catalogue import Source
 from ..parse_errors import ParseErrors
-from ..registry import Source
 from . import conventions as C
 
 LEDGER_NAME: Final = "gwms-trace-ledger.jsonl"

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote
 
+from ..catalogue import Source
 from ..parse_errors import ParseErrors
-from ..registry import Source
 from . import conventions as C
 from .ledger import Issued, LedgerIndex
 from .redact import scrub_resource_spans

@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools import ROOT
 
 
 def roles_dir() -> Path:

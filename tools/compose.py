@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import render
+from tools import render
 
 DEV_TOKEN = "gwms-obs-development-token-not-for-production"
 
@@ -111,7 +111,7 @@ def rendered() -> dict[str, str]:
 
 
 def generators() -> dict[str, Callable[[], str]]:
-    """For gwms_obs.generate: one entry per file."""
+    """For tools.generate: one entry per file."""
     texts = rendered()
 
     def text_of(path: str) -> Callable[[], str]:

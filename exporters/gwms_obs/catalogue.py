@@ -1,4 +1,4 @@
-"""The one registry of gwms-obs metric names, types, units and labels.
+"""The one catalogue of gwms-obs metric names, types, units and labels.
 
 The exporter (``outputs.prometheus``, ``outputs.otlp``), the dashboards, the
 recording/alert rules and the tests all import this module; nothing else
@@ -11,8 +11,11 @@ label ever holds a pilot, a job, a host or a path.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+from .tracing import conventions as C
 
 
 class Category(enum.StrEnum):
@@ -306,3 +309,48 @@ def exposition_names(m: MetricDef) -> tuple[str, ...]:
     if m.type == "histogram":
         return (f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count")
     return (m.name,)
+
+
+# --- metrics the OpenTelemetry Collector produces ------------------------------------------------
+# Not ours to emit, but the dashboards and alert rules select them, so their
+# names are spelled here too. The spanmetrics connector's histogram, after the
+# prometheus_remote_write exporter's default translation
+# (UnderscoreEscapingWithSuffixes): OTel ``traces.span.metrics.duration`` with
+# unit ``s`` -> ``traces_span_metrics_duration_seconds`` (a classic histogram),
+# attribute ``gwms.entry`` -> label ``gwms_entry``. A live test checks them
+# against a real Prometheus.
+SPANMETRICS_DURATION: Final = "traces_span_metrics_duration_seconds"  # histogram (base name)
+SPANMETRICS_DURATION_BUCKET: Final = SPANMETRICS_DURATION + "_bucket"
+SPANMETRICS_DURATION_SUM: Final = SPANMETRICS_DURATION + "_sum"
+SPANMETRICS_DURATION_COUNT: Final = SPANMETRICS_DURATION + "_count"
+SPANMETRICS_CALLS: Final = "traces_span_metrics_calls_total"  # counter: spans per dimension set
+
+
+def prom_label(attribute: str) -> str:
+    """The Prometheus label an OTel attribute becomes (``gwms.entry`` -> ``gwms_entry``)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
+
+
+# Labels on both spanmetrics series besides the dimensions: service_name,
+# span_name, span_kind, status_code (STATUS_CODE_ERROR on failed phases/scripts).
+SPAN_LABEL_SERVICE: Final = "service_name"
+SPAN_LABEL_SPAN_NAME: Final = "span_name"
+SPAN_LABEL_STATUS: Final = "status_code"
+SPAN_LABEL_ENTRY: Final = prom_label(C.ENTRY)
+SPAN_LABEL_CLIENT: Final = prom_label(C.CLIENT)
+SPAN_LABEL_SITE: Final = prom_label(C.SITE)
+SPAN_LABEL_PHASE: Final = prom_label(C.PHASE)
+
+# The collector must run with these (the spanmetrics resource would otherwise
+# carry the first pilot's resource attributes); the systemd unit passes them too.
+FEATURE_GATES: Final = ("connector.spanmetrics.excludeResourceMetrics",)
+
+# Telemetry of the collector itself (its Prometheus endpoint), used to prove "no drops".
+# Counters as this release exposes them (no _total suffix); metric_sum() also accepts _total.
+OTELCOL_ACCEPTED_SPANS: Final = "otelcol_receiver_accepted_spans"
+OTELCOL_REFUSED_SPANS: Final = "otelcol_receiver_refused_spans"
+OTELCOL_SENT_SPANS: Final = "otelcol_exporter_sent_spans"
+OTELCOL_SEND_FAILED_SPANS: Final = "otelcol_exporter_send_failed_spans"
+OTELCOL_ENQUEUE_FAILED_SPANS: Final = "otelcol_exporter_enqueue_failed_spans"
+OTELCOL_QUEUE_SIZE: Final = "otelcol_exporter_queue_size"
+JAEGER_EXPORTER: Final = "otlp_grpc/jaeger"

@@ -3,15 +3,11 @@
 The collector is built from ``otel-collector/builder-config.yaml`` by ``make
 otelcol`` and Jaeger by ``make jaeger``; both configs are the Ansible roles'
 templates (``ansible/roles/{otel_collector,jaeger}/templates/config.yaml.j2``)
-rendered by :mod:`gwms_obs.render`, so what the tests run is what a factory
+rendered by :mod:`tools.render`, so what the tests run is what a factory
 host runs. docs/tracing-backends.md describes the pipeline.
 
-The Prometheus names below are what the spanmetrics connector's histogram
-becomes after the ``prometheus_remote_write`` exporter's default translation
-(``UnderscoreEscapingWithSuffixes``): OTel ``traces.span.metrics.duration``
-with unit ``s`` -> ``traces_span_metrics_duration_seconds`` (a classic
-histogram: ``_bucket``/``_sum``/``_count``), attribute ``gwms.entry`` -> label
-``gwms_entry``. A live test checks them against a real Prometheus.
+The names of the metrics these binaries produce live in the catalogue
+(``gwms_obs.catalogue``, "metrics the OpenTelemetry Collector produces").
 """
 
 from __future__ import annotations
@@ -28,51 +24,11 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from gwms_obs import render
-from gwms_obs.polling import http_get, poll
-from gwms_obs.tracing import conventions as C
-
-# --- names the dashboards and alert rules use ---------------------------------------------------
-SPANMETRICS_DURATION: Final = "traces_span_metrics_duration_seconds"  # histogram (base name)
-SPANMETRICS_DURATION_BUCKET: Final = SPANMETRICS_DURATION + "_bucket"
-SPANMETRICS_DURATION_SUM: Final = SPANMETRICS_DURATION + "_sum"
-SPANMETRICS_DURATION_COUNT: Final = SPANMETRICS_DURATION + "_count"
-SPANMETRICS_CALLS: Final = "traces_span_metrics_calls_total"  # counter: spans per dimension set
-
-
-def prom_label(attribute: str) -> str:
-    """The Prometheus label an OTel attribute becomes (``gwms.entry`` -> ``gwms_entry``)."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
-
-
-# Labels on both spanmetrics series besides the dimensions: service_name,
-# span_name, span_kind, status_code (STATUS_CODE_ERROR on failed phases/scripts).
-LABEL_SERVICE: Final = "service_name"
-LABEL_SPAN_NAME: Final = "span_name"
-LABEL_STATUS: Final = "status_code"
-LABEL_ENTRY: Final = prom_label(C.ENTRY)
-LABEL_CLIENT: Final = prom_label(C.CLIENT)
-LABEL_SITE: Final = prom_label(C.SITE)
-LABEL_PHASE: Final = prom_label(C.PHASE)
-DIMENSIONS: Final = tuple(C.SPANMETRICS_DIMENSIONS)
-
-# The collector must run with these (the spanmetrics resource would otherwise
-# carry the first pilot's resource attributes); the systemd unit passes them too.
-FEATURE_GATES: Final = ("connector.spanmetrics.excludeResourceMetrics",)
-
-# Telemetry of the collector itself (its Prometheus endpoint), used to prove "no drops".
-# Counters as this release exposes them (no _total suffix); metric_sum() also accepts _total.
-OTELCOL_ACCEPTED_SPANS: Final = "otelcol_receiver_accepted_spans"
-OTELCOL_REFUSED_SPANS: Final = "otelcol_receiver_refused_spans"
-OTELCOL_SENT_SPANS: Final = "otelcol_exporter_sent_spans"
-OTELCOL_SEND_FAILED_SPANS: Final = "otelcol_exporter_send_failed_spans"
-OTELCOL_ENQUEUE_FAILED_SPANS: Final = "otelcol_exporter_enqueue_failed_spans"
-OTELCOL_QUEUE_SIZE: Final = "otelcol_exporter_queue_size"
-JAEGER_EXPORTER: Final = "otlp_grpc/jaeger"
-
-ROOT = Path(__file__).resolve().parents[3]
+from gwms_obs.catalogue import FEATURE_GATES
+from tools import ROOT, render
+from tools.polling import http_get, poll
 
 
 class ToolUnavailable(RuntimeError):

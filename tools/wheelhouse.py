@@ -1,4 +1,4 @@
-"""Build the exporter's wheelhouse for air-gapped hosts: ``python -m gwms_obs.wheelhouse OUTDIR``.
+"""Build the exporter's wheelhouse for air-gapped hosts: ``python -m tools.wheelhouse OUTDIR``.
 
 One file, ``gwms-obs-<version>-wheelhouse.tar.gz``, holding the gwms-obs wheel
 built from this repository and the wheels of all its dependencies, under a
@@ -18,9 +18,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from . import __version__
-
-ROOT = Path(__file__).resolve().parents[2]
+from gwms_obs import __version__
+from tools import ROOT
 
 
 def sha256(path: Path) -> str:
@@ -65,7 +64,7 @@ def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m gwms_obs.wheelhouse OUTDIR", file=sys.stderr)
+        print("usage: python -m tools.wheelhouse OUTDIR", file=sys.stderr)
         return 2
     path, digest = build(Path(args[0]))
     print(f"{digest}  {path}")

@@ -1,18 +1,16 @@
-"""Render the files generated from the registry (run ``make generate``).
+"""Render the files generated from the catalogue (run ``make generate``).
 
 Each generated file is committed; tests/test_generated.py fails when one
-differs from what this module renders, so the registry stays the only truth.
+differs from what this module renders, so the catalogue stays the only truth.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from . import registry as R
-
-ROOT = Path(__file__).resolve().parents[2]
+from gwms_obs import catalogue
+from tools import ROOT
 
 _BUDGET = """\
 ## Cardinality budget
@@ -51,29 +49,29 @@ def metrics_markdown() -> str:
     lines = [
         "# gwms-obs metrics",
         "",
-        "Generated from `exporters/gwms_obs/registry.py` by `make generate`; do not edit by hand.",
+        "Generated from `exporters/gwms_obs/catalogue.py` by `make generate`; do not edit by hand.",
         "",
         "| name | type | unit | labels | help |",
         "|---|---|---|---|---|",
     ]
-    for m in R.ALL:
+    for m in catalogue.ALL:
         labels = ", ".join(f"`{x}`" for x in m.labels) or "—"
         lines.append(f"| `{m.name}` | {m.type} | {m.unit or '—'} | {labels} | {m.help} |")
     lines.append("")
     lines.append(
         _BUDGET.format(
-            categories=", ".join(f"`{c.value}`" for c in R.Category),
-            accuracies=", ".join(f"`{a.value}`" for a in R.Accuracy),
-            outcomes=", ".join(f"`{o.value}`" for o in R.Outcome),
-            caps=" / ".join(str(n) for n in R.LABEL_CAPS.values()),
-            overflow=R.OVERFLOW,
+            categories=", ".join(f"`{c.value}`" for c in catalogue.Category),
+            accuracies=", ".join(f"`{a.value}`" for a in catalogue.Accuracy),
+            outcomes=", ".join(f"`{o.value}`" for o in catalogue.Outcome),
+            caps=" / ".join(str(n) for n in catalogue.LABEL_CAPS.values()),
+            overflow=catalogue.OVERFLOW,
         )
     )
     return "\n".join(lines)
 
 
 def _generated() -> dict[str, Callable[[], str]]:
-    from . import compose  # renders the Ansible templates: a repository tool, loaded only here
+    from tools import compose  # renders the Ansible templates: a repository tool, loaded only here
 
     return {"docs/metrics.md": metrics_markdown, **compose.generators()}
 
