@@ -41,13 +41,13 @@ export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 
-.PHONY: compose-up compose-down help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboards dashboard-linter wheelhouse deploy-artifacts
+.PHONY: compose-up compose-down help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
 	@echo "make check  - the fast inner loop: lint, types, unit tests without live servers"
 	@echo "make bench  - ingest benchmarks (writes benchmarks/results/)"
-	@echo "make dashboards - regenerate dashboards/ (Grafana JSON, rules, rule tests, Alertmanager example, provisioning)"
+	@echo "make generate - regenerate every generated file (docs/metrics.md, compose/config/, dashboards/ JSON, rules, rule tests)"
 
 $(BIN)/.stamp: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,9 +95,6 @@ prereqs:
 test: prereqs lint typecheck otelcol jaeger dashboard-linter
 	GWMS_OBS_STRICT_SKIPS=1 $(BIN)/pytest -q -p no:cacheprovider -rs
 
-dashboards: venv
-	$(BIN)/python -m dashboards.gen
-
 # Not `go install ...@version`: its go.mod has a replace directive, which go
 # install refuses; build the pinned module from the proxy as the main module.
 # The proxy here refuses one of v0.2.0's dependencies (a grafana/grafana
@@ -115,6 +112,7 @@ dashboard-linter:
 	@$(MAKE) --no-print-directory $(DASHBOARD_LINTER) >$(TOOLS_BIN)/dashboard-linter-build.log 2>&1 \
 	  || echo "dashboard-linter $(DASHBOARD_LINTER_VERSION) not built: $$(grep -m1 -iE 'error|forbidden|not available' $(TOOLS_BIN)/dashboard-linter-build.log)"
 
+# The one generator of committed files (tools/generate.py); tests/test_generated.py fails on drift.
 generate: venv
 	$(BIN)/python -m tools.generate
 

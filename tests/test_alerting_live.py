@@ -6,7 +6,8 @@ pilots, most of them failing validation, lands in the factory. Its alert fires,
 exactly one mail reaches its admins and none reaches Nebraska's; when no more
 failures come, the resolved mail follows. Then every dashboard query is run
 against this Prometheus. Rules are the committed ones rendered with seconds
-instead of hours (rules.Timing), thresholds unchanged.
+instead of hours (rules.Timing), thresholds unchanged. This Prometheus has the
+operator's runbook base as an external label, and the mail links there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.gen import __main__ as gen
+from dashboards import gen
 from dashboards.gen import alerting, lint, rules
 from dashboards.gen import names as N
 from gwms_obs import catalogue
@@ -39,6 +40,7 @@ from tests.support.servers import (
     prometheus,
     wait_for,
 )
+from tools.render import render
 
 pytestmark = [
     pytest.mark.live,
@@ -57,6 +59,7 @@ CONTACTS = {
     },
 }
 FAST = rules.Timing(window="20s", short_window="20s", for_site="0s", for_stack="0s", for_held="30m")
+RUNBOOKS = "https://runbooks.factory.test/gwms.html"  # the operator's, instead of rules.RUNBOOK_BASE_URL
 
 
 def hold_back(factory: Path, dest: Path) -> int:
@@ -84,6 +87,13 @@ def release(held: Path, factory: Path) -> None:
             os.replace(f, dst)
 
 
+def with_external_labels(config: str, labels: dict[str, str]) -> str:
+    """The rendered Prometheus config with ``global.external_labels``, as an operator sets them."""
+    doc = yaml.safe_load(config)
+    doc["global"]["external_labels"] = labels
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpSink, Path, Path]]:
     work = tmp_path_factory.mktemp("alerting")
@@ -95,12 +105,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
     assert hold_back(factory, held) >= 30
     rules_dir = work / "rules"
     rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rules.recording_yaml())
+    (rules_dir / "rec.yml").write_text(rules.recording_yaml(FAST))
     (rules_dir / "alerts.yml").write_text(rules.alerts_yaml(FAST))
     exp_port, prom_port = free_port(), free_port()
     with SmtpSink() as sink:
-        am_cfg = alerting.alertmanager_config(
-            CONTACTS,
+        am_cfg = render(
+            "alertmanager",
+            "alertmanager.yml.j2",
+            **alerting.alertmanager_vars(CONTACTS),
             alertmanager_smtp_smarthost=f"127.0.0.1:{sink.port}",
             alertmanager_smtp_from="am@factory.test",
             alertmanager_group_wait="1s",
@@ -108,7 +120,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
             alertmanager_repeat_interval="1h",
         )
         with alertmanager(work / "am", am_cfg) as am:
-            prom_cfg = alerting.render(
+            prom_cfg = render(
                 "prometheus",
                 "prometheus.yml.j2",
                 prometheus_scrape_interval="1s",
@@ -119,6 +131,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
                 prometheus_collector_targets=[],  # no collector here: GwmsCollectorDown goes to factory-ops
                 prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
             )
+            prom_cfg = with_external_labels(prom_cfg, {rules.RUNBOOK_BASE_LABEL: RUNBOOKS})
             cmd = [
                 sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(factory),
                 "--listen", f"127.0.0.1:{exp_port}", "--interval", "1", "--settle-seconds", "0",
@@ -146,6 +159,8 @@ def test_bad_site_mails_its_admins_once_then_resolves(stack: tuple[str, SmtpSink
     wait_for("the failures in Prometheus", lambda: float(prom_query(prom, vf)[0]["value"][1]) >= before + 10, 60)
     fired = wait_for("FailSite's firing mail", lambda: to(sink, "admin@failsite.test", "FIRING"), 60)
     assert "GwmsSiteValidationFailuresRising" in fired[0] and BAD.site in fired[0]
+    mail = next(m for m in sink.mails() if "admin@failsite.test" in m.rcpt_tos and m.subject.startswith("[FIRING"))
+    assert f"{RUNBOOKS}#gwmssitevalidationfailuresrising" in mail.body, mail.body  # the operator's runbooks
     wait_for("FailSite's resolved mail", lambda: to(sink, "admin@failsite.test", "RESOLVED"), 120)
     assert len(to(sink, "admin@failsite.test", "FIRING")) == 1, sink.mails()
     assert [m for m in sink.mails() if "admin@nebraska.test" in m.rcpt_tos] == []
@@ -185,7 +200,7 @@ def test_prometheus_config_template_passes_promtool(tmp_path: Path) -> None:
     (tmp_path / "rules").mkdir()
     for f in ("gwms-recording.rules.yml", "gwms-alerts.rules.yml"):
         shutil.copy(Path(gen.__file__).parents[1] / "rules" / f, tmp_path / "rules" / f)
-    (tmp_path / "prometheus.yml").write_text(alerting.render("prometheus", "prometheus.yml.j2"))
+    (tmp_path / "prometheus.yml").write_text(render("prometheus", "prometheus.yml.j2"))
     r = subprocess.run(
         ["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
         capture_output=True,

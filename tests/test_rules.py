@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +17,7 @@ from tools import ROOT
 
 pytestmark = pytest.mark.skipif(not have("promtool"), reason="Debian prometheus (promtool) not installed")
 RULES = ROOT / "dashboards/rules"
+RECORDING = RULES / "gwms-recording.rules.yml"
 TESTS = RULES / "tests/gwms-alerts.test.yml"
 
 
@@ -24,7 +26,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 def test_promtool_check_rules() -> None:
-    r = promtool("check", "rules", str(RULES / "gwms-recording.rules.yml"), str(RULES / "gwms-alerts.rules.yml"))
+    r = promtool("check", "rules", str(RECORDING), str(RULES / "gwms-alerts.rules.yml"))
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -45,17 +47,42 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     assert names == quiet, names ^ quiet
 
 
+# What rules.runbook_url() renders: the operator's base (an external label) or the default, then the anchor.
+_RUNBOOK_URL = re.compile(
+    r"\{\{ with \$externalLabels\.(\w+) \}\}\{\{ \. \}\}\{\{ else \}\}([^{}#]+)\{\{ end \}\}#([a-z0-9-]+)"
+)
+
+
 def test_every_alert_has_summary_description_with_value_and_runbook() -> None:
     doc = yaml.safe_load((RULES / "gwms-alerts.rules.yml").read_text())
-    runbook = (ROOT / "docs/runbooks.md").read_text()
+    runbook = (ROOT / rules.RUNBOOK_DOC).read_text()
     anchors = set(re.findall(r'<a id="([a-z0-9-]+)"></a>', runbook))
     for r in doc["groups"][0]["rules"]:
         ann = r["annotations"]
         assert ann["summary"] and ("$value" in ann["description"] or "$labels" in ann["description"]), r["alert"]
-        path, anchor = ann["runbook_url"].split("#")
-        assert path == "docs/runbooks.md" and anchor in anchors, f"{r['alert']}: no anchor {anchor} in runbooks.md"
+        m = _RUNBOOK_URL.fullmatch(ann["runbook_url"])
+        assert m, f"{r['alert']}: runbook_url {ann['runbook_url']!r} is not built from the base URL"
+        label, base, anchor = m.groups()
+        assert label == rules.RUNBOOK_BASE_LABEL and base == rules.RUNBOOK_BASE_URL, r["alert"]
+        assert anchor in anchors, f"{r['alert']}: no anchor {anchor} in {rules.RUNBOOK_DOC}"
         assert r["labels"]["severity"] in ("info", "warning", "critical")
         assert r["labels"]["audience"] in ("site", "factory")
+
+
+def test_runbook_links_are_absolute_and_the_default_is_this_repositorys_doc() -> None:
+    """The default base is an absolute https URL of the very document whose anchors are checked above."""
+    assert rules.RUNBOOK_BASE_URL.startswith("https://") and rules.RUNBOOK_BASE_URL.endswith("/" + rules.RUNBOOK_DOC)
+    # promtool expands the template (test_promtool_test_rules): every firing case expects an absolute link,
+    # the default's or, where the test sets the operator's external label, that one.
+    tests = yaml.safe_load(TESTS.read_text())
+    bases: set[str] = set()
+    for t in tests["tests"]:
+        base = t.get("external_labels", {}).get(rules.RUNBOOK_BASE_LABEL, rules.RUNBOOK_BASE_URL)
+        for case in t.get("alert_rule_test", []):
+            for a in case["exp_alerts"]:
+                assert a["exp_annotations"]["runbook_url"] == f"{base}#{case['alertname'].lower()}"
+                bases.add(base)
+    assert rules.RUNBOOK_BASE_URL in bases and len(bases) == 2, bases  # the default, and an operator's
 
 
 def _thresholds(text: str) -> list[re.Match[str]]:
@@ -63,13 +90,13 @@ def _thresholds(text: str) -> list[re.Match[str]]:
 
 
 def _only(alert: dict[str, object], tests: dict[str, list[dict[str, object]]]) -> dict[str, object]:
-    """The unit tests of one alert, against a rule file holding only that alert (fast to evaluate)."""
+    """The unit tests of one alert, against the recording rules and only that alert (fast to evaluate)."""
     groups = []
     for g in tests["tests"]:
         cases = [c for c in g.get("alert_rule_test", []) if c["alertname"] == alert["alert"]]  # type: ignore[union-attr]
         if cases:
             groups.append({**g, "alert_rule_test": cases, "promql_expr_test": []})
-    return {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": groups}
+    return {"rule_files": [RECORDING.name, "rules.yml"], "evaluation_interval": "1m", "tests": groups}
 
 
 def test_changing_any_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
@@ -85,6 +112,7 @@ def test_changing_any_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
         expr = rule["expr"]
         base = tmp_path / f"base-{rule['alert']}"
         base.mkdir()
+        shutil.copy(RECORDING, base)  # some alerts read recorded series
         (base / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "m", "rules": [rule]}]}, width=1000))
         (base / "t.yml").write_text(yaml.safe_dump(_only(rule, tests), width=1000))
         baselines.append(base)
@@ -95,6 +123,7 @@ def test_changing_any_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
                 new = v + 0.5  # an equality: any change must stop the match
             d = tmp_path / f"m{len(jobs)}"
             d.mkdir()
+            shutil.copy(RECORDING, d)
             bad = {**rule, "expr": expr[: m.start()] + f"{new:g}" + expr[m.end() :]}
             (d / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "m", "rules": [bad]}]}, width=1000))
             (d / "t.yml").write_text(yaml.safe_dump(_only(rule, tests), width=1000))

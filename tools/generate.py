@@ -1,16 +1,24 @@
-"""Render the files generated from the catalogue (run ``make generate``).
+"""Write every generated file of the repository (``make generate``, the one generator).
 
-Each generated file is committed; tests/test_generated.py fails when one
-differs from what this module renders, so the catalogue stays the only truth.
+docs/metrics.md from the catalogue, compose/config/ from the Ansible templates
+(tools/compose.py), and the dashboards, rules and rule tests (dashboards/gen).
+Each is committed; tests/test_generated.py fails when one differs from what
+this module renders, is missing, or is left over in a directory that holds
+only generated files.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
+from pathlib import Path
 
 from gwms_obs import catalogue
 from tools import ROOT
+
+# Directories holding nothing but generated files (glob patterns under the root):
+# a file there that the generators no longer produce is stale and is removed.
+GENERATED_ONLY = ("dashboards/grafana/*.json", "dashboards/rules/**/*.yml", "compose/config/**/*")
 
 _BUDGET = """\
 ## Cardinality budget
@@ -70,23 +78,45 @@ def metrics_markdown() -> str:
     return "\n".join(lines)
 
 
-def _generated() -> dict[str, Callable[[], str]]:
-    from tools import compose  # renders the Ansible templates: a repository tool, loaded only here
+def _sources() -> list[dict[str, str]]:
+    # Loaded here, not at import: compose renders the Ansible templates, dashboards.gen needs the SDK.
+    from dashboards import gen as dashboards
+    from tools import compose
 
-    return {"docs/metrics.md": metrics_markdown, **compose.generators()}
-
-
-GENERATED: dict[str, Callable[[], str]] = _generated()
+    return [
+        {"docs/metrics.md": metrics_markdown()},
+        {path: render() for path, render in compose.generators().items()},
+        dashboards.render_all(),
+    ]
 
 
 def render_all() -> dict[str, str]:
-    return {path: fn() for path, fn in GENERATED.items()}
+    """{path relative to the root: text} of every generated file; a path claimed twice is an error."""
+    out: dict[str, str] = {}
+    for source in _sources():
+        for path, text in source.items():
+            if path in out:
+                raise ValueError(f"{path} is generated twice")
+            out[path] = text
+    return out
 
 
-def write(files: dict[str, str]) -> None:
-    """Write generated files under the repository root (also used by dashboards.gen)."""
+def stale(generated: dict[str, str], root: Path = ROOT) -> Iterator[str]:
+    """Files in the generated-only directories that nothing generates any more."""
+    for pattern in GENERATED_ONLY:
+        for p in sorted(root.glob(pattern)):
+            rel = p.relative_to(root).as_posix()
+            if p.is_file() and rel not in generated:
+                yield rel
+
+
+def write(files: dict[str, str], root: Path = ROOT) -> None:
+    """Write the generated files under ``root`` and remove the stale ones."""
+    for rel in list(stale(files, root)):
+        (root / rel).unlink()
+        print(f"removed {rel}")
     for rel, text in files.items():
-        p = ROOT / rel
+        p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
         print(f"wrote {rel}")

@@ -1,4 +1,9 @@
-"""The Alertmanager configuration from the site-contacts file and the Ansible template."""
+"""Alert routing input: the site-contacts file, checked, as the alertmanager role's variables.
+
+The role's template (ansible/roles/alertmanager/templates/alertmanager.yml.j2)
+turns these variables into the Alertmanager config; compose/config/alertmanager.yml
+is its one rendered copy in the repository (tools/compose.py).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,7 @@ from typing import Any
 
 import yaml
 
-from tools import ROOT
-from tools import render as _render
-
-EXAMPLE_CONTACTS = ROOT / "dashboards/alerting/site-contacts.example.yml"
-
-
-def render(role: str, template: str, **overrides: Any) -> str:
-    """A role's template with its defaults; ``playbook_dir`` as Ansible would set it (defaults use it)."""
-    return _render.render(role, template, **{"playbook_dir": str(ROOT / "ansible"), **overrides})
+EXAMPLE_CONTACTS = Path(__file__).resolve().parents[1] / "alerting/site-contacts.example.yml"
 
 
 class ContactsError(ValueError):
@@ -42,19 +39,12 @@ def load_contacts(path: Path) -> dict[str, Any]:
     return doc
 
 
-def alertmanager_config(contacts: dict[str, Any], **overrides: Any) -> str:
-    sites = {site: list(spec["admins"]) for site, spec in contacts["sites"].items()}
-    return render(
-        "alertmanager",
-        "alertmanager.yml.j2",
-        alertmanager_site_contacts=sites,
-        alertmanager_factory_ops_emails=list(contacts["factory_ops"]),
-        **overrides,
-    )
-
-
-def example_config() -> str:
-    return alertmanager_config(load_contacts(EXAMPLE_CONTACTS))
+def alertmanager_vars(contacts: dict[str, Any]) -> dict[str, Any]:
+    """The alertmanager role's variables for a (checked) contacts file."""
+    return {
+        "alertmanager_site_contacts": {site: list(spec["admins"]) for site, spec in contacts["sites"].items()},
+        "alertmanager_factory_ops_emails": list(contacts["factory_ops"]),
+    }
 
 
 def contact_problems(contacts: dict[str, Any], monitor_dir: Path) -> list[str]:

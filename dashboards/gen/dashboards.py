@@ -45,7 +45,8 @@ def rate_unit(m: catalogue.MetricDef) -> str:
     return _PER_SECOND.get(m.unit, RATE_UNIT)
 
 
-VF = f'outcome="{Outcome.VALIDATION_FAILED}"'
+# Label matcher of the pilots that failed worker-node validation.
+VALIDATION_FAILED = f'outcome="{Outcome.VALIDATION_FAILED}"'
 
 
 @dataclass
@@ -166,42 +167,34 @@ def factory_overview() -> Board:
         "gwms-factory-overview", "GlideinWMS factory / Overview", "The factory at a glance: is every entry working?"
     )
     G = catalogue.ENTRY_GLIDEINS.name
-    b.add(
-        "stat",
-        "Running glideins",
-        "Glideins running now, all selected entries.",
-        catalogue.ENTRY_GLIDEINS.grafana_unit,
-        [Target(f'sum({G}{{{SEL},state="running"}})', instant=True)],
-        w=6,
-        h=4,
-    )
-    b.add(
-        "stat",
-        "Held glideins",
-        "Glideins held in the factory queue now.",
-        catalogue.ENTRY_GLIDEINS.grafana_unit,
-        [Target(f'sum({G}{{{SEL},state="held"}})', instant=True)],
-        w=6,
-        h=4,
-    )
-    b.add(
-        "stat",
-        "Entries in downtime",
-        "Entries whose downtime flag is set.",
-        catalogue.ENTRY_DOWNTIME.grafana_unit,
-        [Target(f"sum({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})", instant=True)],
-        w=6,
-        h=4,
-    )
-    b.add(
-        "stat",
-        "CPU units in use",
-        "Canonical CPU units (1 core + 2 GB) of completed pilots per second.",
-        RATE_UNIT,
-        [Target(f"sum({N.RR_CPU_RATE}{{{SEL}}})", instant=True)],
-        w=6,
-        h=4,
-    )
+    # The top row: four instant numbers, a quarter of the width each.
+    for title, description, unit, expr in (
+        (
+            "Running glideins",
+            "Glideins running now, all selected entries.",
+            catalogue.ENTRY_GLIDEINS.grafana_unit,
+            f'sum({G}{{{SEL},state="running"}})',
+        ),
+        (
+            "Held glideins",
+            "Glideins held in the factory queue now.",
+            catalogue.ENTRY_GLIDEINS.grafana_unit,
+            f'sum({G}{{{SEL},state="held"}})',
+        ),
+        (
+            "Entries in downtime",
+            "Entries whose downtime flag is set.",
+            catalogue.ENTRY_DOWNTIME.grafana_unit,
+            f"sum({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})",
+        ),
+        (
+            "CPU units in use",
+            "Canonical CPU units (1 core + 2 GB) of completed pilots per second.",
+            RATE_UNIT,
+            f"sum({N.RR_CPU_RATE}{{{SEL}}})",
+        ),
+    ):
+        b.add("stat", title, description, unit, [Target(expr, instant=True)], w=6, h=4)
     b.add(
         "timeseries",
         "Glideins by state",
@@ -221,7 +214,7 @@ def factory_overview() -> Board:
     b.add(
         "timeseries",
         "Badput ratio by entry",
-        "Share of user-job CPU time that was badput.",
+        "Share of user-job CPU time that was badput over the last hour (what GwmsEntryBadputHigh compares).",
         "percentunit",
         [Target(f"{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}", "{{entry}}")],
     )
@@ -261,7 +254,7 @@ def entry_health() -> Board:
         "Validation failures",
         "Pilots per second that failed worker-node validation.",
         RATE_UNIT,
-        [Target(f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VF)})", "{{entry}}")],
+        [Target(f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VALIDATION_FAILED)})", "{{entry}}")],
     )
     b.add(
         "timeseries",
@@ -270,7 +263,8 @@ def entry_health() -> Board:
         "percentunit",
         [
             Target(
-                f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VF)}) / sum by (entry) ({_rate(catalogue.PILOTS)})",
+                f"sum by (entry) ({_rate(catalogue.PILOTS, extra=VALIDATION_FAILED)})"
+                f" / sum by (entry) ({_rate(catalogue.PILOTS)})",
                 "{{entry}}",
             )
         ],
@@ -581,7 +575,7 @@ BOARDS: tuple[Callable[[], Board], ...] = (factory_overview, entry_health, accou
 
 
 def render() -> dict[str, str]:
-    """``dashboards/grafana/<uid>.json`` -> text."""
+    """``dashboards/grafana/<uid>.json`` (relative to the repository) -> text."""
     out = {}
     for fn in BOARDS:
         b = fn()

@@ -15,15 +15,15 @@ from gwms_obs.tracing import conventions as C
 # (tests/test_dashboards.py checks they agree).
 JOB_EXPORTER = "gwms-obs"
 JOB_COLLECTOR = "otel-collector"
-JOB_PROMETHEUS = "prometheus"
-JOB_ALERTMANAGER = "alertmanager"
 
 # Recording rules (rules.py defines them). level:metric:operation, per the Prometheus naming guide.
 RR_CPU_RATE = "gwms:pilot_cpu_seconds:rate5m"
 RR_GPU_RATE = "gwms:pilot_gpu_seconds:rate5m"
 RR_PILOTS_RATE = "gwms:pilots:rate5m"
-RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate5m"
-RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_BADPUT_RATIO)
+# Over the site alerts' window (rules.Timing.window): what GwmsEntryBadputHigh and its panel read.
+RR_JOB_SECONDS = "gwms:entry_cpu_job_seconds:increase1h"
+RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate1h"
+RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_JOB_SECONDS, RR_BADPUT_RATIO)
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
 # them; their names and labels are defined once, in gwms_obs.catalogue
@@ -31,12 +31,6 @@ RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_BADPU
 SPAN_DURATION = catalogue.SPANMETRICS_DURATION  # histogram
 SPAN_CALLS = catalogue.SPANMETRICS_CALLS  # counter
 SPAN_ENTRY = catalogue.SPAN_LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
-SPAN_LABELS = (
-    catalogue.SPAN_LABEL_SERVICE,
-    catalogue.SPAN_LABEL_SPAN_NAME,
-    catalogue.SPAN_LABEL_STATUS,
-    catalogue.SPAN_LABEL_ENTRY,
-)
 TRACE_SERVICE = C.SERVICE_PILOT
 
 # OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).
