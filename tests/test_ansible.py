@@ -142,24 +142,33 @@ def test_artifacts_are_refused_unless_their_sha256_matches(tmp_path: Path, how: 
         assert not dest.exists()
 
 
-def _preflight(tmp_path: Path, secrets: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def _preflight(
+    tmp_path: Path,
+    secrets: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+    inventory: str = "single-host",
+    limit: str = "all",
+    playbook: str = "deploy.yml",
+) -> subprocess.CompletedProcess[str]:
+    """The preflight play and every role's `always` checks (argument specs, preflight), nothing else."""
     vault = tmp_path / "secrets.yml"
     vault.write_text(yaml.safe_dump(secrets))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     return _run(
         _tool("ansible-playbook"),
         "-i",
-        "inventories/single-host/hosts.yml",
-        "deploy.yml",
+        f"inventories/{inventory}/hosts.yml",
+        playbook,
         "--tags",
         "preflight",
         "--skip-tags",
         "install,configure,run",
+        "--limit",
+        limit,
         "-e",
         f"@{vault}",
         "-e",
-        "ansible_connection=local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
+        json.dumps({**local, **(extra or {})}),
     )
 
 
@@ -206,15 +215,48 @@ def test_preflight_refuses_default_or_empty_secrets(tmp_path: Path, change: dict
     assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-3000:]
 
 
-def test_preflight_passes_real_secrets(tmp_path: Path) -> None:
-    secrets = {
+def _real_vault() -> dict[str, Any]:
+    return {
         **_example_vault(),
         "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
         "vault_grafana_admin_password": "a-long-enough-password",
     }
-    r = _preflight(tmp_path, secrets)
+
+
+def test_preflight_passes_real_secrets(tmp_path: Path) -> None:
+    r = _preflight(tmp_path, _real_vault())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "failed=0" in r.stdout
+
+
+@pytest.mark.parametrize("var", ["prometheus_rules_src_dir", "grafana_dashboards_src_dir"])
+def test_preflight_refuses_a_missing_rules_or_dashboards_dir(tmp_path: Path, var: str) -> None:
+    """The roles take their files from a directory the inventory names, never from the repository."""
+    missing = tmp_path / "no-such-dir"
+    r = _preflight(tmp_path, _real_vault(), {var: str(missing)})
+    assert r.returncode != 0
+    assert f"{var} is {missing}" in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-3000:]
+
+
+ROLE_ALONE_PLAY = """
+- name: The collector role on its own, outside deploy.yml
+  hosts: factory
+  gather_facts: false
+  roles: [otel_collector]
+"""
+
+
+@pytest.mark.parametrize("token, refused", [("gwms-obs-development-token-not-for-production", True), (None, False)])
+def test_a_role_used_alone_runs_its_own_preflight(tmp_path: Path, token: str | None, refused: bool) -> None:
+    play = tmp_path / "play.yml"
+    play.write_text(ROLE_ALONE_PLAY)
+    secrets = _real_vault() if token is None else {**_real_vault(), "vault_otel_collector_pilot_tokens": [token]}
+    r = _preflight(tmp_path, secrets, playbook=str(play))
+    assert "Refuse default, empty or short pilot tokens" in r.stdout, r.stdout[-3000:]
+    if refused:
+        assert r.returncode != 0 and "otel_collector_pilot_tokens: set real pilot tokens" in r.stdout
+    else:
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 def test_exporter_config_template_passes_check_config(tmp_path: Path) -> None:
@@ -285,32 +327,8 @@ def _multi_host_vault(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-def _multi_host_preflight(
-    tmp_path: Path, secrets: dict[str, Any], extra: dict[str, Any], limit: str = "all"
-) -> subprocess.CompletedProcess[str]:
-    """The preflight play and every role's `always` checks (argument specs, listener refusals), nothing else."""
-    vault = tmp_path / "secrets.yml"
-    vault.write_text(yaml.safe_dump(secrets))
-    return _run(
-        _tool("ansible-playbook"),
-        "-i",
-        "inventories/multi-host/hosts.yml",
-        "deploy.yml",
-        "--tags",
-        "preflight",
-        "--skip-tags",
-        "install,configure,run",
-        "--limit",
-        limit,
-        "-e",
-        f"@{vault}",
-        "-e",
-        json.dumps({"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **extra}),
-    )
-
-
 def test_multi_host_inventory_passes_with_tls_and_passwords(tmp_path: Path) -> None:
-    r = _multi_host_preflight(tmp_path, _multi_host_vault(tmp_path), {})
+    r = _preflight(tmp_path, _multi_host_vault(tmp_path), inventory="multi-host")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "failed=0" in r.stdout
     # every monitoring role's listener check ran (and passed) before anything else
@@ -350,11 +368,17 @@ def test_multi_host_refuses_a_listener_or_sender_off_loopback_without_tls_or_aut
     vault_keys = {k: v for k, v in extra.items() if k.startswith("vault_")}
     # the monitoring host's checks, or a factory host's for the collector's
     limit = "factory01.example.org" if any(k.startswith("otel_collector") for k in extra) else "monitor01.example.org"
-    r = _multi_host_preflight(
-        tmp_path, {**secrets, **vault_keys}, {k: v for k, v in extra.items() if not k.startswith("vault_")}, limit
-    )
+    others = {k: v for k, v in extra.items() if not k.startswith("vault_")}
+    r = _preflight(tmp_path, {**secrets, **vault_keys}, others, inventory="multi-host", limit=limit)
     assert r.returncode != 0
     assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-4000:]
+
+
+def test_one_hosts_refusal_stops_every_host_before_any_change(tmp_path: Path) -> None:
+    """Only the factory hosts fail their checks; the monitoring host, which passed, is not deployed either."""
+    r = _preflight(tmp_path, _multi_host_vault(tmp_path), {"otel_collector_jaeger_insecure": True}, "multi-host")
+    assert r.returncode != 0 and "leaves this host without TLS" in r.stdout, r.stdout[-3000:]
+    assert "PLAY [Monitoring host" not in r.stdout and "PLAY [Factory hosts" not in r.stdout, r.stdout[-3000:]
 
 
 def test_loopback_listeners_need_no_tls() -> None:
