@@ -1,5 +1,6 @@
-"""The compose stack: its configs are the Ansible templates rendered for containers,
-valid for the real programs, and the compose file agrees with the pins elsewhere."""
+"""The compose stack: generated from the roles' compose data, its configs are the Ansible
+templates rendered for containers, valid for the real programs, and the compose file
+agrees with the pins elsewhere."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -50,6 +52,29 @@ def test_collector_and_jaeger_configs_are_valid(tool: str, name: str) -> None:
         pytest.skip(str(e))
     r = tracing_backends.validate(binary, CONFIG / name)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_deployed_role_and_only_those_run_in_the_stack() -> None:
+    """A role in a play of deploy.yml has its compose data, and compose has no role deploy.yml lacks."""
+    plays = yaml.safe_load((ROOT / "ansible" / "deploy.yml").read_text())
+    deployed = {r if isinstance(r, str) else r["role"] for play in plays for r in play.get("roles", [])}
+    assert deployed and {c.role for c in compose.components()} == deployed
+    for c in compose.components():
+        assert c.configs and c.services, c.role
+        for template, _ in c.configs:
+            assert (render.roles_dir() / c.role / "templates" / template).is_file(), (c.role, template)
+
+
+def test_the_exporters_trace_token_is_one_the_collector_accepts() -> None:
+    env = COMPOSE["services"]["exporter"]["environment"]
+    assert env["GWMS_OBS_TRACES_TOKEN"] == compose.DEV_TOKEN
+    assert compose.DEV_TOKEN in (CONFIG / "otelcol.yaml").read_text()
+
+
+def test_a_service_uses_only_variables_its_role_has() -> None:
+    part = compose.Component("prometheus", (), {}, {"p": {"volumes": ["{{ prometheus_no_such_variable }}:/x"]}})
+    with pytest.raises(jinja2.UndefinedError):
+        compose.compose_file([part])
 
 
 def test_every_mounted_file_exists_and_was_generated() -> None:

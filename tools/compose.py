@@ -1,112 +1,117 @@
-"""The compose stack's configs: the Ansible roles' templates, rendered for containers.
+"""The compose stack, generated from the roles' own compose data.
 
-Only the values differ from a factory host (service names instead of
-127.0.0.1, container paths, a development token and a mail sink); the
-templates are the very ones Ansible renders. ``make generate`` writes them to
-compose/config/ and tests/test_compose.py checks them with the real tools.
+Each deployed role has ``ansible/roles/<role>/compose.yml`` next to its
+templates: ``configs`` (which of its templates renders which file under
+compose/config/), ``vars`` (its variables in a container, over its
+defaults: service names instead of 127.0.0.1, container paths, a development
+token, a mail sink) and ``services`` (the containers that run it: image or
+build, command, ports, volumes). ``make generate`` writes the rendered configs
+and compose/docker-compose.yml; tests/test_compose.py checks them with the
+real tools and tests/test_generated.py that the committed files are current.
+
+Strings in ``vars`` and ``services`` may use the role's variables
+(``{{ grafana_dashboards_dir }}``) and the role's inputs, which the stack
+passes here as the inventories pass them to Ansible: ``INPUTS``, relative to
+compose/.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import jinja2
+import yaml
 
 from tools import render
 
-DEV_TOKEN = "gwms-obs-development-token-not-for-production"
-
-# role -> (template, file under compose/config/, overrides)
-CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "gwms_exporter": (
-        "exporter.toml.j2",
-        "exporter.toml",
-        {
-            "gwms_exporter_factory_dir": "/factory",
-            "gwms_exporter_listen": "0.0.0.0:9822",
-            "gwms_exporter_state_dir": "/state",
-            "gwms_exporter_interval": 30,
-            "gwms_exporter_settle_seconds": 0,
-        },
-    ),
-    "otel_collector": (
-        "config.yaml.j2",
-        "otelcol.yaml",
-        {
-            "otel_collector_production": False,
-            "otel_collector_pilot_tokens": [DEV_TOKEN],
-            "otel_collector_health_host": "0.0.0.0",
-            "otel_collector_telemetry_host": "0.0.0.0",
-            "otel_collector_instance_id": "otelcol",
-            "otel_collector_jaeger_endpoint": "jaeger:4317",
-            "otel_collector_queue_dir": "/var/lib/otelcol/queue",
-            "otel_collector_prometheus_remote_write_url": "http://prometheus:9090/api/v1/write",
-        },
-    ),
-    "jaeger": (
-        "config.yaml.j2",
-        "jaeger.yaml",
-        {
-            "jaeger_storage": "badger",
-            "jaeger_badger_dir": "/var/lib/jaeger/badger",
-            "jaeger_listen_host": "0.0.0.0",
-            "jaeger_query_host": "0.0.0.0",
-        },
-    ),
-    "prometheus": (
-        "prometheus.yml.j2",
-        "prometheus.yml",
-        {
-            "prometheus_scrape_interval": "15s",
-            "prometheus_evaluation_interval": "15s",
-            "prometheus_rule_files": ["/rules/gwms-recording.rules.yml", "/rules/gwms-alerts.rules.yml"],
-            "prometheus_alertmanagers": ["alertmanager:9093"],
-            "prometheus_exporter_targets": ["exporter:9822"],
-            "prometheus_collector_targets": ["otelcol:8888"],
-            "prometheus_self_targets": ["localhost:9090"],
-        },
-    ),
-    "alertmanager": (
-        "alertmanager.yml.j2",
-        "alertmanager.yml",
-        {
-            "alertmanager_smtp_smarthost": "mailpit:1025",
-            "alertmanager_smtp_from": "alertmanager@gwms-obs.compose",
-            "alertmanager_factory_ops_emails": ["factory-ops@gwms-obs.compose"],
-            # Sites of the simulated factory the stack watches (gwms-obs simulate).
-            "alertmanager_site_contacts": {
-                "Nebraska": ["admin@nebraska.example"],
-                "FailSite": ["admin@failsite.example"],
-                "BlackHoleSite": ["admin@blackhole.example"],
-            },
-            "alertmanager_group_wait": "10s",
-        },
-    ),
-    "grafana": (
-        "datasources.yml.j2",
-        "grafana/datasources/gwms-obs.yml",
-        {
-            "grafana_prometheus_url": "http://prometheus:9090",
-            "grafana_alertmanager_url": "http://alertmanager:9093",
-            "grafana_jaeger_url": "http://jaeger:16686",
-        },
-    ),
+COMPOSE_FILE = "compose/docker-compose.yml"
+CONFIG_DIR = "compose/config"
+# The roles' inputs in the stack (the inventories' group_vars set the same variables for Ansible).
+INPUTS: dict[str, str] = {
+    "prometheus_rules_src_dir": "../dashboards/rules",
+    "grafana_dashboards_src_dir": "../dashboards/grafana",
 }
+# The collector accepts it only where otel_collector_production is false (its compose vars).
+DEV_TOKEN: str = render.role_defaults("otel_collector")["otel_collector_development_token"]
 
-EXTRA: dict[str, tuple[str, str, str, dict[str, Any]]] = {
-    "grafana/dashboards/gwms-obs.yml": (
-        "grafana",
-        "dashboards.yml.j2",
-        "grafana/dashboards/gwms-obs.yml",
-        {"grafana_dashboards_dir": "/var/lib/grafana/dashboards/gwms-obs"},
-    ),
-}
+_HEADER = """\
+# gwms-obs on a laptop: `make compose-up` (needs Docker with compose v2).
+# Generated by `make generate` from ansible/roles/*/compose.yml (tools/compose.py):
+# edit those, not this file. Every config under config/ is rendered from the
+# roles' own templates. Ports are published on 127.0.0.1 only.
+"""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One role's part of the stack (ansible/roles/<role>/compose.yml)."""
+
+    role: str
+    configs: tuple[tuple[str, str], ...]  # (template, file under compose/config/)
+    vars: dict[str, Any]
+    services: dict[str, dict[str, Any]]
+
+    def values(self) -> dict[str, Any]:
+        """The role's defaults, its compose vars and the stack's inputs, references expanded."""
+        return render.resolve({**render.role_defaults(self.role), **self.vars, **INPUTS})
+
+
+def components() -> list[Component]:
+    out = []
+    for path in sorted(render.roles_dir().glob("*/compose.yml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        unknown = set(doc) - {"configs", "vars", "services"}
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+        out.append(
+            Component(
+                role=path.parent.name,
+                configs=tuple((c["template"], c["dest"]) for c in doc.get("configs", [])),
+                vars=doc.get("vars", {}),
+                services=doc.get("services", {}),
+            )
+        )
+    return out
+
+
+def _expand(value: Any, context: dict[str, Any]) -> Any:
+    """Render every string of a YAML tree with the role's values (a missing one is an error)."""
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(value).render(**context)
+    if isinstance(value, list):
+        return [_expand(v, context) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, context) for k, v in value.items()}
+    return value
+
+
+def _named_volumes(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Volumes whose source is a name, not a path: compose wants them declared at the top."""
+    names = [v.split(":", 1)[0] for spec in services.values() for v in spec.get("volumes", [])]
+    return {n: {} for n in names if not n.startswith((".", "/", "~"))}
+
+
+def compose_file(parts: list[Component]) -> str:
+    services: dict[str, dict[str, Any]] = {}
+    for c in parts:
+        for name, spec in _expand(c.services, c.values()).items():
+            if name in services:
+                raise ValueError(f"service {name!r} defined by two roles (ansible/roles/*/compose.yml)")
+            services[name] = spec
+    doc = {"name": "gwms-obs", "services": services, "volumes": _named_volumes(services)}
+    return _HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def rendered() -> dict[str, str]:
-    """compose/config/<file> -> its text."""
-    out = {f"compose/config/{dest}": render.render(role, tpl, **ov) for role, (tpl, dest, ov) in CONFIGS.items()}
-    for role, tpl, dest, ov in EXTRA.values():
-        out[f"compose/config/{dest}"] = render.render(role, tpl, **ov)
+    """compose/config/<file> and compose/docker-compose.yml -> their text."""
+    parts = components()
+    out = {}
+    for c in parts:
+        for template, dest in c.configs:
+            out[f"{CONFIG_DIR}/{dest}"] = render.render(c.role, template, **c.vars, **INPUTS)
+    out[COMPOSE_FILE] = compose_file(parts)
     return out
 
 
