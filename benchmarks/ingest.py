@@ -47,7 +47,8 @@ def _child(kind: str, path: str, extra: str) -> None:
     n = 0
     nbytes = 0
     if kind == "cj_exporter":
-        from gwms_obs.pipeline import Ingest, IngestConfig, ScanResult
+        from gwms_obs.ingest.books import ScanResult
+        from gwms_obs.pipeline import Ingest, IngestConfig
         from gwms_obs.sources import completed_jobs
 
         # The factory layout the exporter expects, around the same file.

@@ -13,8 +13,7 @@ import pytest
 
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "glideinwms"
+from tests.support.reference import reference_file
 
 
 def gwms_obs(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +64,7 @@ def test_report_since_until_table_json_and_plot(factory: Path, tmp_path: Path) -
 
 
 def test_inspect_real_production_stdout() -> None:
-    r = gwms_obs("inspect", str(REF / "glideFactoryLogParser_glidein_stdout.out"))
+    r = gwms_obs("inspect", str(reference_file("glideFactoryLogParser_glidein_stdout.out")))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     # What GlideinWMS's own unit test expects of this file.

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gwms_obs.cli import parser
-from gwms_obs.pipeline import CHECKPOINT_VERSION
+from gwms_obs.ingest import checkpoint
 from gwms_obs.simulate.factory import simulate
 from tests.support.servers import free_port
 
@@ -125,7 +125,7 @@ def test_checkpoint_of_another_factory_is_refused_until_reset(factory: Path, tmp
 )
 def test_bad_checkpoint_is_one_line(factory: Path, tmp_path: Path, content: str, what: str) -> None:
     ck = tmp_path / "ck.json"
-    ck.write_text(content.replace("FACTORY", str(factory)).replace("VERSION", str(CHECKPOINT_VERSION)))
+    ck.write_text(content.replace("FACTORY", str(factory)).replace("VERSION", str(checkpoint.VERSION)))
     one_line(export_once(factory, "--checkpoint", str(ck)), 2, str(ck), what)
     assert export_once(factory, "--checkpoint", str(ck), "--reset-checkpoint").returncode == 0
 

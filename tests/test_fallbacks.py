@@ -18,8 +18,10 @@ from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.partition import JobTotals, PilotUsage, partition_from_totals
 from gwms_obs.accounting.pilot import EntryDefaults, from_completed_job, line_total_is_raw, stats_totals
 from gwms_obs.catalogue import Accuracy, Category, Source
+from gwms_obs.ingest.books import EntryEvidence
+from gwms_obs.ingest.descript import resource_slots_gpus
 from gwms_obs.model import CompletedJob, GlideinOut, SlotStat, StatsFormat
-from gwms_obs.pipeline import EntryEvidence, Ingest, IngestConfig, resource_slots_gpus
+from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 
 
@@ -199,7 +201,7 @@ def test_young_out_wins_over_its_line_and_event_log(tree: Path, tmp_path: Path) 
     first = ing.scan()
     # Nothing that has a .out was counted from a fallback (only pilots with no .out at all).
     assert first.by_source.get(Source.COMPLETED_JOBS, 0) == 0
-    assert ing.pending and ing.waiting
+    assert ing.held(Source.COMPLETED_JOBS) and ing.held(Source.EVENT_LOG)
     clock.t += 31
     ing.scan()
     report = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0, final=True))
@@ -209,7 +211,7 @@ def test_young_out_wins_over_its_line_and_event_log(tree: Path, tmp_path: Path) 
     assert a.keys() == b.keys()
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-9), k
-    assert not ing.pending and not ing.waiting
+    assert not ing.held(Source.COMPLETED_JOBS) and not ing.held(Source.EVENT_LOG)
     # One frontend, one label value: the completed_jobs name on every path.
     assert {k[1] for k in ing.ledger.pilots} <= {
         "CMSG-v1_0_cmspilot",
@@ -231,7 +233,7 @@ def test_clock_skew_a_future_mtime_settles_by_our_clock(tree: Path, tmp_path: Pa
     assert ing.health.records[Source.GLIDEIN_OUT] == 0  # unchanged for 10 s only
     clock.t += 25
     ing.scan()  # unchanged for 35 s by our clock: settled
-    assert ing.health.records[Source.GLIDEIN_OUT] > 0 and not ing.pending
+    assert ing.health.records[Source.GLIDEIN_OUT] > 0 and not ing.held(Source.COMPLETED_JOBS)
 
 
 def test_out_deleted_before_it_was_read_falls_back_once(tree: Path, tmp_path: Path) -> None:
@@ -241,7 +243,7 @@ def test_out_deleted_before_it_was_read_falls_back_once(tree: Path, tmp_path: Pa
     age(root, clock.t)
     ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=30), clock=clock)
     ing.scan()
-    waiting_lines = set(ing.pending)
+    waiting_lines = set(ing.held(Source.COMPLETED_JOBS))
     assert waiting_lines
     gone = sorted(waiting_lines)[:5]
     for k in gone:

@@ -32,13 +32,12 @@ from gwms_obs.sources import (
     files,
     glidein_err,
     glidein_out,
+    layout,
     schedd_status,
-    tree,
 )
 from gwms_obs.sources.condor_sections import encode
+from tests.support.reference import reference_file
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "glideinwms"
-REAL_OUT = REF / "glideFactoryLogParser_glidein_stdout.out"
 FIX = Path(__file__).resolve().parent / "fixtures"
 EVENTLOG = (FIX / "condor_eventlog_sample.log").read_bytes()
 DEADLINE = 10.0  # seconds; a non-blocking open and refusal takes microseconds
@@ -179,7 +178,7 @@ def test_symlink_out_of_the_tree_is_refused(factory: Path) -> None:
 def test_symlink_inside_the_tree_is_read(factory: Path) -> None:
     real = factory / "client" / "user_u" / "glidein_g" / "kept" / "pilot.out"
     real.parent.mkdir()
-    real.write_bytes(REAL_OUT.read_bytes())
+    real.write_bytes(reference_file("glideFactoryLogParser_glidein_stdout.out").read_bytes())
     link = edir(factory) / "job.10176593.0.out"
     link.symlink_to(os.path.relpath(real, link.parent))
     errors = ParseErrors()
@@ -242,10 +241,10 @@ def test_directory_symlinks_are_counted_not_followed(factory: Path) -> None:
     (g / "entry_loop").symlink_to(".")  # would list entry_e again, forever deeper if followed
     (factory / "client" / "user_etc").symlink_to("/etc")
     errors = ParseErrors()
-    assert [e for _, e, _ in tree.entry_dirs(str(factory), errors)] == ["e"]
-    assert errors.counts == {("glidein_out", tree.UNREADABLE_DIR): 2}
+    assert [e for _, e, _ in layout.entry_dirs(str(factory), errors)] == ["e"]
+    assert errors.counts == {("glidein_out", layout.UNREADABLE_DIR): 2}
     # Without errors (the old call) the result is the same and nothing is counted.
-    assert [e for _, e, _ in tree.entry_dirs(str(factory))] == ["e"]
+    assert [e for _, e, _ in layout.entry_dirs(str(factory))] == ["e"]
 
 
 def _scan_as_nobody(root: Path) -> dict[str, int]:
@@ -260,7 +259,7 @@ def _scan_as_nobody(root: Path) -> dict[str, int]:
             os.setgid(65534)
             os.setuid(65534)
             errors = ParseErrors()
-            entries = [e for _, e, _ in tree.entry_dirs(str(root), errors)]
+            entries = [e for _, e, _ in layout.entry_dirs(str(root), errors)]
             counts = {f"{s}/{k}": n for (s, k), n in errors.counts.items()}
             os.write(w, json.dumps({"entries": len(entries), **counts}).encode())
             code = 0
@@ -296,9 +295,9 @@ def test_unreadable_directory_is_counted(world_tree: Path) -> None:
         d.chmod(0o755)
     locked = world_tree / "client" / "user_u" / "glidein_g" / "entry_b"
     locked.chmod(0)
-    pilots, _ = tree.scan_client_dir("u", "b", str(locked), errors := ParseErrors())
+    pilots, _ = layout.scan_client_dir("u", "b", str(locked), errors := ParseErrors())
     if os.geteuid() != 0:
-        assert pilots == [] and errors.counts == {("glidein_out", tree.UNREADABLE_DIR): 1}
+        assert pilots == [] and errors.counts == {("glidein_out", layout.UNREADABLE_DIR): 1}
     # Root reads a chmod-000 directory: drop to nobody to see the refusal. Here the
     # locked directory is a glidein_ level one, so the walk below it is cut.
     locked.chmod(0o755)
@@ -307,7 +306,7 @@ def test_unreadable_directory_is_counted(world_tree: Path) -> None:
         got = _scan_as_nobody(world_tree)
     else:
         errors = ParseErrors()
-        got = {"entries": len(list(tree.entry_dirs(str(world_tree), errors)))}
+        got = {"entries": len(list(layout.entry_dirs(str(world_tree), errors)))}
         got.update({f"{s}/{k}": n for (s, k), n in errors.counts.items()})
     assert got == {"entries": 0, "glidein_out/unreadable_dir": 1}
 
@@ -318,8 +317,8 @@ def test_bind_mount_loop_is_counted(factory: Path) -> None:
     (g / "entry_twin").mkdir()
     # In a private mount namespace: entry_twin shows entry_e's directory (same dev, inode).
     script = (
-        "import json, sys; from gwms_obs.parse_errors import ParseErrors; from gwms_obs.sources import tree\n"
-        "e = ParseErrors(); entries = sorted(x for _, x, _ in tree.entry_dirs(sys.argv[1], e))\n"
+        "import json, sys; from gwms_obs.parse_errors import ParseErrors; from gwms_obs.sources import layout\n"
+        "e = ParseErrors(); entries = sorted(x for _, x, _ in layout.entry_dirs(sys.argv[1], e))\n"
         "print(json.dumps([entries, {f'{s}/{k}': n for (s, k), n in e.counts.items()}]))\n"
     )
     cmd = 'mount --bind "$1" "$2" && exec "$3" -c "$4" "$5"'
@@ -343,20 +342,20 @@ def test_noncanonical_pilot_ids_count_once_as_errors(factory: Path) -> None:
         (d / n).write_bytes(b"x\n")
     (d / "job.1.0.err").write_bytes(b"x\n")
     errors = ParseErrors()
-    pilots, _ = tree.scan_client_dir("u", "e", str(d), errors)
+    pilots, _ = layout.scan_client_dir("u", "e", str(d), errors)
     assert [(p.cluster, p.proc, os.path.basename(p.out), p.has_err) for p in pilots] == [
         (0, 0, "job.0.0.out", False),
         (1, 0, "job.1.0.out", True),
     ]
-    assert errors.counts == {("glidein_out", tree.NONCANONICAL_NAME): 4}
+    assert errors.counts == {("glidein_out", layout.NONCANONICAL_NAME): 4}
     # Without the canonical file, the forged ones still count for nothing.
     (d / "job.1.0.out").unlink()
-    assert [p.key for p in tree.scan_client_dir("u", "e", str(d))[0]] == [("e", 0, 0)]
+    assert [p.key for p in layout.scan_client_dir("u", "e", str(d))[0]] == [("e", 0, 0)]
     # The exporter lists the tree every scan: each bad name is counted once.
-    once = tree.OncePerPath(errors := ParseErrors())
+    once = layout.OncePerPath(errors := ParseErrors())
     for _ in range(3):
-        tree.scan_client_dir("u", "e", str(d), once)
-    assert errors.counts == {("glidein_out", tree.NONCANONICAL_NAME): 4}
+        layout.scan_client_dir("u", "e", str(d), once)
+    assert errors.counts == {("glidein_out", layout.NONCANONICAL_NAME): 4}
 
 
 def test_walk_finds_every_source(factory: Path) -> None:
@@ -365,12 +364,12 @@ def test_walk_finds_every_source(factory: Path) -> None:
     (d / "condor_activity_20220624_fe.log").write_bytes(EVENTLOG)
     (factory / "server" / "entry_e" / "completed_jobs_20220624.log").write_bytes(b"")
     errors = ParseErrors()
-    [(user, entry, path)] = tree.entry_dirs(str(factory), errors)
-    pilots, logs = tree.scan_client_dir(user, entry, path, errors)
+    [(user, entry, path)] = layout.entry_dirs(str(factory), errors)
+    pilots, logs = layout.scan_client_dir(user, entry, path, errors)
     assert [p.key for p in pilots] == [("e", 7, 0)] and [f.client for f in logs] == ["fe"]
-    assert [e for e, _ in tree.completed_logs(str(factory), errors)] == ["e"]
-    assert [e for e, _ in tree.monitor_entries(str(factory / "monitor"), errors)] == ["e"]
-    assert list(tree.entry_dirs(str(factory / "absent"), errors)) == []  # no tree yet: not an error
+    assert [e for e, _ in layout.completed_logs(str(factory), errors)] == ["e"]
+    assert [e for e, _ in layout.monitor_entries(str(factory / "monitor"), errors)] == ["e"]
+    assert list(layout.entry_dirs(str(factory / "absent"), errors)) == []  # no tree yet: not an error
     assert errors.total() == 0
 
 

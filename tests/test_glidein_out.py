@@ -12,21 +12,22 @@ from gwms_obs.model import SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources.budget import Budget
 from gwms_obs.sources.glidein_out import parse_out, read_out
+from tests.support.reference import reference_file
 
-REF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "glideinwms"
-REAL_OUT = REF / "glideFactoryLogParser_glidein_stdout.out"
+REAL_OUT = "glideFactoryLogParser_glidein_stdout.out"
+
 FIX = Path(__file__).resolve().parent / "fixtures"
 SRC = "glidein_out"
 
 
 @pytest.fixture(scope="module")
 def real() -> bytes:
-    return REAL_OUT.read_bytes()
+    return reference_file(REAL_OUT).read_bytes()
 
 
 def test_real_production_out(real: bytes) -> None:
     errors = ParseErrors()
-    out = read_out(str(REAL_OUT), errors)
+    out = read_out(str(reference_file(REAL_OUT)), errors)
     assert out is not None
     assert errors.total() == 0
     assert out.condor_started is True

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from dashboards.gen import __main__ as gen
-from dashboards.gen import alerting, lint
+from dashboards import gen
+from dashboards.gen import lint
 from dashboards.gen.dashboards import GRAFANA_VERSION
 from tests.support.servers import free_port, have, prometheus, wait_for
+from tools.render import render
 
 
 def _docker_reason() -> str | None:
@@ -65,10 +66,10 @@ def grafana(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (prov / "datasources").mkdir(parents=True)
     (prov / "dashboards").mkdir()
     (prov / "datasources" / "gwms-obs.yml").write_text(
-        alerting.render("grafana", "datasources.yml.j2", grafana_prometheus_url=f"http://127.0.0.1:{prom_port}")
+        render("grafana", "datasources.yml.j2", grafana_prometheus_url=f"http://127.0.0.1:{prom_port}")
     )
     (prov / "dashboards" / "gwms-obs.yml").write_text(
-        alerting.render("grafana", "dashboards.yml.j2", grafana_dashboards_dir="/var/lib/grafana/dashboards/gwms-obs")
+        render("grafana", "dashboards.yml.j2", grafana_dashboards_dir="/var/lib/grafana/dashboards/gwms-obs")
     )
     boards = work / "boards"
     boards.mkdir()

@@ -25,8 +25,9 @@ from gwms_obs import cli
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.pilot import EntryDefaults, PilotAccount
 from gwms_obs.catalogue import LABEL_OVERFLOW, LAST_SCAN, OVERFLOW, Accuracy, Outcome, Source
+from gwms_obs.ingest.books import key_str
 from gwms_obs.outputs.prometheus import FactoryCollector
-from gwms_obs.pipeline import Ingest, IngestConfig, key_str
+from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_sections
 
@@ -451,8 +452,8 @@ def test_links_out_of_the_tree_are_refused_once(
 
 
 def test_entry_configuration_of_any_text_never_raises() -> None:
+    from gwms_obs.ingest.descript import entry_defaults, resource_slots_gpus
     from gwms_obs.model import EntryDescript
-    from gwms_obs.pipeline import entry_defaults, resource_slots_gpus
 
     odd = {"GLIDEIN_CPUS": "²", "GLIDEIN_Max_Walltime": "9" * 40, "GLIDEIN_Resource_Slots": "GPUs,١"}
     d = entry_defaults(EntryDescript("e", "s", odd))

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gwms_obs.accounting.pilot import PilotAccount
-from gwms_obs.pipeline import Ingest, IngestConfig, key_str
+from gwms_obs.ingest.books import key_str
+from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_sections
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from gwms_obs.simulate.traces import returns_spool
 
 from gwms_obs.model import StatsFormat
 from gwms_obs.parse_errors import ParseErrors
@@ -19,7 +20,6 @@ from gwms_obs.simulate.factory import (
     SimulationSummary,
     simulate,
 )
-from gwms_obs.simulate.traces import returns_spool
 from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err

@@ -145,7 +145,8 @@ def test_no_endpoint_frames_spool_in_stderr(tmp_path: Path, mode: str) -> None:
     assert run.returncode == 0
     assert "result stderr" in run.stdout
     err = b"=== some glidein stderr ===\n" + run.stderr + b"=== Exit messages left by periodic scripts ===\n"
-    assert b"GWMSTraceSpool\n======== gzip | uuencode =============\nbegin-base64 644 -\n" in err
+    # the section the reader looks for (one name: tracing.conventions.SPOOL_SECTION)
+    assert C.SPOOL_SECTION.encode() + b"\n======== gzip | uuencode =============\nbegin-base64 644 -\n" in err
     errors = ParseErrors()
     parsed = parse_err(err, "job.1.0.err", errors)
     assert parsed.trace_spool == run.spool and not errors.counts

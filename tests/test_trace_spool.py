@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from gwms_obs import catalogue
+from gwms_obs.outputs.prometheus import ForwarderCollector
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
@@ -123,6 +126,11 @@ def test_garbage_spool_does_not_harm_the_rest_of_the_err(tmp_path: Path) -> None
     assert errors.counts == {("trace_spool", "bad_json"): 2}  # the line, then the refused spool
     assert fwd.stats.refused == 1 and not fwd.pending()
     assert err.jobs is not None and len(err.jobs) == 1 and err.cpus == 8
+    # ... and exported: the forwarder's counters are metrics of the catalogue
+    registry = CollectorRegistry()
+    registry.register(ForwarderCollector(fwd.stats))
+    assert registry.get_sample_value(catalogue.TRACE_SPOOLS.name, {"result": "refused"}) == 1
+    assert registry.get_sample_value(catalogue.TRACE_SPOOLS.name, {"result": "accepted"}) == 0
 
 
 def test_forwarder_retries_then_sends_with_token(tmp_path: Path) -> None:
@@ -136,6 +144,11 @@ def test_forwarder_retries_then_sends_with_token(tmp_path: Path) -> None:
         fwd.stop()
         reqs = cap.requests
     assert len(reqs) == 4 and fwd.stats.failures == 2 and fwd.stats.sent_spans == 2
+    registry = CollectorRegistry()
+    registry.register(ForwarderCollector(fwd.stats))
+    assert registry.get_sample_value(catalogue.TRACE_SPANS.name, {"result": "sent"}) == 2
+    assert registry.get_sample_value(catalogue.TRACE_REQUESTS.name, {"result": "failed"}) == 2
+    assert registry.get_sample_value(catalogue.TRACE_REQUESTS.name, {"result": "sent"}) == 2
     assert {r.headers["authorization"] for r in reqs} == {"Bearer tok"}
     sent = [json.loads(r.body) for r in reqs[2:]]
     assert [d["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] for d in sent] == [

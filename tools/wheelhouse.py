@@ -12,6 +12,7 @@ tree: it is a build tool, run by ``make wheelhouse`` and the deploy test.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,8 +38,17 @@ def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
     out = out_dir / f"{top}-wheelhouse.tar.gz"
     with tempfile.TemporaryDirectory() as tmp:
         wheels = Path(tmp) / top
+        # Built from a clean copy of what the package is made of: setuptools reuses the
+        # tree's build/lib, and would ship modules since moved or deleted.
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md", *(p.name for p in source.glob("LICEN[CS]E*"))):
+            shutil.copy2(source / name, src / name)
+        shutil.copytree(
+            source / "exporters", src / "exporters", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(wheels), str(source)],
+            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(wheels), str(src)],
             check=True,
             timeout=900,
         )

@@ -288,6 +288,29 @@ SCAN_DURATION = MetricDef(
     "s",
 )
 
+# The span-spool forwarder (tracing.spool.SpoolForwarder), when the exporter forwards pilots' spans.
+TRACE_SPOOLS = MetricDef(
+    "gwms_obs_trace_spools_total",
+    "counter",
+    "Span spools pilots returned in their stderr, by what the forwarder did: accepted (queued), refused "
+    "(invalid or not the glidein's), rejected (by the collector; kept in outbox/rejected), dropped "
+    "(outbox over its bound, or too old).",
+    ("result",),
+)
+TRACE_SPANS = MetricDef(
+    "gwms_obs_trace_spans_total",
+    "counter",
+    "Spans of the pilots' spools: sent to the collector, unbound (dropped: not the glidein's trace, "
+    "parent or resource), dropped (with their outbox file).",
+    ("result",),
+)
+TRACE_REQUESTS = MetricDef(
+    "gwms_obs_trace_requests_total",
+    "counter",
+    "OTLP requests the forwarder made to the collector: sent, or failed (a transient failure, retried).",
+    ("result",),
+)
+
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in ALL}
 

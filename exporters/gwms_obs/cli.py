@@ -94,9 +94,10 @@ def _empty_window(a: argparse.Namespace) -> bool:
 def cmd_export(a: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
+    from .ingest.checkpoint import CheckpointError
     from .outputs.otlp import otlp_configured, start_otlp
-    from .outputs.prometheus import FactoryCollector
-    from .pipeline import CheckpointError, Ingest
+    from .outputs.prometheus import FactoryCollector, ForwarderCollector
+    from .pipeline import Ingest
 
     try:
         cfg = load(a.config) if a.config else ExportConfig()
@@ -124,6 +125,8 @@ def cmd_export(a: argparse.Namespace) -> int:
         return 2
     registry = CollectorRegistry()
     registry.register(FactoryCollector(ingest))
+    if forwarder is not None:
+        registry.register(ForwarderCollector(forwarder.stats))
     host, port = parse_listen(cfg.listen)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)

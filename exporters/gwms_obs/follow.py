@@ -8,7 +8,6 @@ a half-written last line is read again, whole, next time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,17 +31,6 @@ class Cursor:
 class Follower:
     def __init__(self, cursors: dict[str, Cursor] | None = None) -> None:
         self.cursors: dict[str, Cursor] = cursors or {}
-
-    def pending_bytes(self, path: str) -> int:
-        """Bytes of ``path`` not read yet (0 when it is gone)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return 0
-        c = self.cursors.get(path)
-        if c is None or c.inode != st.st_ino or st.st_size < c.offset:
-            return st.st_size
-        return st.st_size - c.offset
 
     def read_new(self, path: str, parse: Parser[T], sink: Callable[[list[T]], None], *, root: str | None = None) -> int:
         """Parse what was appended to ``path`` since the last call; return bytes consumed.

@@ -38,7 +38,3 @@ class ParseErrors:
 
     def total(self, source: str | None = None) -> int:
         return sum(n for (s, _), n in self.counts.items() if source is None or s == source)
-
-    def merge(self, other: ParseErrors) -> None:
-        with self._lock:
-            self.counts.update(other.counts)

@@ -18,6 +18,7 @@ from ..accounting.ledger import Histogram, Labels, bottleneck
 
 if TYPE_CHECKING:
     from ..pipeline import Ingest
+    from ..tracing.spool import ForwarderStats
 
 # schedd_status attribute -> label value; Idle is the sum of the first four and is left out.
 STATUS_STATES = {
@@ -138,3 +139,24 @@ class FactoryCollector(Collector):
         # From the start: a first scan that never ends must trip the stalled alert too.
         yield _values(catalogue.LAST_SCAN, [((), h.last_scan_end if h.last_scan_end is not None else h.started)])
         yield _values(catalogue.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])
+
+
+class ForwarderCollector(Collector):
+    """The span-spool forwarder's counters (its stats are plain ints, read as they stand)."""
+
+    def __init__(self, stats: ForwarderStats) -> None:
+        self.stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats
+        spools = {"accepted": s.accepted, "refused": s.refused, "rejected": s.collector_rejected}
+        yield _values(
+            catalogue.TRACE_SPOOLS, (((k,), float(v)) for k, v in {**spools, "dropped": s.dropped_files}.items())
+        )
+        spans = {"sent": s.sent_spans, "unbound": s.unbound_spans, "dropped": s.dropped_spans}
+        yield _values(catalogue.TRACE_SPANS, (((k,), float(v)) for k, v in spans.items()))
+        requests = {"sent": s.sent_requests, "failed": s.failures}
+        yield _values(catalogue.TRACE_REQUESTS, (((k,), float(v)) for k, v in requests.items()))

@@ -102,17 +102,9 @@ class Ad:
         text = self.raw(name)
         return None if text is None else parse_value(text)
 
-    def pick(self, names: re.Pattern[bytes]) -> dict[str, Value]:
-        """The attributes matched by a :func:`names_pattern`, in one pass; first wins."""
-        out: dict[str, Value] = {}
-        for m in names.finditer(self._buf):
-            name = m.group(1).decode("ascii")
-            if name not in out:
-                out[name] = parse_value(m.group(2).decode("utf-8", "replace"))
-        return out
-
     def pick_raw(self, names: re.Pattern[bytes]) -> dict[bytes, bytes]:
-        """Like :meth:`pick`, values left unparsed: ``{name: raw value text}``.
+        """The attributes matched by a :func:`names_pattern`, in one pass (first wins), values
+        left unparsed: ``{name: raw value text}``.
 
         One C-level ``findall``; callers parse only the values they use.
         """

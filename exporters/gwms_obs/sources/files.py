@@ -131,7 +131,7 @@ def _open_in_tree(path: str, root: str) -> int:
     Fast path (the usual pilot file, ~1 syscall): a path lexically under
     ``root``, without ``..``, whose last component is not a symlink
     (``O_NOFOLLOW``). Its directories are trusted as the tree walk found them
-    (:mod:`gwms_obs.sources.tree` never yields a directory symlink), so that
+    (:mod:`gwms_obs.sources.layout` never yields a directory symlink), so that
     the ~8 lstat calls of a full resolution are paid only by symlinked files:
     those are resolved (``realpath``) and their target must be inside the
     resolved ``root``.

@@ -25,10 +25,9 @@ from gwms_obs.sources.glidein_out import (
     parse_xml,
     text_of,
 )
+from gwms_obs.tracing import conventions as C
 
 HISTORY_SECTION = "StartdHistoryLog"
-TRACE_SECTION = "GWMSTraceSpool"
-MAX_TRACE = 16 << 20
 MAX_LONG_XML = 8 << 20
 MAX_CONFIG = 4 << 20  # a glidein_config is ~50 KB
 MAX_SCRIPTS = 10_000
@@ -138,11 +137,6 @@ def _job(ad: dict[bytes, bytes]) -> Job | None:
     )
 
 
-def job_from_ad(raw_ad: classad.Ad) -> Job | None:
-    """A :class:`Job` from one StartdHistoryLog ad; None when it has no start."""
-    return _job(raw_ad.pick_raw(_JOB_ATTRS))
-
-
 def parse_history(sc: Scanner, text: bytes, offset: int, *, budget: Budget | None = None) -> list[Job]:
     """Jobs of a decoded StartdHistoryLog; ads without a start are recorded.
 
@@ -179,7 +173,7 @@ def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budg
         for raw in condor_sections.iter_sections(sc.data):
             offset = raw.offset
             budget.section()  # every frame, decoded or not: a file of a million broken frames is work too
-            is_trace = raw.name == TRACE_SECTION
+            is_trace = raw.name == C.SPOOL_SECTION
             if raw.name != HISTORY_SECTION and not is_trace:
                 if raw.payload is None:  # still worth knowing the framing is broken
                     sc.record(raw.problem or "bad_section", raw.offset, raw.name)
@@ -188,7 +182,7 @@ def _sections(sc: Scanner, err: GlideinErr, max_section_bytes: int, budget: Budg
             if raw.payload is None:
                 sc.errors.record(src, raw.problem or "bad_section", sc.path, raw.offset, raw.name)
                 continue
-            limit = min(MAX_TRACE, max_section_bytes) if is_trace else max_section_bytes
+            limit = min(C.SPOOL_MAX_BYTES, max_section_bytes) if is_trace else max_section_bytes
             allowed = budget.decode_limit(limit)
             try:
                 content = condor_sections.decode(raw.payload, allowed)

@@ -66,6 +66,12 @@ UNFINISHED: Final = "gwms.trace.unfinished"  # span still open when the pilot fl
 # spanmetrics dimensions of the collector (phase-duration histograms per entry).
 SPANMETRICS_DIMENSIONS: Final = (ENTRY, CLIENT, SITE, PHASE)
 
+# The span spool a pilot returns in its stderr: a condor section of this name
+# (pilot/gwms-trace.sh writes it, sources/glidein_err.py reads it), at most this
+# many bytes once decoded (the reader refuses more; tracing/spool.py takes no more).
+SPOOL_SECTION: Final = "GWMSTraceSpool"
+SPOOL_MAX_BYTES: Final = 16 << 20
+
 # --- span names -------------------------------------------------------------------------------
 SPAN_SUBMIT: Final = "condor_submit"  # factory: one per submit cluster (kind CLIENT)
 SPAN_GLIDEIN_SUBMIT: Final = "glidein submit"  # factory: one per glidein, child of the cluster (PRODUCER)

@@ -39,7 +39,6 @@ from .redact import scrub_resource_spans
 log = logging.getLogger("gwms_obs.tracing.spool")
 
 SOURCE = Source.TRACE_SPOOL.value
-MAX_SPOOL_BYTES = 16 << 20  # as glidein_err.MAX_TRACE: the reader never hands more
 MAX_SPANS = 50_000  # a pilot writes ~10-100; gwms-trace.sh caps itself at 10,000
 MAX_NAME = 1024
 MAX_KEY = 256
@@ -216,7 +215,7 @@ def parse_spool(
     path: str = "",
     errors: ParseErrors | None = None,
     *,
-    max_bytes: int = MAX_SPOOL_BYTES,
+    max_bytes: int = C.SPOOL_MAX_BYTES,
     max_spans: int = MAX_SPANS,
 ) -> Spool:
     """The valid spans of a decoded spool; raises :class:`SpoolError` when none can be used.

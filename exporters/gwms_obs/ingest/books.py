@@ -1,0 +1,222 @@
+"""What every stage of a scan shares: the ledger, the pilots counted, the cursors, health.
+
+One ``Books`` per :class:`~gwms_obs.pipeline.Ingest`. A stage reads its files
+and writes what they taught here (a pilot counted, a frontend's name, a
+format's evidence); which stage counts a pilot is decided by precedence
+(docs/accounting.md, "Which source wins"), never by two stages at once,
+because :meth:`Books.account` marks the pilot ``seen`` and every stage skips
+what is seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..accounting import plausible
+from ..accounting.ledger import Ledger
+from ..accounting.pilot import EntryDefaults, PilotAccount
+from ..catalogue import Source
+from ..follow import Follower
+from ..model import GlideinOut, StatsFormat
+from ..parse_errors import ParseErrors
+from ..sources import layout
+
+if TYPE_CHECKING:
+    from ..pipeline import IngestConfig
+
+Key = tuple[str, int, int]
+
+
+def key_str(k: Key) -> str:
+    return f"{k[0]}/{k[1]}.{k[2]}"
+
+
+# The sources whose input waits to be accounted (the lag metric has one series each, from the start).
+LAG_SOURCES = (Source.GLIDEIN_OUT, Source.COMPLETED_JOBS, Source.EVENT_LOG, Source.SCHEDD_STATUS)
+
+
+@dataclass
+class Health:
+    records: Counter[str] = field(default_factory=Counter)
+    bytes_read: Counter[str] = field(default_factory=Counter)
+    files: dict[str, int] = field(default_factory=dict)
+    # source -> when the oldest input of it not yet accounted appeared (absent: none waits)
+    backlog: dict[str, float] = field(default_factory=dict)
+    started: float = 0.0  # the scan-timestamp metric's value until a first scan ends (the stalled alert)
+    last_scan_end: float | None = None
+    last_scan_duration: float | None = None
+
+    def lag(self, now: float) -> dict[str, float]:
+        """Age of the oldest input not yet accounted, per source (0 when caught up)."""
+        return {s.value: max(0.0, now - self.backlog[s]) if s in self.backlog else 0.0 for s in LAG_SOURCES}
+
+
+@dataclass(slots=True)
+class ScanResult:
+    pilots: int = 0
+    by_source: Counter[str] = field(default_factory=Counter)
+    failed: list[str] = field(default_factory=list)  # sources whose phase raised (counted, logged)
+
+
+@dataclass(slots=True)
+class Listing:
+    """One walk of the client directories: what the pilot and event-log stages read."""
+
+    present: dict[str, layout.PilotFiles]  # key -> the pilot's files
+    dirs_by_entry: dict[str, list[str]]
+    logs: list[layout.EventLogFile]
+
+
+@dataclass(slots=True)
+class EntryEvidence:
+    """What an entry's own pilots show about how its completed_jobs lines are written."""
+
+    real_min: int | None = None  # lowest cluster whose .out (or line) shows a raw v3.10.12+ Total
+    legacy_max: int | None = None  # highest cluster whose .out shows the older, normalized one
+
+    def raw_total(self, cluster: int) -> bool:
+        """Whether a line of this entry that does not show it itself has a raw Total.
+
+        Clusters grow with submission, and the format changes when the factory
+        is upgraded: a line is raw when it comes after the last pilot seen
+        writing the old format and some pilot was seen writing the new one.
+        """
+        if self.real_min is None:
+            return False
+        return self.legacy_max is None or cluster > self.legacy_max
+
+    def note(self, cluster: int, *, raw: bool) -> None:
+        if raw:
+            self.real_min = cluster if self.real_min is None else min(self.real_min, cluster)
+        else:
+            self.legacy_max = cluster if self.legacy_max is None else max(self.legacy_max, cluster)
+
+    def learn(self, out: GlideinOut, cluster: int) -> None:
+        if out.stats_format in (StatsFormat.REAL, StatsFormat.LEGACY):
+            self.note(cluster, raw=out.stats_format is StatsFormat.REAL)
+
+
+class Books:
+    """The state every stage reads and writes, and the one way a pilot gets counted."""
+
+    def __init__(
+        self, cfg: IngestConfig, clock: Callable[[], float], sink: Callable[[PilotAccount], None] | None
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.sink = sink
+        self.lock = threading.RLock()  # held while state changes; the collector reads under it
+        self.ledger = Ledger()
+        self.errors = ParseErrors()
+        self.once = layout.OncePerPath(self.errors)  # what every scan lists again is counted once
+        self.health = Health()
+        self.follower = Follower()  # cursors of the followed logs (completed_jobs, event logs)
+        self.seen: dict[str, float] = {}  # key -> when counted
+        self.bad_out: dict[str, float] = {}  # key -> when its .out proved unusable (fallbacks may count it)
+        self.client_by_user: dict[str, str] = {}  # username -> client_log_name, from completed_jobs lines
+        self.unmapped: set[str] = set()  # listed users with no frontend name yet (looked for in lines)
+        self.evidence: dict[str, EntryEvidence] = {}  # entry -> its completed_jobs format evidence
+        self.defaults: dict[str, EntryDefaults] = {}  # entry -> what its descript.xml says
+        # What each source holds for pilots not counted yet (waiting for their .out):
+        # source -> key -> its record. A stage settles a pilot only when no source of
+        # better precedence holds it (docs/accounting.md, "Which source wins").
+        self.held: dict[Source, dict[str, Any]] = {}
+        # Called with the key of each pilot counted: stages drop what they held for it.
+        self.on_counted: list[Callable[[str], object]] = []
+        # Gets (span spool, .err path) of each pilot that returned its spans in its
+        # stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
+        self.spool_sink: Callable[[bytes, str], None] | None = None
+        self.progress = False  # a progress bar on a terminal for long first scans
+        self.save: Callable[[], None] = lambda: None  # writes the checkpoint (set by Ingest)
+
+    def account(self, acc: PilotAccount, res: ScanResult, source: str) -> None:
+        k = acc.key
+        with self.lock:
+            self.ledger.add(acc)
+            if k is not None:
+                ks = key_str(k)
+                self.seen[ks] = self.clock()
+                for forget in self.on_counted:
+                    forget(ks)
+        res.pilots += 1
+        res.by_source[source] += 1
+        if self.sink is not None:
+            self.sink(acc)
+
+    def list_clients(self) -> Listing:
+        """Walk the client directories once: the pilots' files and the event logs."""
+        client_dirs = list(layout.entry_dirs(self.cfg.factory_dir, self.once))
+        listings = [(user, entry, *layout.scan_client_dir(user, entry, d, self.once)) for user, entry, d in client_dirs]
+        present: dict[str, layout.PilotFiles] = {}
+        for _, _, pilots, _ in listings:
+            for p in pilots:
+                present.setdefault(key_str(p.key), p)
+        dirs_by_entry: dict[str, list[str]] = {}
+        for _, entry, d in client_dirs:
+            dirs_by_entry.setdefault(entry, []).append(d)
+        self.unmapped = {user for user, _, _ in client_dirs if self.client_of(user) is None}
+        return Listing(present, dirs_by_entry, [f for *_, logs in listings for f in logs])
+
+    def held_by(self, source: Source, ks: str) -> Any:
+        """What ``source`` holds for the pilot (None: nothing)."""
+        return self.held.get(source, {}).get(ks)
+
+    def out_waits(self, ks: str, listing: Listing, recheck: bool) -> bool:
+        """Whether the pilot's .out is there to be read (so no fallback may count it)."""
+        if ks in self.bad_out:
+            return False
+        if ks in listing.present:
+            return True
+        if not recheck:
+            return False
+        # Arrived after the listing (the factory writes a line only once the .out is in).
+        entry, name = ks.rsplit("/", 1)
+        return any(os.path.exists(os.path.join(d, f"job.{name}.out")) for d in listing.dirs_by_entry.get(entry, []))
+
+    def client_of(self, username: str) -> str | None:
+        """The frontend's client_log_name for a factory-side username, if the factory has shown it."""
+        return self.cfg.client_map.get(username) or self.client_by_user.get(username)
+
+    def client_label(self, username: str, source: str, path: str) -> str:
+        name = self.client_of(username)
+        if name is None:
+            # Visible fallback: one value per username, counted and logged.
+            self.errors.record(source, "unmapped_client", path, None, f"no frontend name known for user_{username}")
+            return f"user_{username}"
+        return name
+
+    def bounds(self, entry: str, written: float) -> plausible.Bounds:
+        # Times are bounded by the factory's clock when the file was written, or now.
+        return plausible.bounds(self.defaults.get(entry), self.cfg.limits, max(self.clock(), written))
+
+    def fixed_cpus(self, entry: str) -> int | None:
+        d = self.defaults.get(entry)
+        return d.cpus if d is not None and d.cpus_fixed else None
+
+    def evidence_of(self, entry: str) -> EntryEvidence:
+        return self.evidence.setdefault(entry, EntryEvidence())
+
+    # --- checkpoint: the shared part (each stage saves its own) -------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "ledger": self.ledger.to_json(),
+            "cursors": self.follower.to_json(),
+            "seen": self.seen,
+            "bad_out": self.bad_out,
+            "client_by_user": self.client_by_user,
+            "evidence": {e: dataclasses.asdict(ev) for e, ev in self.evidence.items()},
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.ledger = Ledger.from_json(data.get("ledger", {}))
+        self.follower = Follower.from_json(data.get("cursors", {}))
+        self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
+        self.bad_out = {str(k): float(v) for k, v in data.get("bad_out", {}).items()}
+        self.evidence = {str(e): EntryEvidence(**v) for e, v in data.get("evidence", {}).items()}
+        self.client_by_user = {str(k): str(v) for k, v in data.get("client_by_user", {}).items()}

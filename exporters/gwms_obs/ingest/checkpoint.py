@@ -1,0 +1,71 @@
+"""The checkpoint file: every stage's state in one JSON object, written atomically.
+
+A restart neither re-counts nor loses a pilot: the ledger, the log cursors,
+the pilots counted and what waits for a .out are all in it. A checkpoint that
+cannot be used is refused, never silently replaced (docs/runbooks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any
+
+VERSION = 2  # 2: pending lines, format evidence, client_by_user names frontends
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint cannot be used: corrupt, another version, another factory, wrong shape.
+
+    The exporter refuses to start rather than silently re-count or merge
+    (docs/runbooks.md says how to recover; ``--reset-checkpoint`` starts over).
+    """
+
+
+def write(path: str, state: dict[str, Any]) -> None:
+    data = json.dumps(state, separators=(",", ":")).encode()
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load(path: str, factory_dir: str) -> dict[str, Any] | None:
+    """The checkpoint's state (None: no file yet); CheckpointError when it cannot be used."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        # Refuse rather than silently start from zero and re-count everything.
+        raise CheckpointError(f"checkpoint {path} unreadable: {e}") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {path} is not a gwms-obs checkpoint (not a JSON object)")
+    if data.get("version") != VERSION:
+        raise CheckpointError(f"checkpoint {path} has version {data.get('version')}, expected {VERSION}")
+    mine, theirs = os.path.abspath(factory_dir), data.get("factory_dir")
+    if theirs != mine:
+        raise CheckpointError(
+            f"checkpoint {path} belongs to factory {theirs}, not {mine}: "
+            "use another checkpoint file, or --reset-checkpoint to start over"
+        )
+    return data
+
+
+def wrong_shape(path: str, e: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} has the wrong shape ({type(e).__name__}: {e}); "
+        "see docs/runbooks.md, or --reset-checkpoint to start over"
+    )

@@ -1,0 +1,151 @@
+"""The factory's per-entry completed_jobs logs (``server/entry_*/completed_jobs_*.log``).
+
+Second in precedence: a line of a pilot not counted from its .out waits in
+``pending`` (checkpointed). Once every stage has read, a pending line whose
+.out is really absent (or proved unusable) counts the pilot. On the way, the
+lines teach the frontend's name of each factory-side user and how the entry's
+lines are written (raw or normalized Total).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..accounting import plausible
+from ..accounting.pilot import from_completed_job, line_total_is_raw
+from ..catalogue import Source
+from ..model import CompletedJob, PilotTimes
+from ..sources import completed_jobs, files, layout
+from .books import Books
+from .stage import Scan, Stage
+
+# client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
+_CLIENT_USER = re.compile(rb'client="([^"\n]{1,512})" +username="([^"\n]{1,512})"')
+
+Line = completed_jobs.RawLine | CompletedJob
+
+
+class CompletedJobsStage(Stage):
+    sources = (Source.COMPLETED_JOBS,)
+    precedence = 20
+    save_after_read = True
+    checkpoint_keys = ("pending",)
+
+    def __init__(self, books: Books) -> None:
+        super().__init__(books)
+        self.pending: dict[str, CompletedJob] = {}  # lines of pilots not counted (yet)
+        books.held[Source.COMPLETED_JOBS] = self.pending
+        books.on_counted.append(lambda ks: self.pending.pop(ks, None))
+
+    def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:
+        b = self.books
+        return list(layout.completed_logs(b.cfg.factory_dir, b.once))
+
+    def read(self, scan: Scan, found: Sequence[tuple[str, str]]) -> None:
+        b = self.books
+        b.health.files[Source.COMPLETED_JOBS] = len(found)
+        b.health.backlog.setdefault(Source.COMPLETED_JOBS, scan.t0)
+        for entry, path in found:
+            try:
+                n = b.follower.read_new(
+                    path,
+                    functools.partial(self._parse, entry=entry),
+                    functools.partial(self._hold, entry=entry, path=path),
+                    root=b.cfg.factory_dir,
+                )
+            except OSError as e:  # listed every scan: counted once
+                b.once.record(Source.COMPLETED_JOBS, files.reason_of(e), path, None, files.describe(e))
+                continue
+            b.health.bytes_read[Source.COMPLETED_JOBS] += n
+        b.health.backlog.pop(Source.COMPLETED_JOBS, None)
+
+    def _parse(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[Line], int]:
+        lines, used = completed_jobs.scan_buffer(buf, path, offset, self.books.errors, entry)
+        if self.books.unmapped:
+            self._learn_clients(buf, used)
+        return lines, used
+
+    def _hold(self, lines: list[Line], entry: str, path: str) -> None:
+        """Keep the lines of pilots not counted yet; the .out of the others already counted them."""
+        b = self.books
+        b.health.records[Source.COMPLETED_JOBS] += len(lines)
+        seen = b.seen
+        keys = completed_jobs.line_keys(lines, entry)
+        bounds: plausible.Bounds | None = None
+        # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
+        for k, raw in [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen]:
+            line = completed_jobs.to_record(raw, entry)
+            if isinstance(line, str):
+                b.errors.record(Source.COMPLETED_JOBS, line, path)
+                continue
+            bounds = bounds or b.bounds(entry, 0.0)
+            if problems := plausible.check_line(line, bounds):
+                # Not used: the event log counts the pilot (as unknown) if its .out cannot.
+                detail = f"job {line.cluster}.{line.proc}: " + "; ".join(problems)
+                b.errors.record(Source.COMPLETED_JOBS, plausible.REASON, path, None, detail)
+                continue
+            kind = line_total_is_raw(line, b.fixed_cpus(entry))
+            if kind is not None:
+                b.evidence_of(entry).note(line.cluster, raw=kind)
+            with b.lock:
+                self.pending[k] = line  # waits for its .out; settle() decides
+
+    def _learn_clients(self, buf: bytes, end: int) -> None:
+        """The frontend's name for each listed user that has none yet, from the lines in ``buf``.
+
+        Only users still unknown are looked for (one C-level find each), so the
+        usual buffer costs nothing here.
+        """
+        b = self.books
+        for user in list(b.unmapped):
+            i = buf.find(b'username="' + user.encode("utf-8", "surrogateescape") + b'"', 0, end)
+            if i < 0:
+                continue
+            eol = buf.find(b"\n", i, end)
+            m = _CLIENT_USER.search(buf, buf.rfind(b"\n", 0, i) + 1, end if eol < 0 else eol)
+            if m is not None and m.group(2).decode("utf-8", "replace") == user:
+                b.client_by_user[user] = m.group(1).decode("utf-8", "replace")
+                b.unmapped.discard(user)
+
+    def settle(self, scan: Scan) -> None:
+        """Count the pilots whose .out is absent from their line (the event log's end, if known)."""
+        listing = scan.listing
+        if listing is None:
+            return  # nothing shows which .out files exist: no fallback may count a pilot
+        b = self.books
+        for k, line in list(self.pending.items()):
+            if k in b.seen:
+                del self.pending[k]
+                continue
+            entry = k.rsplit("/", 1)[0]
+            if b.out_waits(k, listing, recheck=True):
+                continue
+            with b.lock:
+                del self.pending[k]
+                # the event log's end of the pilot, when it has one: a better end than the line's
+                times = b.held_by(Source.EVENT_LOG, k)
+            mode = b.cfg.completed_total
+            raw = line_total_is_raw(line, b.fixed_cpus(entry))
+            if raw is None:
+                raw = b.evidence_of(entry).raw_total(line.cluster) if mode == "auto" else mode == "raw"
+            acc = from_completed_job(
+                line,
+                b.defaults.get(entry),
+                client=b.client_of(line.username) or line.client,
+                raw_total=raw,
+                end=times.ended if isinstance(times, PilotTimes) else None,
+            )
+            if acc is not None:
+                b.account(acc, scan.result, Source.COMPLETED_JOBS)
+            # else: duration -1/0, the factory had no .out either; the event log decides.
+
+    def state(self) -> dict[str, Any]:
+        return {"pending": {k: dataclasses.asdict(line) for k, line in self.pending.items()}}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.pending.clear()  # the same dict: Books.held refers to it
+        self.pending.update({str(k): CompletedJob(**v) for k, v in data.get("pending", {}).items()})

@@ -1,0 +1,101 @@
+"""HTCondor's job event logs of the factory's schedd (``condor_activity_*_<client>.log``).
+
+Last of the pilot sources in precedence: a pilot that ended and is not
+counted waits in ``waiting`` (checkpointed, with the open timelines). It is
+counted from here, as ``lost``/``unknown``, only when neither its .out nor a
+completed_jobs line could count it ``lost_after_seconds`` after its end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ..accounting.pilot import from_event_log
+from ..catalogue import Source
+from ..model import PilotTimes
+from ..sources import condor_eventlog, files, layout
+from .books import Books, key_str
+from .stage import Scan, Stage
+
+
+class EventLogStage(Stage):
+    sources = (Source.EVENT_LOG,)
+    precedence = 30
+    checkpoint_keys = ("waiting", "timeline")
+
+    def __init__(self, books: Books) -> None:
+        super().__init__(books)
+        self.timeline = condor_eventlog.PilotTimeline()
+        self.waiting: dict[str, PilotTimes] = {}  # ended in the event log, not counted (yet)
+        books.held[Source.EVENT_LOG] = self.waiting
+        books.on_counted.append(lambda ks: self.waiting.pop(ks, None))
+
+    def discover(self, scan: Scan) -> Sequence[layout.EventLogFile]:
+        return scan.listing.logs if scan.listing is not None else []
+
+    def read(self, scan: Scan, found: Sequence[layout.EventLogFile]) -> None:
+        b = self.books
+        b.health.files[Source.EVENT_LOG] = len(found)
+        b.health.backlog.setdefault(Source.EVENT_LOG, scan.t0)
+        for f in found:
+
+            def hold(events: list[condor_eventlog.CondorEvent], f: layout.EventLogFile = f) -> None:
+                b.health.records[Source.EVENT_LOG] += len(events)
+                for t in self.timeline.feed(events, f.path):
+                    k = key_str((f.entry, t.cluster, t.proc))
+                    if k not in b.seen and t.ended is not None:
+                        t.client = f.username  # the factory-side user; named at accounting time
+                        self.waiting[k] = t
+
+            try:
+                n = b.follower.read_new(
+                    f.path,
+                    lambda buf, p, o: condor_eventlog.parse_buffer(buf, p, o, b.errors),
+                    hold,
+                    root=b.cfg.factory_dir,
+                )
+            except OSError as e:  # listed every scan: counted once
+                b.once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
+                continue
+            b.health.bytes_read[Source.EVENT_LOG] += n
+        # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
+        self.timeline.expire(b.clock())
+        b.health.backlog.pop(Source.EVENT_LOG, None)
+
+    def settle(self, scan: Scan) -> None:
+        """Count, as lost, the pilots that ended long ago and that no better source can count."""
+        listing = scan.listing
+        if listing is None:
+            return  # nothing shows which .out files exist: no fallback may count a pilot
+        b = self.books
+        now = b.clock()
+        for k, t in list(self.waiting.items()):
+            if k in b.seen:
+                with b.lock:
+                    del self.waiting[k]
+                continue
+            if b.held_by(Source.COMPLETED_JOBS, k) is not None:
+                continue  # its line waits for the .out: the line counts it, not the event log
+            if b.out_waits(k, listing, recheck=False):
+                continue
+            if t.ended is not None and now - t.ended >= b.cfg.lost_after_seconds:
+                with b.lock:
+                    del self.waiting[k]
+                user = t.client or ""
+                t.client = b.client_of(user) or f"user_{user}"
+                acc = from_event_log(t, b.defaults.get(t.entry or ""))
+                if acc is not None:
+                    b.account(acc, scan.result, Source.EVENT_LOG)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "waiting": {k: dataclasses.asdict(t) for k, t in self.waiting.items()},
+            "timeline": self.timeline.to_json(),
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self.waiting.clear()  # the same dict: Books.held refers to it
+        self.waiting.update({str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()})
+        self.timeline = condor_eventlog.PilotTimeline.from_json(data.get("timeline", {}))
