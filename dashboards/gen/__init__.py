@@ -25,4 +25,4 @@ def render_all() -> dict[str, str]:
             ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"]
         ),
     }
-    return {**files, **dashboards.render()}
+    return {**files, **dashboards.grafana_json()}

@@ -574,7 +574,7 @@ def stack_health() -> Board:
 BOARDS: tuple[Callable[[], Board], ...] = (factory_overview, entry_health, accounting, pilot_phases, stack_health)
 
 
-def render() -> dict[str, str]:
+def grafana_json() -> dict[str, str]:
     """``dashboards/grafana/<uid>.json`` (relative to the repository) -> text."""
     out = {}
     for fn in BOARDS:

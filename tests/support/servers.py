@@ -24,6 +24,7 @@ from typing import Any
 
 from tools.polling import http_get
 from tools.polling import poll as wait_for
+from tools.tracing_backends import stop
 
 
 def free_port() -> int:
@@ -50,13 +51,7 @@ def process(
             wait_for(f"{cmd[0]} at {ready_url}", ready, timeout)
         yield p
     finally:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        stop(p)
 
 
 def export_command(factory: Path, port: int, checkpoint: Path, *, interval: float, settle: float) -> list[str]:

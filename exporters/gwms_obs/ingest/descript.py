@@ -7,7 +7,6 @@ say) from here.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from ..accounting.pilot import EntryDefaults
@@ -32,12 +31,7 @@ class DescriptStage(Stage):
 
     def read(self, scan: Scan, found: Sequence[tuple[str, str]]) -> None:
         b = self.books
-        for entry, d in found:
-            path = os.path.join(d, "descript.xml")
-            try:
-                mtime = os.stat(path).st_mtime
-            except OSError:
-                continue
+        for entry, path, mtime in layout.monitor_files(found, "descript.xml"):
             if self.mtimes.get(path) == mtime and entry in b.defaults:
                 continue  # unchanged: neither re-read nor a bad one counted again
             self.mtimes[path] = mtime

@@ -5,7 +5,6 @@ Last in precedence: it counts no pilot, only sets the entry gauges.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from ..accounting.pilot import EntryDefaults
@@ -29,14 +28,8 @@ class EntryStatusStage(Stage):
 
     def read(self, scan: Scan, found: Sequence[tuple[str, str]]) -> None:
         b = self.books
-        n = 0
-        for entry, d in found:
-            path = os.path.join(d, "schedd_status.xml")
-            try:
-                mtime = os.stat(path).st_mtime
-            except OSError:
-                continue
-            n += 1
+        present = list(layout.monitor_files(found, "schedd_status.xml"))
+        for entry, path, mtime in present:
             if self.mtimes.get(path) == mtime:
                 continue
             st = schedd_status.read_schedd_status(path, b.errors, root=b.cfg.monitor)
@@ -47,4 +40,4 @@ class EntryStatusStage(Stage):
             site = (b.defaults.get(st.entry or entry) or EntryDefaults()).site or "unknown"
             with b.lock:
                 b.ledger.update_entry(st, site)
-        b.health.files[Source.SCHEDD_STATUS] = n
+        b.health.files[Source.SCHEDD_STATUS] = len(present)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -200,3 +200,13 @@ def monitor_entries(
 ) -> Iterator[tuple[str, str]]:
     """(entry, dir) of every monitor/entry_* directory (what is skipped is counted under ``source``)."""
     yield from _subdirs(monitor_dir, "entry_", errors, source, set())
+
+
+def monitor_files(entries: Iterable[tuple[str, str]], name: str) -> Iterator[tuple[str, str, float]]:
+    """(entry, path, mtime) of each entry's ``name`` that exists, from :func:`monitor_entries`."""
+    for entry, d in entries:
+        path = os.path.join(d, name)
+        try:
+            yield entry, path, os.stat(path).st_mtime
+        except OSError:
+            continue  # not written yet, or gone: nothing to read
