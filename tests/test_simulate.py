@@ -9,17 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gwms_obs.simulate.traces import returns_spool
 
 from gwms_obs.model import StatsFormat
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.simulate.factory import (
-    CLIENTS,
-    DEFAULT_ENTRIES,
-    SimPilot,
-    SimulationSummary,
-    simulate,
-)
+from gwms_obs.simulate.factory import SimulationSummary, simulate
+from gwms_obs.simulate.plan import SimPilot
+from gwms_obs.simulate.scenario import CLIENTS, DEFAULT_ENTRIES
+from gwms_obs.simulate.write.trace_spool import returns_spool
 from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err
@@ -212,7 +208,7 @@ def test_err_files(tree: tuple[Path, SimulationSummary]) -> None:
         assert ids[0] == "main/setup_script.sh"
         assert f'<env name="condorg_cluster">{p.cluster}</env>' in long_xml
         sections = {sec.name: sec for sec in iter_sections(data)}
-        # gwms-trace.sh's span spool, in the pilots that could not send it (simulate/traces.py)
+        # gwms-trace.sh's span spool, in the pilots that could not send it (simulate/write/trace_spool.py)
         assert ("GWMSTraceSpool" in sections) == returns_spool(s.seed, p.cluster, p.proc)
         sections.pop("GWMSTraceSpool", None)
         if p.kind == "validation_failed":

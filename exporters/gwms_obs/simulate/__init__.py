@@ -1,0 +1,34 @@
+"""The factory simulator (``gwms-obs simulate``): ``factory.simulate`` writes a whole fake factory.
+
+``WRITERS`` names, for every input kind the exporter reads (``catalogue.Source``),
+the simulator module that writes it; each module's ``SOURCE`` says the same
+from its side.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from gwms_obs.catalogue import Source
+from gwms_obs.simulate.write import (
+    completed_jobs,
+    condor_eventlog,
+    descript,
+    glidein_err,
+    glidein_out,
+    schedd_status,
+    trace_spool,
+)
+
+WRITERS: dict[Source, ModuleType] = {
+    module.SOURCE: module
+    for module in (
+        glidein_out,
+        glidein_err,
+        completed_jobs,
+        condor_eventlog,
+        schedd_status,
+        descript,
+        trace_spool,
+    )
+}

@@ -62,11 +62,6 @@ def awk_num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def metric(name: str, value: object, ts: int) -> str:
-    """One ``error_gen.sh`` metric line (4-space indent, as in otrb_output.xml)."""
-    return f'    <metric name="{name}" ts="{iso_local(ts)}" uri="local">{value}</metric>'
-
-
 def updated_block(t: int, indent: str = "   ") -> str:
     """``xmlFormat.time2xml(t, "updated")``: the <updated> block of every monitor XML."""
     g = time.gmtime(t)
@@ -80,6 +75,12 @@ def updated_block(t: int, indent: str = "   ") -> str:
         f'{inner}<timezone name="UTC" ISO8601="{iso_z}" RFC2822="{rfc} +0000" unixtime="{t}"/>\n'
         f"{indent}</updated>"
     )
+
+
+def time_ordered(records: list[tuple[int, int, str]]) -> bytes:
+    """A log appended as things happen: (time, pilot sequence, text) records, sorted, as bytes."""
+    records.sort()
+    return "".join(text for _, _, text in records).encode()
 
 
 def xml_attrs(attrs: Iterable[tuple[str, object]]) -> str:

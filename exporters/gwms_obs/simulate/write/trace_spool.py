@@ -8,7 +8,9 @@ condor_startup.sh under ``main``. Times are the simulated pilot's own.
 
 Ids and the choice of which pilots return a spool are hashes of (seed,
 cluster, proc): the simulator's random stream is not touched, so everything
-else it writes is byte-for-byte what it wrote before spools existed.
+else it writes is byte-for-byte what it wrote before spools existed. The
+spool travels in the .err (``glidein_err``), read back by the glidein_err
+reader into the trace_spool source.
 """
 
 from __future__ import annotations
@@ -17,25 +19,29 @@ import hashlib
 import json
 from typing import Any
 
+from gwms_obs.catalogue import Source
+from gwms_obs.simulate.plan import SimPilot, WorkerNode, script_times
+from gwms_obs.simulate.scenario import FACTORY, Client, EntrySpec
 from gwms_obs.tracing import conventions as C
 
+SOURCE = Source.TRACE_SPOOL
 SPOOL_SHARE = 3  # one pilot in this many had no outbound network and returns its spool in the .err
 
 
-def _h(*parts: object) -> str:
+def _digest(*parts: object) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
 
 
 def returns_spool(seed: int, cluster: int, proc: int) -> bool:
-    return int(_h("spool", seed, cluster, proc)[:8], 16) % SPOOL_SHARE == 0
+    return int(_digest("spool", seed, cluster, proc)[:8], 16) % SPOOL_SHARE == 0
 
 
 def factory_context(seed: int, cluster: int, proc: int) -> tuple[str, str]:
     """(trace id, span id) of the factory's span for this glidein: one trace per submit cluster."""
-    return _h("trace", seed, cluster)[:32], _h("glidein", seed, cluster, proc)[:16]
+    return _digest("trace", seed, cluster)[:32], _digest("glidein", seed, cluster, proc)[:16]
 
 
-def _kv(k: str, v: str | int | bool) -> dict[str, Any]:
+def _attribute(k: str, v: str | int | bool) -> dict[str, Any]:
     if isinstance(v, bool):
         return {"key": k, "value": {"boolValue": v}}
     if isinstance(v, int):
@@ -58,15 +64,15 @@ def spool(
 ) -> bytes:
     """The JSONL spool; ``scripts`` are (name, start, end) as the .out tells, ``main`` condor's interval."""
     trace_id, parent = factory_context(seed, cluster, proc)
-    res = {"attributes": [_kv(k, v) for k, v in resource.items()]}
+    res = {"attributes": [_attribute(k, v) for k, v in resource.items()]}
     scope = {"name": "gwms-trace.sh", "version": C.VERSION}
     lines: list[bytes] = []
     n = 0
 
-    def sid() -> str:
+    def next_span_id() -> str:
         nonlocal n
         n += 1
-        return _h("span", seed, cluster, proc, n)[:16]
+        return _digest("span", seed, cluster, proc, n)[:16]
 
     def emit(
         span_id: str,
@@ -91,28 +97,75 @@ def spool(
             "links": [],
         }
         if rc is not None:
-            span["attributes"] = [*attrs, _kv(C.PROCESS_EXIT_CODE, rc)]
+            span["attributes"] = [*attrs, _attribute(C.PROCESS_EXIT_CODE, rc)]
             ok = rc == 0
             span["status"] = {"code": C.STATUS_OK} if ok else {"code": C.STATUS_ERROR, "message": f"exit code {rc}"}
         doc = {"resourceSpans": [{"resource": res, "scopeSpans": [{"scope": scope, "spans": [span]}]}]}
         lines.append(json.dumps(doc, separators=(",", ":")).encode())
 
-    root = sid()
+    root = next_span_id()
     t_setup = startup + 3  # descriptor and signature downloads (as the simulator's script_times)
     setup_end = scripts[-1][2] if failed else (main[0] if main else scripts[-1][2])
-    emit(sid(), root, C.PHASE_INIT, C.KIND_INTERNAL, startup, startup + 1, [_kv(C.PHASE, C.PHASE_INIT)])
-    emit(sid(), root, C.PHASE_PRE_SETUP, C.KIND_INTERNAL, startup + 1, t_setup, [_kv(C.PHASE, C.PHASE_PRE_SETUP)])
-    setup = sid()
+    emit(next_span_id(), root, C.PHASE_INIT, C.KIND_INTERNAL, startup, startup + 1, [_attribute(C.PHASE, C.PHASE_INIT)])
+    emit(
+        next_span_id(),
+        root,
+        C.PHASE_PRE_SETUP,
+        C.KIND_INTERNAL,
+        startup + 1,
+        t_setup,
+        [_attribute(C.PHASE, C.PHASE_PRE_SETUP)],
+    )
+    setup = next_span_id()
     for name, s, t in scripts:
-        emit(sid(), setup, name, C.KIND_INTERNAL, s, t, [_kv(C.SCRIPT, name)], 1 if name == failed else 0)
-    emit(setup, root, C.PHASE_SETUP, C.KIND_INTERNAL, t_setup, setup_end, [_kv(C.PHASE, C.PHASE_SETUP)],
+        emit(
+            next_span_id(), setup, name, C.KIND_INTERNAL, s, t, [_attribute(C.SCRIPT, name)], 1 if name == failed else 0
+        )
+    emit(setup, root, C.PHASE_SETUP, C.KIND_INTERNAL, t_setup, setup_end, [_attribute(C.PHASE, C.PHASE_SETUP)],
          1 if failed else None)  # fmt: skip
     cleanup_start = setup_end
     if main is not None:
-        m = sid()
-        emit(sid(), m, "condor_startup.sh", C.KIND_INTERNAL, main[0], main[1], [_kv(C.SCRIPT, "condor_startup.sh")], 0)
-        emit(m, root, C.PHASE_MAIN, C.KIND_INTERNAL, main[0], main[1], [_kv(C.PHASE, C.PHASE_MAIN)])
+        m = next_span_id()
+        emit(
+            next_span_id(),
+            m,
+            "condor_startup.sh",
+            C.KIND_INTERNAL,
+            main[0],
+            main[1],
+            [_attribute(C.SCRIPT, "condor_startup.sh")],
+            0,
+        )
+        emit(m, root, C.PHASE_MAIN, C.KIND_INTERNAL, main[0], main[1], [_attribute(C.PHASE, C.PHASE_MAIN)])
         cleanup_start = main[1]
-    emit(sid(), root, C.PHASE_CLEANUP, C.KIND_INTERNAL, cleanup_start, glidein_end, [_kv(C.PHASE, C.PHASE_CLEANUP)], 0)
+    emit(
+        next_span_id(),
+        root,
+        C.PHASE_CLEANUP,
+        C.KIND_INTERNAL,
+        cleanup_start,
+        glidein_end,
+        [_attribute(C.PHASE, C.PHASE_CLEANUP)],
+        0,
+    )
     emit(root, parent, C.SPAN_PILOT, C.KIND_CONSUMER, startup, glidein_end, [], exit_code)
     return b"\n".join(lines) + b"\n"
+
+
+def pilot_spool(p: SimPilot, spec: EntrySpec, client: Client, node: WorkerNode, seed: int) -> bytes:
+    """The spool of a pilot that could not reach the collector: its resource, then ``spool``."""
+    assert p.startup is not None and p.glidein_end is not None and p.exit_code is not None
+    main = None
+    if p.failed_script is None:
+        assert p.validation_end is not None and p.last_script_end is not None
+        main = (p.validation_end, p.last_script_end)
+    resource: dict[str, str | int] = {
+        "service.name": "glidein", "gwms.conventions": "1", "host.name": node.host, "gwms.factory": FACTORY,
+        "gwms.entry": spec.name, "gwms.client": client.client_name, "gwms.site": spec.site,
+        "gwms.glidein.uuid": str(node.uuid), "gwms.condor.cluster": p.cluster, "gwms.condor.proc": p.proc,
+    }  # fmt: skip
+    return spool(
+        seed=seed, cluster=p.cluster, proc=p.proc, resource=resource, startup=p.startup,
+        glidein_end=p.glidein_end, scripts=script_times(p), failed=p.failed_script, main=main,
+        exit_code=p.exit_code,
+    )  # fmt: skip
