@@ -15,8 +15,6 @@ Numbers are noisy on a shared VM: compare best-of runs made back to back.
 from __future__ import annotations
 
 import argparse
-import binascii
-import gzip
 import random
 import statistics
 import sys
@@ -26,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.simulate.write import osg_test_result
 from gwms_obs.sources.condor_sections import encode
 from gwms_obs.sources.glidein_err import read_err
 from gwms_obs.sources.glidein_out import read_out
@@ -35,8 +34,9 @@ REAL_OUT = REF / "glideFactoryLogParser_glidein_stdout.out"
 T0 = 1656036400
 
 
-def _iso(t: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))
+def _in_turn(makers: Sequence[Callable[[int], str]], i: int) -> str:
+    """Line ``i`` of a filler whose kinds of line take turns."""
+    return makers[i % len(makers)](i)
 
 
 def _config(rng: random.Random, lines: int = 500) -> bytes:
@@ -54,18 +54,15 @@ def _config(rng: random.Random, lines: int = 500) -> bytes:
         "GLIDEIN_Schedd schedd_glideins9@gfactory-2.opensciencegrid.org",
     ]
     out = ["ADD_CONFIG_LINE_SOURCE /tmp/glide_x/add_config_line.source"]
+    filler = (
+        lambda i: f'GLIDECLIENT_ATTR_{i} ifthenelse(TARGET.Owner == "u{i}", true, false)',
+        lambda i: f"CONDOR_VARS_FILE_{i} /tmp/glide_x/condor_vars_{i}.lst",
+        lambda i: f"GLIDEIN_PARAM_{i} {rng.randint(0, 10**9)}",
+        lambda i: f"SCRIPT_{i}_PATH /tmp/glide_x/main/script_{i}.sh",
+        lambda i: f"X509_{i} /tmp/glide_x/ticket/x509_{rng.getrandbits(64):016x}",
+    )
     for i in range(lines - len(consumed) - 1):
-        kind = i % 5
-        if kind == 0:
-            out.append(f'GLIDECLIENT_ATTR_{i} ifthenelse(TARGET.Owner == "u{i}", true, false)')
-        elif kind == 1:
-            out.append(f"CONDOR_VARS_FILE_{i} /tmp/glide_x/condor_vars_{i}.lst")
-        elif kind == 2:
-            out.append(f"GLIDEIN_PARAM_{i} {rng.randint(0, 10**9)}")
-        elif kind == 3:
-            out.append(f"SCRIPT_{i}_PATH /tmp/glide_x/main/script_{i}.sh")
-        else:
-            out.append(f"X509_{i} /tmp/glide_x/ticket/x509_{rng.getrandbits(64):016x}")
+        out.append(_in_turn(filler, i))
         if i % 50 == 25:  # consumed keys spread through the dump
             out.append(consumed[(i // 50) % len(consumed)])
     out.extend(consumed)
@@ -103,16 +100,13 @@ def _history(rng: random.Random, ads: int = 10, attrs: int = 100) -> bytes:
             "GPUsProvisioned = 0",
             "RequestGPUs = 0",
         ]
-        for i in range(attrs - len(lines)):
-            kind = i % 4
-            if kind == 0:
-                lines.append(f'Attr{i}String = "value {rng.getrandbits(48):012x} of {n}"')
-            elif kind == 1:
-                lines.append(f"Attr{i}Int = {rng.randint(0, 10**9)}")
-            elif kind == 2:
-                lines.append(f"Attr{i}Real = {rng.random() * 1000:.6f}")
-            else:
-                lines.append(f"Attr{i}Expr = (TARGET.Attr{i} =?= MY.Attr{i}) && (Memory >= {rng.randint(1, 99)})")
+        filler = (
+            lambda i, n=n: f'Attr{i}String = "value {rng.getrandbits(48):012x} of {n}"',
+            lambda i: f"Attr{i}Int = {rng.randint(0, 10**9)}",
+            lambda i: f"Attr{i}Real = {rng.random() * 1000:.6f}",
+            lambda i: f"Attr{i}Expr = (TARGET.Attr{i} =?= MY.Attr{i}) && (Memory >= {rng.randint(1, 99)})",
+        )
+        lines += (_in_turn(filler, i) for i in range(attrs - len(lines)))
         rng.shuffle(lines)
         parts.append("\n".join(lines))
         parts.append(f'*** Offset = {n * 4000} ClusterId = {4000 + n} ProcId = 0 Owner = "u" CompletionDate = {end}')
@@ -121,54 +115,20 @@ def _history(rng: random.Random, ads: int = 10, attrs: int = 100) -> bytes:
 
 def _script(name: str, start: int, ok: bool) -> str:
     end = start + 3
-    status = "OK" if ok else "ERROR"
-    fail = "" if ok else f'\n      <metric name="failure" ts="{_iso(end)}" uri="local">VO_Config</metric>'
-    return f"""<OSGTestResult id="{name}" version="4.3.1">
-  <operatingenvironment>
-    <env name="cwd">/tmp/glide_x</env>
-  </operatingenvironment>
-  <test>
-      <cmd>/tmp/glide_x/{name} glidein_config</cmd>
-      <tStart>{_iso(start)}</tStart>
-      <tEnd>{_iso(end)}</tEnd>
-  </test>
-  <result>
-    <status>{status}</status>{fail}
-    <metric name="NrAttributes" ts="{_iso(end)}" uri="local">12</metric>
-  </result>
-</OSGTestResult>"""
+    failure: list[tuple[str, object, int]] = [] if ok else [("failure", "VO_Config", end)]
+    outcome = osg_test_result.result("OK" if ok else "ERROR", [*failure, ("NrAttributes", 12, end)])
+    return osg_test_result.script_result(
+        name, "/tmp/glide_x", f"/tmp/glide_x/{name} glidein_config", start, end, outcome
+    )
 
 
 def _long_xml(scripts: int = 20) -> bytes:
-    body = "\n".join(
+    results = [
         _script(f"{'main' if i % 2 else 'client'}/script_{i}.sh", T0 + 5 * i, i != scripts - 1) for i in range(scripts)
-    )
-    xml = f"""<?xml version="1.0"?>
-<OSGTestResult id="glidein_startup.sh" version="4.3.1">
-  <subtestlist>
-    <OSGTestResults>
-{body}
-    </OSGTestResults>
-  </subtestlist>
-  <operatingenvironment>
-    <env name="client_name">fe.main</env>
-  </operatingenvironment>
-  <test>
-    <tStart>{_iso(T0)}</tStart>
-    <tEnd>{_iso(T0 + 120)}</tEnd>
-  </test>
-  <result>
-    <status>OK</status>
-  </result>
-</OSGTestResult>
-""".encode()
-    b64 = binascii.b2a_base64(gzip.compress(xml, mtime=0), newline=False)
-    lines = b"\n".join(b64[i : i + 57] for i in range(0, len(b64), 57))
-    return (
-        b"\n=== Encoded XML description of glidein activity ===\nbegin-base64 644 -\n"
-        + lines
-        + b"\n====\n=== End encoded XML description of glidein activity ===\n"
-    )
+    ]
+    outcome = osg_test_result.result("OK", [])
+    xml = osg_test_result.glidein_result([("client_name", "fe.main")], T0, T0 + 120, outcome, scripts=results)
+    return osg_test_result.encoded((xml + "\n").encode())
 
 
 def _condor_log(rng: random.Random, name: str, lines: int) -> bytes:

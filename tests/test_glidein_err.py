@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import binascii
-import gzip
 import time
 import tracemalloc
 from pathlib import Path
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 
 from gwms_obs.model import GlideinErr, Job
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.simulate.write import osg_test_result
 from gwms_obs.sources.budget import MAX_ADS, MAX_DECODED_BYTES, Budget, BudgetExceeded
 from gwms_obs.sources.classad import Expr, iter_ads, parse_value
 from gwms_obs.sources.condor_sections import encode
@@ -68,63 +67,26 @@ Note = "no start at all"
 
 
 def _script(name: str, start: str, end: str, ok: bool, failure: str | None = None) -> str:
-    status = "OK" if ok else "ERROR"
-    fail = f'\n      <metric name="failure" ts="{end}" uri="local">{failure}</metric>' if failure else ""
-    return f"""<OSGTestResult id="{name}" version="4.3.1">
-  <operatingenvironment>
-    <env name="cwd">/tmp/glide_x</env>
-  </operatingenvironment>
-  <test>
-      <cmd>/tmp/glide_x/{name} glidein_config</cmd>
-      <tStart>{start}</tStart>
-      <tEnd>{end}</tEnd>
-  </test>
-  <result>
-    <status>{status}</status>{fail}
-    <metric name="NrAttributes" ts="{end}" uri="local">12</metric>
-  </result>
-</OSGTestResult>"""
+    metrics: list[tuple[str, object, osg_test_result.Time]] = [("failure", failure, end)] if failure else []
+    outcome = osg_test_result.result("OK" if ok else "ERROR", [*metrics, ("NrAttributes", 12, end)])
+    return osg_test_result.script_result(
+        name, "/tmp/glide_x", f"/tmp/glide_x/{name} glidein_config", start, end, outcome
+    )
 
 
 def long_xml(scripts: list[str]) -> bytes:
-    sub = "\n".join("      " + line for s in scripts for line in s.splitlines())
-    return f"""<?xml version="1.0"?>
-<OSGTestResult id="glidein_startup.sh" version="4.3.1">
-  <subtestlist>
-    <OSGTestResults>
-{sub}
-    </OSGTestResults>
-  </subtestlist>
-  <operatingenvironment>
-    <env name="client_name">fe.main</env>
-    <env name="glidein_entry">TEST_ENTRY</env>
-  </operatingenvironment>
-  <test>
-    <tStart>2022-06-24T04:05:25+02:00</tStart>
-    <tEnd>2022-06-24T04:06:35+02:00</tEnd>
-  </test>
-  <result>
-    <status>ERROR</status>
-    <metric name="failure" ts="2022-06-24T04:06:35+02:00" uri="local">VO_Config</metric>
-  </result>
-</OSGTestResult>
-""".encode()
+    env = [("client_name", "fe.main"), ("glidein_entry", "TEST_ENTRY")]
+    end = "2022-06-24T04:06:35+02:00"
+    outcome = osg_test_result.result("ERROR", [("failure", "VO_Config", end)])
+    return (
+        osg_test_result.glidein_result(env, "2022-06-24T04:05:25+02:00", end, outcome, scripts=scripts) + "\n"
+    ).encode()
 
 
 TWO_SCRIPTS = [
     _script("main/setup_script.sh", "2022-06-24T04:05:30+02:00", "2022-06-24T04:05:31+02:00", True),
     _script("client/validate.sh", "2022-06-24T04:06:00+02:00", "2022-06-24T04:06:30+00:00", False, "VO_Config"),
 ]
-
-
-def encoded_xml(xml: bytes) -> bytes:
-    b64 = binascii.b2a_base64(gzip.compress(xml, mtime=0), newline=False)
-    lines = b"\n".join(b64[i : i + 57] for i in range(0, len(b64), 57))
-    return (
-        b"\n=== Encoded XML description of glidein activity ===\nbegin-base64 644 -\n"
-        + lines
-        + b"\n====\n=== End encoded XML description of glidein activity ===\n"
-    )
 
 
 CONFIG = b"""Removed condor variables CONDOR_CONFIG
@@ -156,7 +118,7 @@ def synthetic_err(history: bytes = HISTORY, scripts: list[str] = TWO_SCRIPTS) ->
         + b"\n"
         + encode("GWMSTraceSpool", b'{"resourceSpans": []}\n')
         + b"\n"
-        + encoded_xml(long_xml(scripts))
+        + osg_test_result.encoded(long_xml(scripts))
     )
 
 
@@ -265,7 +227,7 @@ def test_xml_bomb_in_long_xml() -> None:
         b'<OSGTestResult id="glidein_startup.sh"',
         1,
     )
-    data = synthetic_err().split(b"\n=== Encoded XML")[0] + encoded_xml(xml)
+    data = synthetic_err().split(b"\n=== Encoded XML")[0] + osg_test_result.encoded(xml)
     errors = ParseErrors()
     err = parse_err(data, "e", errors)
     assert errors.counts[(SRC, "xml_forbidden")] == 1
@@ -335,7 +297,7 @@ def test_utf16_xml_bomb_in_long_xml() -> None:
         "</OSGTestResults></subtestlist></OSGTestResult>"
     ).encode("utf-16")
     errors = ParseErrors()
-    err = parse_err(encoded_xml(xml), "e", errors)
+    err = parse_err(osg_test_result.encoded(xml), "e", errors)
     assert errors.counts[(SRC, "xml_forbidden")] == 1
     assert err.scripts == []
 
