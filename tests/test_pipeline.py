@@ -13,21 +13,16 @@ import pytest
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.catalogue import Category, Outcome
 from gwms_obs.pipeline import Ingest, IngestConfig
-from gwms_obs.simulate.factory import SimPilot, SimulationSummary, simulate
+from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.sources.condor_sections import encode
+from tests.support.simulated import simulated_factory, truth
 
 N = 500
 
 
 @pytest.fixture(scope="module")
 def factory(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationSummary]:
-    out = tmp_path_factory.mktemp("factory")
-    return out, simulate(out, N, seed=11, ground_truth=True)
-
-
-def truth(s: SimulationSummary) -> list[SimPilot]:
-    assert s.ground_truth is not None
-    return s.ground_truth
+    return simulated_factory(tmp_path_factory, N, seed=11)
 
 
 def scan(root: Path, checkpoint: Path | None = None, **kw: float) -> Ingest:

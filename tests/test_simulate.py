@@ -20,19 +20,14 @@ from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err
 from gwms_obs.sources.glidein_out import parse_out
+from tests.support.simulated import simulated_factory, truth
 
 N = 700
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationSummary]:
-    out = tmp_path_factory.mktemp("sim")
-    return out, simulate(out, N, seed=7, ground_truth=True)
-
-
-def _pilots(summary: SimulationSummary) -> list[SimPilot]:
-    assert summary.ground_truth is not None
-    return summary.ground_truth
+    return simulated_factory(tmp_path_factory, N, seed=7)
 
 
 def _tree_hash(root: Path) -> str:
@@ -59,7 +54,7 @@ def test_deterministic(tmp_path: Path) -> None:
 
 def test_layout_and_counts(tree: tuple[Path, SimulationSummary]) -> None:
     root, s = tree
-    pilots = _pilots(s)
+    pilots = truth(s)
     assert s.pilots == len(pilots) == N
     assert sum(s.by_kind.values()) == N
     for e in DEFAULT_ENTRIES:
@@ -101,7 +96,7 @@ _OUT_RE = {
 
 def test_out_files(tree: tuple[Path, SimulationSummary]) -> None:
     root, s = tree
-    for p in _pilots(s):
+    for p in truth(s):
         if not p.has_out:
             continue
         text = (_entry_dir(root, p) / f"job.{p.cluster}.{p.proc}.out").read_text()
@@ -191,7 +186,7 @@ def _ads(history: str) -> list[dict[str, str]]:
 
 def test_err_files(tree: tuple[Path, SimulationSummary]) -> None:
     root, s = tree
-    for p in _pilots(s):
+    for p in truth(s):
         if not p.has_out:
             continue
         data = (_entry_dir(root, p) / f"job.{p.cluster}.{p.proc}.err").read_bytes()
@@ -249,7 +244,7 @@ def test_err_files(tree: tuple[Path, SimulationSummary]) -> None:
 
 def test_jobs_fit_in_time_and_resources(tree: tuple[Path, SimulationSummary]) -> None:
     _, s = tree
-    for p in _pilots(s):
+    for p in truth(s):
         if not p.jobs:
             continue
         assert p.condor_start is not None and p.condor_end is not None
@@ -289,7 +284,7 @@ def test_event_logs(tree: tuple[Path, SimulationSummary]) -> None:
         for code, cl, pr, *_ in events:
             seen.setdefault((int(cl), int(pr)), []).append(code)
     assert legacy_seen
-    for p in _pilots(s):
+    for p in truth(s):
         codes = seen[(p.cluster, p.proc)]
         assert codes[:2] == ["000", "027"]
         if p.kind == "lost":
@@ -317,7 +312,7 @@ def test_completed_jobs(tree: tuple[Path, SimulationSummary]) -> None:
             py2_seen |= "id=\"b'" not in line
             lines[(int(m[3]), int(m[4]))] = m
     assert py2_seen
-    for p in _pilots(s):
+    for p in truth(s):
         m = lines.get((p.cluster, p.proc))
         assert (m is not None) == p.completed_line
         if p.has_out and p.stats_format is not StatsFormat.EMPTY:
@@ -336,7 +331,7 @@ def test_completed_jobs(tree: tuple[Path, SimulationSummary]) -> None:
 def test_misbehaving_entries(tree: tuple[Path, SimulationSummary]) -> None:
     _, s = tree
     by = {e.name: e for e in DEFAULT_ENTRIES}
-    pilots = _pilots(s)
+    pilots = truth(s)
 
     def share(entry: str, pred: Callable[[SimPilot], bool]) -> float:
         ps = [p for p in pilots if p.entry == entry and p.kind not in ("lost", "in_queue")]
@@ -380,7 +375,7 @@ def test_round_trip_with_readers(tree: tuple[Path, SimulationSummary]) -> None:
     """The project's own readers recover the ground truth from a simulated tree."""
     root, s = tree
     errors = ParseErrors()
-    for p in _pilots(s):
+    for p in truth(s):
         if not p.has_out:
             continue
         stem = _entry_dir(root, p) / f"job.{p.cluster}.{p.proc}"
@@ -400,5 +395,5 @@ def test_round_trip_with_readers(tree: tuple[Path, SimulationSummary]) -> None:
         if p.condor_start is not None:
             assert (err.cpus, err.memory_mb, err.gpus or 0) == (p.cpus, p.memory_mb, p.gpus)
     lines = [c for f in sorted(root.glob("server/entry_*/completed_jobs_*.log")) for c in read_file(str(f), errors)]
-    assert len(lines) == sum(p.completed_line for p in _pilots(s))
+    assert len(lines) == sum(p.completed_line for p in truth(s))
     assert not errors.counts, errors.counts
