@@ -28,7 +28,7 @@ import sys
 import textwrap
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,13 @@ class Host:
             env={"ANSIBLE_CONFIG": f"{ANSIBLE}/ansible.cfg", "ANSIBLE_FORCE_COLOR": "0", "HOME": "/root"},
         )
 
+    def timed(self, name: str, run: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
+        """One playbook run, its duration recorded (build/deploy-nspawn-timings.json)."""
+        t = time.monotonic()
+        out = run()
+        self.timings[name] = time.monotonic() - t
+        return out
+
     def active(self, unit: str) -> str:
         return self.ct.exec("systemctl", "is-active", unit, check=False).stdout.strip()
 
@@ -152,6 +159,22 @@ def _artifacts(dest: Path) -> dict[str, str]:
         "otel_collector_binary_sha256": wheelhouse.sha256(dest / "otelcol-gwms"),
         "jaeger_binary_sha256": wheelhouse.sha256(dest / "jaeger"),
     }
+
+
+def _vault(conf: Path, action: str, path: Path) -> str:
+    """ansible-vault with the test's vault password (conf/ is /srv/gwms-test in the container)."""
+    return subprocess.run(
+        [f"{VENV}/bin/ansible-vault", action, "--vault-password-file", str(conf / "vault-pass"), str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+
+
+def _encrypt(conf: Path, path: Path) -> None:
+    _vault(conf, "encrypt", path)
+    assert path.read_text().startswith("$ANSIBLE_VAULT")
 
 
 SINK = """
@@ -203,19 +226,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             }
         )
     )
-    subprocess.run(
-        [
-            f"{VENV}/bin/ansible-vault",
-            "encrypt",
-            "--vault-password-file",
-            str(conf / "vault-pass"),
-            str(conf / "vault.yml"),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    assert (conf / "vault.yml").read_text().startswith("$ANSIBLE_VAULT")
+    _encrypt(conf, conf / "vault.yml")
     mails = work / "mails.json"
 
     binds_ro = [
@@ -268,15 +279,9 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             ct.exec("chmod", "-R", "u=rwX,g=rX,o=", "/var/log/gwms-factory")
             h = Host(ct, work, rules, mails)
             h.timings.update(cache=t_cache - t0, artifacts=t_arts - t_cache, boot=t_boot - t_arts)
-            t = time.monotonic()
-            h.runs["check"] = h.playbook("--check")
-            h.timings["check_mode"] = time.monotonic() - t
-            t = time.monotonic()
-            h.runs["first"] = h.playbook()
-            h.timings["first_run"] = time.monotonic() - t
-            t = time.monotonic()
-            h.runs["second"] = h.playbook()
-            h.timings["second_run"] = time.monotonic() - t
+            h.runs["check"] = h.timed("check_mode", lambda: h.playbook("--check"))
+            h.runs["first"] = h.timed("first_run", h.playbook)
+            h.runs["second"] = h.timed("second_run", h.playbook)
             yield h
             h.timings["total"] = time.monotonic() - t0
             summary = json.dumps({k: round(v, 1) for k, v in h.timings.items()})
@@ -384,9 +389,7 @@ def test_a_stopped_service_is_brought_back(host: Host) -> None:
     for unit in ("gwms-obs-exporter", "prometheus"):
         host.ct.exec("systemctl", "stop", unit)
         assert host.active(unit) != "active"
-    t = time.monotonic()
-    recap = _ok(host.playbook())
-    host.timings["repair_run"] = time.monotonic() - t
+    recap = _ok(host.timed("repair_run", host.playbook))
     assert recap["changed"] == 2
     for unit in ("gwms-obs-exporter", "prometheus"):
         assert host.active(unit) == "active"
@@ -473,16 +476,6 @@ class Multi:
         return result
 
 
-def _encrypt(conf: Path, path: Path) -> None:
-    subprocess.run(
-        [f"{VENV}/bin/ansible-vault", "encrypt", "--vault-password-file", str(conf / "vault-pass"), str(path)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    assert path.read_text().startswith("$ANSIBLE_VAULT")
-
-
 def _span(service: str, trace_id: str, note: str) -> str:
     now = time.time_ns()
     attrs = [
@@ -543,28 +536,10 @@ def multi(host: Host) -> Iterator[Multi]:
     )
     with nspawn.peer_netns(host.ct, HOST_IP, PEER_IP) as peer:
         host.ct.exec("sh", "-c", f"echo '{HOST_IP} {MULTI_HOST}' >> /etc/hosts")
-        token = yaml.safe_load(
-            subprocess.run(
-                [
-                    f"{VENV}/bin/ansible-vault",
-                    "view",
-                    "--vault-password-file",
-                    str(conf / "vault-pass"),
-                    str(conf / "vault.yml"),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            ).stdout
-        )["vault_otel_collector_pilot_tokens"][0]
+        token = yaml.safe_load(_vault(conf, "view", conf / "vault.yml"))["vault_otel_collector_pilot_tokens"][0]
         m = Multi(host, peer, pki, passwords, token)
-        t = time.monotonic()
-        m.runs["first"] = m.playbook()
-        host.timings["multi_first_run"] = time.monotonic() - t
-        t = time.monotonic()
-        m.runs["second"] = m.playbook()
-        host.timings["multi_second_run"] = time.monotonic() - t
+        m.runs["first"] = host.timed("multi_first_run", m.playbook)
+        m.runs["second"] = host.timed("multi_second_run", m.playbook)
         yield m
         host.timings["multi_total"] = time.monotonic() - t0
 
