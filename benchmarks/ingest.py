@@ -9,7 +9,7 @@ subprocess so peak RSS is its own:
 * completed_jobs, two ways, each against a bare ``for line in file`` over
   the same bytes (--lines lines: the simulated lines, repeated):
 
-  - the exporter's path (``Ingest._completed``: follower, ``scan_buffer``,
+  - the exporter's path (the completed_jobs stage's ``read``: follower, ``scan_buffer``,
     the pilot keys, the "already counted" lookup) on lines whose pilots were
     all counted from their .out — what a running exporter does with nearly
     every line;
@@ -47,7 +47,9 @@ def _child(kind: str, path: str, extra: str) -> None:
     n = 0
     nbytes = 0
     if kind == "cj_exporter":
+        from gwms_obs.catalogue import Source
         from gwms_obs.ingest.books import ScanResult
+        from gwms_obs.ingest.stage import Scan
         from gwms_obs.pipeline import Ingest, IngestConfig
         from gwms_obs.sources import completed_jobs
 
@@ -60,10 +62,12 @@ def _child(kind: str, path: str, extra: str) -> None:
         ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
         # Every pilot already counted from its .out (not timed).
         errors = ParseErrors()
-        ing.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs.iter_file(path, errors)}
+        ing.books.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs.iter_file(path, errors)}
+        stage = next(s for s in ing.stages if Source.COMPLETED_JOBS in s.sources)
         t0 = time.perf_counter()
         res = ScanResult()
-        ing._completed(res, time.time())
+        scan = Scan(time.time(), None, res)
+        stage.read(scan, stage.discover(scan) or [])
         assert res.pilots == 0, "every line's pilot was counted: nothing may be converted"
         n = ing.health.records["completed_jobs"]
         nbytes = os.path.getsize(path)

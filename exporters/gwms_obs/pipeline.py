@@ -13,7 +13,9 @@ runs them in precedence order:
 
 Then each stage settles in the same order: the fallbacks, only for pilots
 whose .out is really absent (or unusable): the completed_jobs line first,
-then, ``lost_after_seconds`` after its end, the event log.
+then, ``lost_after_seconds`` after its end, the event log. (Pilots whose
+frontend is not named yet settle right after the completed_jobs lines, which
+name it, before the event log is read.)
 
 All state is saved in one checkpoint file (:mod:`gwms_obs.ingest.checkpoint`)
 written atomically after each stage, so a restart neither re-counts nor loses
@@ -175,10 +177,14 @@ class Ingest:
             found = phase(stage.source, stage.discover, scan)
             if found is not None:
                 phase(stage.source, stage.read, scan, found)
+            for waiting in self.stages:
+                if waiting.settle_after is stage.source:
+                    phase(waiting.source, waiting.settle, scan)
             if stage.save_after_read:
                 self._checkpoint()
         for stage in self.stages:
-            phase(stage.source, stage.settle, scan)
+            if stage.settle_after is None:
+                phase(stage.source, stage.settle, scan)
         if scan.listing is not None:
             self._prune(scan.listing)
         now = b.clock()

@@ -35,6 +35,8 @@ class GlideinFilesStage(Stage):
     sources = (Source.GLIDEIN_OUT, Source.GLIDEIN_ERR, Source.TRACE_SPOOL)
     precedence = 10
     save_after_read = True
+    # Pilots of users with no frontend name yet wait for the names the completed_jobs lines teach.
+    settle_after = Source.COMPLETED_JOBS
 
     def __init__(self, books: Books) -> None:
         super().__init__(books)

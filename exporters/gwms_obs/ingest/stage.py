@@ -10,7 +10,8 @@ runs every stage of :data:`gwms_obs.ingest.STAGES` in precedence order.
 A scan runs, for each stage in precedence order, ``read``; then, once every
 stage has read, ``settle`` in the same order (the fallbacks: what only a
 lower-precedence source can count, now that the better ones had their
-chance); then ``prune``. A stage's failure in any step is counted as
+chance); then ``prune``. A stage that waits for another source's read
+(``settle_after``) settles right after that read instead. A stage's failure in any step is counted as
 ``scan_failed`` under its first source and the other stages go on.
 """
 
@@ -42,6 +43,9 @@ class Stage:
     precedence: ClassVar[int]
     # Top-level keys this stage owns in the checkpoint file.
     checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+    # Settle right after this source's read, when that read is what it waits for;
+    # None: once every stage has read (the fallbacks).
+    settle_after: ClassVar[Source | None] = None
     # Save the checkpoint right after its read (it counts pilots or holds lines);
     # the others are saved with the scan's end.
     save_after_read: ClassVar[bool] = False
