@@ -168,12 +168,14 @@ class Ingest:
                 res.failed.append(source.value)
                 return None
 
-        listing: Listing | None = None
-        scan = Scan(t0, listing, res)
+        scan = Scan(t0, None, res)
+        listed = False
         for stage in self.stages:
-            if stage.sources[0] is Source.GLIDEIN_OUT and scan.listing is None:
-                # The client directories' walk, once, before the first stage that reads it.
-                scan.listing = phase(Source.GLIDEIN_OUT, b.list_clients)
+            if stage.reads_client_dirs and not listed:
+                # The client directories' walk, once, before the first stage that reads it;
+                # its failure is counted under that stage's source.
+                scan.listing = phase(stage.source, b.list_clients)
+                listed = True
             found = phase(stage.source, stage.discover, scan)
             if found is not None:
                 phase(stage.source, stage.read, scan, found)

@@ -124,8 +124,9 @@ class Books:
         self.evidence: dict[str, EntryEvidence] = {}  # entry -> its completed_jobs format evidence
         self.defaults: dict[str, EntryDefaults] = {}  # entry -> what its descript.xml says
         # What each source holds for pilots not counted yet (waiting for their .out):
-        # source -> key -> its record. A stage settles a pilot only when no source of
-        # better precedence holds it (docs/accounting.md, "Which source wins").
+        # source -> key -> its record. The event log leaves a pilot to its held
+        # completed_jobs line, and that line takes the event log's end if it holds one
+        # (docs/accounting.md, "Which source wins").
         self.held: dict[Source, dict[str, Any]] = {}
         # Called with the key of each pilot counted: stages drop what they held for it.
         self.on_counted: list[Callable[[str], object]] = []

@@ -34,6 +34,7 @@ INFLIGHT_MIN_BYTES = 1 << 20
 class GlideinFilesStage(Stage):
     sources = (Source.GLIDEIN_OUT, Source.GLIDEIN_ERR, Source.TRACE_SPOOL)
     precedence = 10
+    reads_client_dirs = True
     save_after_read = True
     # Pilots of users with no frontend name yet wait for the names the completed_jobs lines teach.
     settle_after = Source.COMPLETED_JOBS

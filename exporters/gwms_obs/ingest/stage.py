@@ -43,6 +43,9 @@ class Stage:
     precedence: ClassVar[int]
     # Top-level keys this stage owns in the checkpoint file.
     checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+    # Reads the walk of the client directories (``Scan.listing``), made once per scan
+    # before the first stage that sets this.
+    reads_client_dirs: ClassVar[bool] = False
     # Settle right after this source's read, when that read is what it waits for;
     # None: once every stage has read (the fallbacks).
     settle_after: ClassVar[Source | None] = None
