@@ -40,8 +40,18 @@ DASHBOARD_LINTER := $(TOOLS_BIN)/dashboard-linter-$(DASHBOARD_LINTER_VERSION)
 export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
+# Compose v2 (not packaged in Debian), built from the Go module proxy like Jaeger and
+# installed as the docker CLI plugin; tools/images.py builds the offline images.
+COMPOSE_VERSION := v2.40.3
+COMPOSE_BIN := $(TOOLS_BIN)/docker-compose-$(COMPOSE_VERSION)
+COMPOSE_PLUGIN := $(HOME)/.docker/cli-plugins/docker-compose
+COMPOSE_FILES := -f compose/docker-compose.yml
+OFFLINE_ENV := build/compose-offline.env
+OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f compose/docker-compose.offline.yml
+# compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
+COMPOSE_VARIANT ?= auto
 
-.PHONY: compose-up compose-down help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboard-linter wheelhouse deploy-artifacts
+.PHONY: compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -92,7 +102,7 @@ prereqs:
 
 # prereqs first: a missing package fails here, not as skips after the Go builds.
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
-test: prereqs lint typecheck otelcol jaeger dashboard-linter
+test: prereqs lint typecheck otelcol jaeger dashboard-linter compose-plugin
 	GWMS_OBS_STRICT_SKIPS=1 $(BIN)/pytest -q -p no:cacheprovider -rs
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
@@ -161,9 +171,37 @@ deploy-artifacts: wheelhouse otelcol jaeger
 clean:
 	rm -rf build $(VENV)
 
+# Not `go install`: compose's go.mod has exclude directives, which go install refuses;
+# build the pinned module from the proxy as the main module (~4-12 min cold on 2 cores).
+$(COMPOSE_BIN):
+	@mkdir -p $(TOOLS_BIN)
+	go mod download github.com/docker/compose/v2@$(COMPOSE_VERSION)
+	cd $(GOMODCACHE)/github.com/docker/compose/v2@$(COMPOSE_VERSION) && CGO_ENABLED=0 go build -trimpath \
+	  -ldflags='-s -w -X github.com/docker/compose/v2/internal.Version=$(COMPOSE_VERSION)' -o $@.tmp ./cmd
+	mv $@.tmp $@
+# Installed as the user's docker CLI plugin, unless a compose v2 is already there.
+compose-plugin:
+	@if docker compose version 2>/dev/null | grep -q 'version v2'; then docker compose version; else \
+	  $(MAKE) --no-print-directory $(COMPOSE_BIN) && mkdir -p $(dir $(COMPOSE_PLUGIN)) && \
+	  ln -sf $(COMPOSE_BIN) $(COMPOSE_PLUGIN) && docker compose version; fi
+
+# The offline variant's images (tools/images.py), tagged by the hash of their inputs.
+compose-images: venv otelcol jaeger
+	$(BIN)/python -m tools.images --env-file $(OFFLINE_ENV)
+
 # The same stack on a laptop (Docker with compose v2); configs from `make generate`.
-compose-up:
-	docker compose -f compose/docker-compose.yml up --build -d
-	@echo "Grafana http://127.0.0.1:3000  Prometheus http://127.0.0.1:9090  Jaeger http://127.0.0.1:16686  mail http://127.0.0.1:8025"
+# A development token from compose/INSECURE-development-token.env: never on a factory.
+compose-up: compose-plugin
+	@variant=$(COMPOSE_VARIANT); \
+	if [ $$variant = auto ]; then \
+	  if timeout 60 docker pull -q $$(sed -n 's/^    image: \(prom\/alertmanager:.*\)/\1/p' compose/docker-compose.yml) >/dev/null 2>&1; \
+	  then variant=registry; else variant=offline; \
+	    echo "compose-up: no image registry reachable: the offline variant (images built here, docs/compose.md)"; fi; \
+	fi; \
+	if [ $$variant = offline ]; then \
+	  $(MAKE) --no-print-directory compose-images && docker compose $(OFFLINE_FILES) up -d --wait; \
+	else docker compose $(COMPOSE_FILES) up --build -d --wait; fi
+	@echo "Prometheus http://127.0.0.1:9090  Alertmanager http://127.0.0.1:9093  Jaeger http://127.0.0.1:16686  mail http://127.0.0.1:8025"
+	@echo "Grafana http://127.0.0.1:3000 (anonymous viewer; admin/admin) - registry variant, or offline with --profile grafana"
 compose-down:
-	docker compose -f compose/docker-compose.yml down
+	@if [ -f $(OFFLINE_ENV) ]; then docker compose $(OFFLINE_FILES) down; else docker compose $(COMPOSE_FILES) down; fi

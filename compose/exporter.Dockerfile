@@ -1,7 +1,8 @@
 # The exporter, installed from this repository as on a factory host (a wheel into a venv).
 FROM python:3.11-slim
 COPY . /src
-RUN python -m venv /opt/gwms-obs && /opt/gwms-obs/bin/pip install --no-cache-dir /src && rm -rf /src
+RUN python -m venv /opt/gwms-obs && /opt/gwms-obs/bin/pip install --no-cache-dir /src && rm -rf /src \
+ && install -d -o 65534 -g 65534 /factory /state
 ENV PATH=/opt/gwms-obs/bin:$PATH
 USER 65534
 ENTRYPOINT []

@@ -32,8 +32,8 @@ def _dashboard_linter_refused() -> bool:
 
 # skip reason (regex, matched at its start) -> condition under which it is allowed
 ALLOWED_SKIPS: dict[str, Callable[[], bool]] = {
-    # tests/test_grafana_container.py, tests/test_compose.py: no Docker engine on the CI machine
-    r"no Docker engine reachable": lambda: True,
+    # tests/test_grafana_container.py: no image registry here, so no Grafana image (an engine runs)
+    r"no Grafana image: ": lambda: True,
     # tests/test_deploy_nspawn.py: Grafana has no Debian package and cannot be downloaded here
     r"Grafana server not deployed: no Debian package exists": lambda: True,
     # tests/test_dashboard_linter.py: only when its build failed because the Go proxy refused a module

@@ -1,7 +1,8 @@
 """A real Grafana (container) loads our provisioning and runs every panel query through its API.
 
-Needs a Docker engine; where none is reachable (as on the CI machine today) the
-test is skipped with the reason printed (`pytest -rs`). Grafana and Prometheus
+Runs on a Docker engine found or started by tools/docker_engine.py; where no
+Grafana image is loaded and no registry answers (as on the CI machine) it is
+skipped with the reason printed (`pytest -rs`). Grafana and Prometheus
 share the host network so the provisioned datasource URL is the real one.
 """
 
@@ -21,26 +22,33 @@ from dashboards import gen
 from dashboards.gen import lint
 from dashboards.gen.dashboards import GRAFANA_VERSION
 from tests.support.servers import free_port, have, prometheus, wait_for
+from tools import docker_engine
 from tools.render import render
 
+IMAGE = f"grafana/grafana:{GRAFANA_VERSION}.0"
 
-def _docker_reason() -> str | None:
+
+def _image_reason() -> str | None:
+    """None when the Grafana image is here or can be pulled; else why not (no registry here)."""
+    import docker
+
+    client = docker.from_env(timeout=120)
     try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as e:  # docker raises DockerException, requests errors, FileNotFoundError...
-        return f"no Docker engine reachable ({type(e).__name__}: {str(e)[:120]})"
+        client.images.get(IMAGE)
+        return None
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.pull(IMAGE)
+    except docker.errors.APIError as e:
+        return f"no Grafana image: {IMAGE} is not loaded and cannot be pulled ({str(e)[:160]})"
     return None
 
 
-REASON = _docker_reason()
 pytestmark = [
     pytest.mark.live,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
     pytest.mark.skipif(not have("prometheus"), reason="Debian prometheus not installed"),
 ]
-IMAGE = f"grafana/grafana:{GRAFANA_VERSION}.0"
 
 
 def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -60,6 +68,20 @@ def _api(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
 def grafana(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from testcontainers.core.container import DockerContainer
 
+    with (
+        docker_engine.engine(tmp_path_factory.mktemp("dockerd") / "dockerd.log") as e,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        for k, v in e.env().items():
+            mp.setenv(k, v)
+        mp.setenv("TESTCONTAINERS_RYUK_DISABLED", "true")  # the reaper is an image too; the context stops it
+        why = _image_reason()
+        if why:
+            pytest.skip(why)
+        yield from _grafana(tmp_path_factory, DockerContainer)
+
+
+def _grafana(tmp_path_factory: pytest.TempPathFactory, DockerContainer: Any) -> Iterator[str]:
     work = tmp_path_factory.mktemp("grafana")
     prom_port, port = free_port(), free_port()
     prov = work / "provisioning"

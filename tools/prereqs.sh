@@ -18,6 +18,7 @@ PREREQS=(
   dpkg-scanpackages:dpkg-dev                      # ...whose apt sees a local mirror
   shellcheck:shellcheck                           # lints pilot/gwms-trace.sh and these scripts
   curl:curl                                       # pilot/gwms-trace.sh posts its spans with curl
+  dockerd:docker.io                               # the compose stack test starts its own engine (tools/docker_engine.py)
 )
 
 # Where to look: PATH plus the sbin dirs a non-root PATH lacks (debootstrap is

@@ -20,10 +20,7 @@ it, by its PID, in bounded waits.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -32,25 +29,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-SUITE = "bookworm"
+from tools import rootfs
+
+SUITE = rootfs.SUITE
 # systemd as init, and what Ansible needs on a managed Debian host (python3, python3-apt;
 # iproute2: the network facts, e.g. the default IPv4 address the multi-host inventory listens on).
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2")
 # what the roles install from the distribution (the air-gapped host's mirror serves these)
 DEBS = ("prometheus", "prometheus-alertmanager", "python3-venv")
 MIRROR_IN_CONTAINER = "/srv/gwms-mirror"
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("GWMS_OBS_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gwms-obs" / "v1"
-
-
-def _key(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:12]
 
 
 def unavailable() -> str | None:
@@ -63,80 +50,34 @@ def unavailable() -> str | None:
     return None
 
 
-def debian_mirror() -> str:
-    """The Debian mirror this machine's apt uses (deb822 or one-line sources)."""
-    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for f in files:
-        if not f.is_file():
-            continue
-        text = f.read_text(errors="replace")
-        for m in re.finditer(r"^URIs:\s*(\S+)", text, re.M):
-            if "security" not in m.group(1) and "debian" in m.group(1):
-                return m.group(1)
-        for m in re.finditer(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", text, re.M):
-            return m.group(1)
-    return "http://deb.debian.org/debian"
-
-
-def _run(cmd: Sequence[str], log: Path, timeout: float, **kw: object) -> None:
-    with open(log, "ab") as out:
-        out.write(f"\n$ {' '.join(cmd)}\n".encode())
-        out.flush()
-        r = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False, **kw)  # type: ignore[call-overload]
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed ({r.returncode}); see {log}:\n{log.read_text()[-3000:]}")
+def _air_gapped(root: Path) -> None:
+    (root / "etc/hostname").write_text("factory-test\n")
+    (root / "etc/apt/sources.list").write_text("")  # air-gapped: the test points apt at its own mirror
+    shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
+    (root / "var/lib/apt/lists/partial").mkdir(parents=True)
 
 
 def rootfs_tarball(log: Path) -> Path:
     """A cached tarball of a minimal bookworm rootfs with systemd (built once, ~1 min)."""
-    mirror = debian_mirror()
-    tar = cache_dir() / "nspawn" / f"{SUITE}-minbase-{_key(SUITE, INCLUDE)}.tar"
-    if tar.exists():
-        return tar
-    tar.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tar.parent) as tmp:
-        root = Path(tmp) / "rootfs"
-        _run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(root), mirror],
-            log,
-            timeout=900,
-        )
-        (root / "etc/hostname").write_text("factory-test\n")
-        (root / "etc/apt/sources.list").write_text("")  # air-gapped: the test points apt at its own mirror
-        shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
-        (root / "var/lib/apt/lists/partial").mkdir(parents=True)
-        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{tar}.tmp", "."], log, timeout=300)
-        os.replace(f"{tar}.tmp", tar)
-    _prune(tar, f"{SUITE}-minbase-*.tar")
-    return tar
-
-
-def _prune(keep: Path, pattern: str) -> None:
-    """Drop cache entries of older package lists (the new one replaces them)."""
-    for old in keep.parent.glob(pattern):
-        if old != keep:
-            if old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+    return rootfs.tarball("nspawn", INCLUDE, log, _air_gapped)
 
 
 def deb_repo(log: Path) -> Path:
     """A cached flat apt repository with DEBS and their dependencies missing from the rootfs."""
-    repo = cache_dir() / "nspawn" / f"debs-{SUITE}-{_key(SUITE, INCLUDE, DEBS)}"
+    repo = rootfs.cache_dir() / "nspawn" / f"debs-{SUITE}-{rootfs.key(SUITE, INCLUDE, DEBS)}"
     if (repo / "Packages").exists():
         return repo
     tar = rootfs_tarball(log)
-    mirror = debian_mirror()
+    mirror = rootfs.debian_mirror()
     with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
         root = Path(tmp) / "rootfs"
         root.mkdir()
-        _run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
+        rootfs.run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
         (root / "etc/apt/sources.list").write_text(f"deb {mirror} {SUITE} main\n")
         shutil.copy("/etc/resolv.conf", root / "etc/resolv.conf")
         apt = ["chroot", str(root), "apt-get", "-q", "-o", "Acquire::Retries=3"]
-        _run([*apt, "update"], log, timeout=300)
-        _run(
+        rootfs.run([*apt, "update"], log, timeout=300)
+        rootfs.run(
             [*apt, "install", "-y", "--download-only", "--no-install-recommends", *DEBS],
             log,
             timeout=600,
@@ -152,7 +93,7 @@ def deb_repo(log: Path) -> Path:
             )
         shutil.rmtree(repo, ignore_errors=True)
         os.replace(staged, repo)
-    _prune(repo, f"debs-{SUITE}-*")
+    rootfs.prune(repo, f"debs-{SUITE}-*")
     return repo
 
 
@@ -292,7 +233,7 @@ def booted(
     repo = deb_repo(log)
     root = workdir / "rootfs"
     root.mkdir(parents=True)
-    _run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
+    rootfs.run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(tar)], log, timeout=300)
     (root / "etc/apt/sources.list").write_text(f"deb [trusted=yes] file:{MIRROR_IN_CONTAINER} ./\n")
     # debootstrap writes no /etc/hosts; without it "localhost" goes to DNS, unreachable here
     (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")

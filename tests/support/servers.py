@@ -7,21 +7,18 @@ is stopped by the context manager that started it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import email
-import email.policy
 import json
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tools.mailsink import MailStore
 from tools.polling import http_get
 from tools.polling import poll as wait_for
 from tools.tracing_backends import stop
@@ -126,39 +123,15 @@ def alertmanager(workdir: Path, config_yaml: str) -> Iterator[str]:
         yield url
 
 
-@dataclasses.dataclass(frozen=True)
-class Mail:
-    rcpt_tos: tuple[str, ...]
-    subject: str
-    body: str
-
-
-class SmtpSink:
-    """An in-process SMTP server on 127.0.0.1 keeping every message it receives.
-
-    Envelope and message are stored together under one lock, so a reader never
-    sees half a delivery (the race of writing them as two files).
-    """
+class SmtpSink(MailStore):
+    """The mail sink (tools/mailsink.py) in process, SMTP on 127.0.0.1."""
 
     def __init__(self) -> None:
         from aiosmtpd.controller import Controller
 
-        self._lock = threading.Lock()
-        self._mails: list[Mail] = []
+        super().__init__()
         self.port = free_port()
         self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
-
-    async def handle_DATA(self, server: object, session: object, envelope: Any) -> str:
-        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        part = msg.get_body(preferencelist=("plain", "html"))
-        body = part.get_content() if part is not None else ""
-        with self._lock:
-            self._mails.append(Mail(tuple(envelope.rcpt_tos), str(msg["Subject"]), body))
-        return "250 OK"
-
-    def mails(self) -> list[Mail]:
-        with self._lock:
-            return list(self._mails)
 
     def __enter__(self) -> SmtpSink:
         self._controller.start()
