@@ -14,7 +14,9 @@ from tests import conftest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "prereqs.sh"
-EVERY_PACKAGE = "prometheus prometheus-alertmanager systemd-container debootstrap dpkg-dev shellcheck curl python3-venv"
+EVERY_PACKAGE = (
+    "prometheus prometheus-alertmanager systemd-container debootstrap dpkg-dev shellcheck curl docker.io python3-venv"
+)
 INSTALL = f"sudo apt-get install -y --no-install-recommends {EVERY_PACKAGE}\n"
 
 
@@ -80,7 +82,7 @@ def test_unlisted_mark():
     pass
 
 def test_listed():
-    pytest.skip("no Docker engine reachable (DockerException: nothing)")
+    pytest.skip("no Grafana image: grafana/grafana is not loaded and cannot be pulled")
 
 @pytest.mark.xfail(reason="expected")
 def test_xfail():
