@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools import polling
+from tools import polling, rootfs
 
 RUN_DIR = Path("/run/gwms-obs-docker")  # short: a unix socket path has ~100 bytes
 SOCKET = RUN_DIR / "docker.sock"
@@ -40,15 +40,8 @@ class EngineUnavailable(RuntimeError):
     """No engine answers and none can be started here (the message says why)."""
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("GWMS_OBS_CACHE_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gwms-obs" / "v1"
-
-
 def data_root() -> Path:
-    return cache_dir() / "docker"
+    return rootfs.cache_dir() / "docker"
 
 
 def ping(host: str | None) -> str | None:
