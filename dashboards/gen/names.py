@@ -16,6 +16,14 @@ from gwms_obs.tracing import conventions as C
 JOB_EXPORTER = "gwms-obs"
 JOB_COLLECTOR = "otel-collector"
 
+# Grafana datasources the grafana role provisions (ansible/roles/grafana/defaults/main.yml,
+# grafana_datasource_uids; a test checks they agree). Our own uids and names, never
+# "Prometheus": on a Grafana that already has datasources ours must not replace theirs.
+# The dashboards select the Prometheus one through their datasource variable.
+DATASOURCE_PROMETHEUS = "gwms-obs-prometheus"
+DATASOURCE_JAEGER = "gwms-obs-jaeger"
+DATASOURCE_ALERTMANAGER = "gwms-obs-alertmanager"
+
 # Recording rules (rules.py defines them). level:metric:operation, per the Prometheus naming guide.
 RR_CPU_RATE = "gwms:pilot_cpu_seconds:rate5m"
 RR_GPU_RATE = "gwms:pilot_gpu_seconds:rate5m"
