@@ -34,6 +34,18 @@ class Category(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
+# What the dashboards rank and the report plot sorts by as "waste": provisioned
+# canonical time no user job used to completion. Goodput is not waste; unknown
+# is time nobody can place, shown apart rather than blamed on the entry.
+WASTE: Final[tuple[Category, ...]] = (
+    Category.VALIDATION_FAILED,
+    Category.DECISION_PROBLEM,
+    Category.MISCONFIGURATION_BADPUT,
+    Category.PREEMPTION_BADPUT,
+    Category.OVERHEAD,
+)
+
+
 class Accuracy(enum.StrEnum):
     """How a pilot's partition was obtained, so users can see what is exact."""
 
