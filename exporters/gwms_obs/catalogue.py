@@ -323,6 +323,15 @@ TRACE_REQUESTS = MetricDef(
     ("result",),
 )
 
+# Which gwms-obs is running, after the Prometheus convention of ``<name>_build_info``
+# (value 1, the build in labels; Go programs say version/revision/branch/goversion).
+BUILD_INFO = MetricDef(
+    "gwms_obs_build_info",
+    "gauge",
+    "Always 1; the labels say which gwms-obs (version) runs on which Python (python_version).",
+    ("version", "python_version"),
+)
+
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in ALL}
 
@@ -389,3 +398,31 @@ OTELCOL_SEND_FAILED_SPANS: Final = "otelcol_exporter_send_failed_spans"
 OTELCOL_ENQUEUE_FAILED_SPANS: Final = "otelcol_exporter_enqueue_failed_spans"
 OTELCOL_QUEUE_SIZE: Final = "otelcol_exporter_queue_size"
 JAEGER_EXPORTER: Final = "otlp_grpc/jaeger"
+
+# --- metrics prometheus_client's default collectors produce ---------------------------------------
+# /metrics of `gwms-obs export` also serves the process and Python runtime metrics every
+# Python exporter has (ProcessCollector, PlatformCollector, GCCollector). Not ours (their
+# names, help and labels are prometheus_client's), but dashboards may select them, so their
+# series names are spelled here. ProcessCollector needs /proc (Linux); python_gc_* are CPython's.
+PROCESS_CPU_SECONDS: Final = "process_cpu_seconds_total"  # counter: user + system CPU seconds
+PROCESS_RESIDENT_MEMORY: Final = "process_resident_memory_bytes"  # gauge
+PROCESS_VIRTUAL_MEMORY: Final = "process_virtual_memory_bytes"  # gauge
+PROCESS_START_TIME: Final = "process_start_time_seconds"  # gauge: Unix time the process started
+PROCESS_OPEN_FDS: Final = "process_open_fds"  # gauge
+PROCESS_MAX_FDS: Final = "process_max_fds"  # gauge: the soft RLIMIT_NOFILE
+PYTHON_INFO: Final = "python_info"  # gauge 1, labels implementation, major, minor, patchlevel, version
+PYTHON_GC_OBJECTS_COLLECTED: Final = "python_gc_objects_collected_total"  # counter, label generation
+PYTHON_GC_OBJECTS_UNCOLLECTABLE: Final = "python_gc_objects_uncollectable_total"  # counter, label generation
+PYTHON_GC_COLLECTIONS: Final = "python_gc_collections_total"  # counter, label generation
+RUNTIME_NAMES: Final = (
+    PROCESS_CPU_SECONDS,
+    PROCESS_RESIDENT_MEMORY,
+    PROCESS_VIRTUAL_MEMORY,
+    PROCESS_START_TIME,
+    PROCESS_OPEN_FDS,
+    PROCESS_MAX_FDS,
+    PYTHON_INFO,
+    PYTHON_GC_OBJECTS_COLLECTED,
+    PYTHON_GC_OBJECTS_UNCOLLECTABLE,
+    PYTHON_GC_COLLECTIONS,
+)

@@ -92,11 +92,11 @@ def _empty_window(a: argparse.Namespace) -> bool:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import start_http_server
 
     from .ingest.checkpoint import CheckpointError
     from .outputs.otlp import otlp_configured, start_otlp
-    from .outputs.prometheus import FactoryCollector, ForwarderCollector
+    from .outputs.prometheus import exporter_registry
     from .pipeline import Ingest
 
     try:
@@ -123,10 +123,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
-    registry = CollectorRegistry()
-    registry.register(FactoryCollector(ingest))
-    if forwarder is not None:
-        registry.register(ForwarderCollector(forwarder.stats))
+    registry = exporter_registry(ingest, forwarder.stats if forwarder is not None else None)
     host, port = parse_listen(cfg.listen)
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)

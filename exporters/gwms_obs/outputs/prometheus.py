@@ -7,13 +7,15 @@ definitions, so names, help, units and labels come from one place.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
-from .. import catalogue
+from .. import __version__, catalogue
 from ..accounting.ledger import Histogram, Labels, bottleneck
 
 if TYPE_CHECKING:
@@ -160,3 +162,37 @@ class ForwarderCollector(Collector):
         yield _values(catalogue.TRACE_SPANS, (((k,), float(v)) for k, v in spans.items()))
         requests = {"sent": s.sent_requests, "failed": s.failures}
         yield _values(catalogue.TRACE_REQUESTS, (((k,), float(v)) for k, v in requests.items()))
+
+
+class BuildInfoCollector(Collector):
+    """``gwms_obs_build_info``: 1, with the running version and Python in its labels."""
+
+    def __init__(self, version: str = __version__, python_version: str | None = None) -> None:
+        self.labels = [version, python_version or platform.python_version()]
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield _values(catalogue.BUILD_INFO, [(tuple(self.labels), 1.0)])
+
+
+def exporter_registry(ingest: Ingest, stats: ForwarderStats | None = None) -> CollectorRegistry:
+    """What `gwms-obs export` serves on /metrics.
+
+    Our own registry, not prometheus_client's global REGISTRY: that one is
+    process-wide state, so a second exporter in one process (the tests, a
+    factory importing gwms_obs) would collide on its names, and anything else
+    imported could add series to our /metrics behind the catalogue's back. The
+    process and Python runtime collectors the global one has by default are
+    registered here explicitly instead (names in ``catalogue.RUNTIME_NAMES``).
+    """
+    registry = CollectorRegistry()
+    registry.register(FactoryCollector(ingest))
+    if stats is not None:
+        registry.register(ForwarderCollector(stats))
+    registry.register(BuildInfoCollector())
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
