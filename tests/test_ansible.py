@@ -303,6 +303,50 @@ def test_units_render_hardened(unit: Path) -> None:
     assert directives["User"] not in ("", "root")
 
 
+# --- Grafana's datasources beside a site's own (grafana_server_enabled: false) ----------------
+
+
+def _datasources(**overrides: Any) -> dict[str, dict[str, Any]]:
+    """The grafana role's datasources.yml.j2 rendered with its defaults + overrides, by type."""
+    doc = yaml.safe_load(render.render("grafana", "datasources.yml.j2", **overrides))
+    return {d["type"]: d for d in doc["datasources"]}
+
+
+def test_grafana_datasource_uids_are_the_ones_the_dashboards_name() -> None:
+    from dashboards.gen import names as N
+
+    d = render.role_defaults("grafana")
+    assert d["grafana_datasource_uids"] == {
+        "prometheus": N.DATASOURCE_PROMETHEUS,
+        "jaeger": N.DATASOURCE_JAEGER,
+        "alertmanager": N.DATASOURCE_ALERTMANAGER,
+    }
+    ds = _datasources()
+    assert {t: x["uid"] for t, x in ds.items()} == d["grafana_datasource_uids"]
+    assert {t: x["name"] for t, x in ds.items()} == d["grafana_datasource_names"]
+
+
+@pytest.mark.parametrize("is_default", [None, False, True, "false"])
+def test_grafana_datasources_never_replace_a_sites_own(is_default: bool | str | None) -> None:
+    """Our own names (never plain "Prometheus") and uids; the default datasource only when asked."""
+    overrides = {} if is_default is None else {"grafana_datasource_is_default": is_default}
+    ds = _datasources(**overrides)
+    assert set(ds) == {"prometheus", "jaeger", "alertmanager"}
+    for x in ds.values():
+        assert x["name"].lower() not in {"prometheus", "jaeger", "alertmanager"}, x["name"]
+        assert x["name"].startswith("gwms-obs ") and x["uid"].startswith("gwms-obs-"), x
+    defaults = {t for t, x in ds.items() if x.get("isDefault")}
+    assert defaults == ({"prometheus"} if is_default is True else set())
+
+
+def test_grafana_exemplar_link_follows_the_jaeger_uid() -> None:
+    uids = {"prometheus": "site-prom", "jaeger": "site-jaeger", "alertmanager": "site-am"}
+    ds = _datasources(grafana_datasource_uids=uids)
+    assert {t: x["uid"] for t, x in ds.items()} == uids
+    links = ds["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert links == [{"name": "trace_id", "datasourceUid": "site-jaeger"}]
+
+
 # --- Listeners off loopback (multi-host inventory): TLS and auth or no deployment -------------
 
 

@@ -21,6 +21,7 @@ import pytest
 from dashboards import gen
 from dashboards.gen import lint
 from dashboards.gen.dashboards import GRAFANA_VERSION
+from dashboards.gen.names import DATASOURCE_PROMETHEUS
 from tests.support.servers import free_port, have, prometheus, wait_for
 from tools import docker_engine
 from tools.render import render
@@ -129,7 +130,7 @@ def test_every_panel_query_runs_through_grafana(grafana: str) -> None:
             for t in p["targets"]:
                 expr = lint.substitute(t["expr"], {"entry": ".*", "client": ".*", "site": ".*"})
                 body = {
-                    "queries": [{"refId": t["refId"], "datasource": {"uid": "gwms-prometheus"}, "expr": expr}],
+                    "queries": [{"refId": t["refId"], "datasource": {"uid": DATASOURCE_PROMETHEUS}, "expr": expr}],
                     "from": "now-5m",
                     "to": "now",
                 }
