@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dashboards import gen
+from dashboards.gen import board as B
 from dashboards.gen import dashboards as D
 from dashboards.gen import lint, rules
 from dashboards.gen import names as N
@@ -29,6 +30,7 @@ def test_every_board_is_there_with_a_stable_uid_and_version() -> None:
     assert uids == {
         "gwms-factory-overview",
         "gwms-entry-health",
+        "gwms-provisioning",
         "gwms-accounting",
         "gwms-pilot-phases",
         "gwms-stack-health",
@@ -50,10 +52,88 @@ def test_template_variables() -> None:
     for b in BOARDS.values():
         names = [v["name"] for v in b["templating"]["list"]]
         assert names[0] == "datasource"
+        # Ours preselected by uid, whatever the Grafana's default datasource is.
+        assert b["templating"]["list"][0]["current"]["value"] == N.DATASOURCE_PROMETHEUS
         if b["uid"] not in ("gwms-stack-health", "gwms-pilot-phases"):
-            assert names == ["datasource", "entry", "client", "site"], b["uid"]
+            assert names == ["datasource", "entry", "client", "site", "topn"], b["uid"]
         for v in b["templating"]["list"][1:]:
+            if v["name"] == "topn":
+                assert v["type"] == "custom" and v["current"]["value"] == str(B.TOPN_DEFAULT)
+                continue
             assert v["datasource"]["uid"] == "${datasource}" and v["includeAll"] and v["allValue"] == ".*"
+        # The link menu to every other board, carrying the time range and the variables.
+        (link,) = b["links"]
+        assert link["type"] == "dashboards" and link["tags"] == [B.TAG] and link["keepTime"] and link["includeVars"]
+
+
+def test_panels_that_rank_use_topn_and_drill_down_where_they_name_an_entry() -> None:
+    ranked = 0
+    for b, p in _panels():
+        exprs = [t["expr"] for t in p["targets"]]
+        if "$topn" in p["title"]:
+            assert all("k($topn," in e for e in exprs), (b["uid"], p["title"])
+            ranked += 1
+        by_entry = any(re.search(r"by \([^)]*\bentry\b", e) for e in exprs)
+        if by_entry and p["type"] != "stat":
+            links = p["fieldConfig"]["defaults"].get("links", [])
+            assert links, f"{b['uid']} {p['title']!r}: per-entry panel without a drill-down link"
+            for link in links:
+                assert "${__url_time_range}" in link["url"] and "var-" in link["url"], link
+                target = link["url"].split("/d/")[1].split("/")[0]
+                assert target in {x["uid"] for x in BOARDS.values()}, link
+    assert ranked >= 20
+
+
+def test_every_per_entry_timeseries_is_bounded_by_topn() -> None:
+    """No range query may draw one series per entry: at 500 entries it is unreadable."""
+    for b, p in _panels():
+        if p["type"] != "timeseries":
+            continue
+        for t in p["targets"]:
+            if re.search(r"by \((entry|site|gwms_entry)\b", t["expr"]) or "by (entry," in t["expr"]:
+                assert "topk($topn," in t["expr"] or "bottomk($topn," in t["expr"], (b["uid"], p["title"])
+            assert p["options"]["legend"]["displayMode"] == "table", (b["uid"], p["title"])
+
+
+def test_every_panel_has_a_question_and_a_series_budget() -> None:
+    readme = (ROOT / "dashboards/README.md").read_text()
+    for board in D.boards():
+        for spec in board.specs:
+            assert spec.question and spec.budget >= 1, (board.uid, spec.title)
+            assert f"| {spec.question} |" in readme, spec.question
+
+
+# Catalogue families on no panel, and why (an empty list is the goal).
+NOT_CHARTED: dict[str, str] = {}
+
+
+def _recorded_from() -> dict[str, set[str]]:
+    """Recording rule -> the series names its expression reads (transitively)."""
+    doc = yaml.safe_load(RENDERED["dashboards/rules/gwms-recording.rules.yml"])
+    direct = {r["record"]: lint.metric_names(r["expr"]) for g in doc["groups"] for r in g["rules"]}
+
+    def expand(names: set[str]) -> set[str]:
+        out = set()
+        for n in names:
+            out |= expand(direct[n]) if n in direct else {n}
+        return out
+
+    return {rr: expand(names) for rr, names in direct.items()}
+
+
+def test_every_catalogue_family_is_on_a_panel() -> None:
+    recorded = _recorded_from()
+    charted: set[str] = set()
+    for _b, p in _panels():
+        for t in p["targets"]:
+            for n in lint.metric_names(t["expr"]):
+                charted |= recorded.get(n, {n})
+    for m in catalogue.ALL:
+        on_panel = bool(set(catalogue.exposition_names(m)) & charted)
+        if m.name in NOT_CHARTED:
+            assert not on_panel, f"{m.name} is charted now: take it off NOT_CHARTED"
+        else:
+            assert on_panel, f"{m.name} is on no panel: chart it or list it in NOT_CHARTED with the reason"
 
 
 def test_every_expression_is_promql_with_known_names() -> None:
@@ -118,7 +198,7 @@ def test_panel_units_match_the_metric() -> None:
             elif "/" in t["expr"] or "time()" in t["expr"]:
                 continue  # a ratio or an age: checked by eye, not by rule
             elif "rate(" in t["expr"]:
-                want = D.rate_unit(m)
+                want = m.rate_grafana_unit
             elif _TRANSFORMS.search(t["expr"]):
                 continue
             else:
@@ -143,9 +223,10 @@ def test_pilot_phase_panels_use_the_span_metric_contract_and_exemplars() -> None
 def test_badput_panel_and_alert_read_one_recorded_ratio() -> None:
     """The ratio the panel draws is the number GwmsEntryBadputHigh compares: one recording rule."""
     (alert,) = (a for a in rules.alerts() if a.name == "GwmsEntryBadputHigh")
-    (panel,) = (p for _, p in _panels() if p["title"] == "Badput ratio by entry")
+    (panel,) = (p for _, p in _panels() if p["title"].startswith("Badput ratio"))
     assert lint.metric_names(alert.expr) == {N.RR_BADPUT_RATIO, N.RR_JOB_SECONDS}
     assert [lint.metric_names(t["expr"]) for t in panel["targets"]] == [{N.RR_BADPUT_RATIO}]
+    assert panel["targets"][0]["expr"].startswith(f"{N.RR_BADPUT_RATIO}{{")  # the ratio itself, ranked
     recorded = {r["record"] for r in rules.recording_rules()}
     assert {N.RR_BADPUT_RATIO, N.RR_JOB_SECONDS} <= recorded
 
@@ -161,8 +242,8 @@ def test_sdk_pin_names_the_grafana_version() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     m = re.search(r'"grafana-foundation-sdk==(\d+)!(\d+\.\d+)\.\d+"', text)
     assert m, "grafana-foundation-sdk must be pinned exactly (epoch!version)"
-    assert m.group(2) == D.GRAFANA_VERSION == role_defaults("grafana")["grafana_version"]
-    assert D.GRAFANA_VERSION in (ROOT / "dashboards/README.md").read_text()
+    assert m.group(2) == B.GRAFANA_VERSION == role_defaults("grafana")["grafana_version"]
+    assert B.GRAFANA_VERSION in (ROOT / "dashboards/README.md").read_text()
 
 
 def test_prometheus_job_names_agree_with_the_rules() -> None:

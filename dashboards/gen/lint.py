@@ -14,6 +14,7 @@ from typing import Any
 import promql_parser as pp
 
 from . import names as N
+from .board import TOPN, TOPN_DEFAULT
 
 # Grafana's macros -> something PromQL accepts with the same type.
 MACROS = {
@@ -25,15 +26,16 @@ MACROS = {
     "$__range": "1h",
 }
 _VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+# Variables used outside label matchers (topk($topn, ...)) must become PromQL too: their defaults.
+DEFAULTS = {TOPN: str(TOPN_DEFAULT)}
 
 
 def substitute(expr: str, variables: dict[str, str] | None = None) -> str:
     """``expr`` with Grafana's macros replaced (longest first) and, if given, variables."""
     for k in sorted(MACROS, key=len, reverse=True):
         expr = expr.replace(k, MACROS[k])
-    if variables:
-        expr = _VAR.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), expr)
-    return expr
+    values = {**DEFAULTS, **(variables or {})}
+    return _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
 
 
 def _children(node: Any) -> Iterator[Any]:

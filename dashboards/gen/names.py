@@ -90,7 +90,7 @@ COLLECTOR_NAMES: frozenset[str] = frozenset(
 
 def allowed() -> frozenset[str]:
     """Every series name a panel or rule may select."""
-    names: set[str] = set(RECORDING) | set(SERVERS) | set(OTELCOL) | {SPAN_CALLS}
+    names: set[str] = set(RECORDING) | set(SERVERS) | set(OTELCOL) | {SPAN_CALLS} | set(catalogue.RUNTIME_NAMES)
     names |= {f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count")}
     for m in catalogue.ALL:
         names |= set(catalogue.exposition_names(m))

@@ -94,11 +94,19 @@ class MetricDef:
     unit: str = ""  # Prometheus/OTel base unit: "seconds", "" for counts
     grafana_unit: str = "short"  # the panel unit dashboards must use
     buckets: tuple[float, ...] = ()
+    # The Grafana unit of rate(metric), for counters: what one unit-second per second is
+    # (canonical units in use, jobs waiting...); empty derives it: bytes -> Bps, counts -> cps.
+    rate_unit: str = ""
 
     @property
     def base(self) -> str:
         """Name without ``_total``: what prometheus_client's families take."""
         return self.name.removesuffix("_total")
+
+    @property
+    def rate_grafana_unit(self) -> str:
+        """The Grafana unit of ``rate()`` of this counter."""
+        return self.rate_unit or {"bytes": "Bps", "": "cps"}.get(self.unit, "short")
 
 
 _LIFETIME_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0, 172800.0)
@@ -111,6 +119,7 @@ CPU_SECONDS = MetricDef(
     (*POOL, "category", "accuracy"),
     "seconds",
     "s",
+    rate_unit="suffix: CPU units",
 )
 GPU_SECONDS = MetricDef(
     "gwms_pilot_gpu_seconds_total",
@@ -119,6 +128,7 @@ GPU_SECONDS = MetricDef(
     (*POOL, "category", "accuracy"),
     "seconds",
     "s",
+    rate_unit="suffix: GPUs",
 )
 PILOTS = MetricDef(
     "gwms_pilots_total",
@@ -232,6 +242,7 @@ ENTRY_BOTTLENECK_SECONDS = MetricDef(
     POOL,
     "seconds",
     "s",
+    rate_unit="suffix: jobs",
 )
 ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
     "gwms_entry_insufficient_demand_core_seconds_total",
@@ -240,6 +251,7 @@ ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
     POOL,
     "seconds",
     "s",
+    rate_unit="suffix: cores",
 )
 
 # The exporter's own health.
