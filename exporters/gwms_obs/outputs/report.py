@@ -7,13 +7,38 @@ import io
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Accuracy, Category, Outcome, Resource
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 CSV_HEADER = ("entry", "client", "category", "resource", "seconds")
 CATEGORY_ORDER = [c.value for c in Category]
+
+# The plot's waste: the badput categories (docs/accounting.md). Not goodput,
+# not overhead, and not unknown (time nobody can place: drawn apart, hatched).
+WASTE = (
+    Category.VALIDATION_FAILED.value,
+    Category.DECISION_PROBLEM.value,
+    Category.MISCONFIGURATION_BADPUT.value,
+    Category.PREEMPTION_BADPUT.value,
+)
+# Left to right in a bar: the waste from the axis, then unknown, overhead, goodput.
+PLOT_ORDER = [*WASTE, Category.UNKNOWN.value, Category.OVERHEAD.value, Category.GOODPUT.value]
+CATEGORY_COLORS = {
+    "validation_failed": "#d62728",
+    "decision_problem": "#ff7f0e",
+    "misconfiguration_badput": "#9467bd",
+    "preemption_badput": "#8c564b",
+    "unknown": "#d9d9d9",
+    "overhead": "#7f7f7f",
+    "goodput": "#2ca02c",
+}
+MAX_PLOT_ENTRIES = 40  # a factory has up to 500 entries: the plot shows the most wasteful
 
 
 @dataclass
@@ -28,6 +53,9 @@ class Report:
     sites: dict[str, str] = field(default_factory=dict)
     # CPU unit-seconds per entry from a source other than the per-job ads (accuracy != exact).
     approximate: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # The earliest and latest end of the pilots added: the range when since/until are not given.
+    first_end: float | None = None
+    last_end: float | None = None
 
     def wants(self, a: PilotAccount) -> bool:
         """A pilot belongs to the report when it ended inside [since, until)."""
@@ -43,6 +71,8 @@ class Report:
         counts[a.outcome.value] += 1
         self.accuracy[a.partition.accuracy.value] += 1
         self.sites[a.entry] = a.site
+        self.first_end = a.end if self.first_end is None else min(self.first_end, a.end)
+        self.last_end = a.end if self.last_end is None else max(self.last_end, a.end)
         if a.partition.accuracy is not Accuracy.EXACT:
             self.approximate[a.entry] += sum(a.partition.cpu.values())
 
@@ -125,43 +155,160 @@ class Report:
             out.append("approx = share of the entry's CPU time not from per-job records (docs/accounting.md)")
         return "\n".join(out) if out else "no pilots in range\n"
 
-    def plot(self, path: str) -> bool:
-        """Stacked bars of the CPU categories per entry (canonical hours) into PNG ``path``.
+    # --- the plot -----------------------------------------------------------------------------
+    def range_label(self) -> str:
+        """The pilots the report holds, as "pilots that ended A – B UTC".
 
-        False, and no file written, when there is no CPU time to draw: an empty
-        chart would pass for a report.
+        The report selects pilots by their end, in [since, until). A bound the
+        report was not given (no ``--since``/``--until``) is the earliest or
+        latest end among the pilots it added, and the label says so. Empty when
+        the report holds no pilot and has no bounds.
         """
-        cpu = {k: v for k, v in self.cells.items() if k[3] == Resource.CPU.value and v > 0}
-        if not cpu:
+        lo = self.since if self.since is not None else self.first_end
+        hi = self.until if self.until is not None else self.last_end
+        if lo is None or hi is None:
+            return ""
+        text = f"pilots that ended {_utc(lo)} – {_utc(hi)} UTC"
+        derived = [n for n, given in (("first", self.since), ("last", self.until)) if given is None]
+        if derived:
+            text += f" ({' and '.join(derived)} pilot end in the logs)"
+        return text
+
+    def plot_problem(self) -> str | None:
+        """Why :meth:`plot` would draw nothing (None when it would draw)."""
+        if any(v > 0 for v in self.cells.values()):
+            return None
+        npilots = sum(sum(n.values()) for n in self.pilots.values())
+        if npilots:
+            return f"the {npilots} pilots in range have no CPU or GPU time"
+        if self.since is None and self.until is None:
+            return "no pilot in the logs"
+        if self.until is None:
+            return f"no pilot ended at or after {_utc(self.since or 0.0)} UTC"
+        if self.since is None:
+            return f"no pilot ended before {_utc(self.until)} UTC"
+        return f"no pilot ended between {_utc(self.since)} and {_utc(self.until)} UTC"
+
+    def figure(self, max_entries: int = MAX_PLOT_ENTRIES) -> Figure | None:
+        """The operator's chart, or None when there is nothing to draw (see :meth:`plot_problem`).
+
+        One row per resource with time (CPU always when there is any, GPU only
+        when there are GPU hours; 1 GPU = 1 unit): on the left canonical hours
+        by category, on the right each category's share of the entry's time
+        (100 % stacked, so a small entry's trouble is as visible as a big one's).
+
+        *Waste* is the badput: ``validation_failed``, ``decision_problem``,
+        ``misconfiguration_badput`` and ``preemption_badput`` (docs/accounting.md).
+        ``goodput`` and ``overhead`` are not waste. ``unknown`` is not counted as
+        waste (nobody knows where that time went) but it is not good either: it
+        is drawn hatched, right after the waste. Entries are sorted by their
+        waste in hours, most wasteful at the top (ties: larger waste share, then
+        name); each bar is drawn waste first, from the axis, so the waste of all
+        entries starts at the same place. Above ``max_entries`` entries only the
+        top ``max_entries`` by waste are drawn and the title says so. The
+        height grows with the entries drawn.
+        """
+        by_res: dict[str, dict[str, dict[str, float]]] = {}
+        for resource in (Resource.CPU, Resource.GPU):
+            by_entry: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+            for (e, _c, cat, r), v in self.cells.items():
+                if r == resource.value and v > 0:
+                    by_entry[e][cat] += v / 3600
+            if by_entry:
+                by_res[resource.value] = by_entry
+        if not by_res:
+            return None
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import FuncFormatter, PercentFormatter
+        from matplotlib.transforms import blended_transform_factory
+
+        cats = [c for c in PLOT_ORDER if any(c in cs for be in by_res.values() for cs in be.values())]
+        rows: list[tuple[str, list[str], int]] = []  # resource, entries drawn (top first), entries in all
+        for res, by_entry in by_res.items():
+            ranked = sorted(by_entry, key=lambda e: _waste_key(e, by_entry[e]))
+            rows.append((res, ranked[:max_entries], len(ranked)))
+        heights = [len(drawn) + 2.0 for _r, drawn, _n in rows]
+        fig = Figure(figsize=(15, 0.32 * sum(heights) + 2.2), layout="constrained")
+        grid = fig.add_gridspec(len(rows), 2, height_ratios=heights, width_ratios=[3, 2])
+        hours_fmt = FuncFormatter(lambda x, _pos: f"{x:,.0f}")
+        for i, (res, drawn, n) in enumerate(rows):
+            by_entry = by_res[res]
+            ax_h = fig.add_subplot(grid[i, 0])
+            ax_s = fig.add_subplot(grid[i, 1], sharey=ax_h)
+            ys = list(range(len(drawn)))[::-1]  # the first entry at the top
+            left_h = [0.0] * len(drawn)
+            left_s = [0.0] * len(drawn)
+            totals = [sum(by_entry[e].values()) for e in drawn]
+            for c in cats:
+                hours = [by_entry[e].get(c, 0.0) for e in drawn]
+                shares = [h / t for h, t in zip(hours, totals, strict=True)]
+                style = _bar_style(c)
+                ax_h.barh(ys, hours, left=left_h, label=c, gid=f"{res}:hours:{c}", **style)
+                ax_s.barh(ys, shares, left=left_s, label=c, gid=f"{res}:share:{c}", **style)
+                left_h = [a + b for a, b in zip(left_h, hours, strict=True)]
+                left_s = [a + b for a, b in zip(left_s, shares, strict=True)]
+            for y, t in zip(ys, totals, strict=True):
+                ax_h.text(t, y, f" {t:,.0f}", va="center", fontsize="small")
+            ax_h.set_xlim(0, 1.1 * max(totals))  # room for the totals
+            ax_h.set_yticks(ys, drawn)
+            ax_h.set_ylim(-0.6, len(drawn) - 0.4)
+            ax_h.xaxis.set_major_formatter(hours_fmt)
+            ax_h.grid(axis="x", alpha=0.3)
+            ax_h.set_axisbelow(True)
+            unit = "canonical CPU hours (1 core + 2 GB)" if res == Resource.CPU.value else "GPU hours (1 GPU)"
+            ax_h.set_xlabel(unit)
+            what = "CPU" if res == Resource.CPU.value else "GPU"
+            shown = (
+                f"top {len(drawn)} of {n} entries by waste" if n > len(drawn) else "entries by waste, most at the top"
+            )
+            ax_h.set_title(f"{what} time by entry and category — {shown}", loc="left", fontsize="medium")
+            ax_h.set_gid(f"{res}:hours")
+            ax_s.set_gid(f"{res}:share")
+            ax_s.set_xlim(0, 1)
+            ax_s.xaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+            ax_s.tick_params(axis="y", labelleft=False)
+            ax_s.grid(axis="x", alpha=0.3)
+            ax_s.set_axisbelow(True)
+            ax_s.set_xlabel(f"share of the entry's {what} time (waste drawn first, from 0)")
+            ax_s.set_title("waste share", loc="right", fontsize="small")
+            right = blended_transform_factory(ax_s.transAxes, ax_s.transData)
+            for y, e, t in zip(ys, drawn, totals, strict=True):
+                w = sum(by_entry[e].get(c, 0.0) for c in WASTE) / t
+                ax_s.text(1.01, y, f"{100 * w:.1f}%", transform=right, va="center", fontsize="small")
+        handles = [Patch(label=c + (" (waste)" if c in WASTE else ""), **_bar_style(c)) for c in cats]
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize="small", frameon=False)
+        title = "gwms-obs report: pilot time by entry and category"
+        when = self.range_label()
+        fig.suptitle(f"{title}\n{when}" if when else title)
+        return fig
+
+    def plot(self, path: str, max_entries: int = MAX_PLOT_ENTRIES) -> bool:
+        """Draw :meth:`figure` into PNG ``path``.
+
+        False, and no file written, when there is nothing to draw (no pilot
+        time in range, :meth:`plot_problem` says why): an empty chart would
+        pass for a report.
+        """
+        fig = self.figure(max_entries)
+        if fig is None:
             return False
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        entries = sorted({k[0] for k in cpu})
-        cats = [c for c in CATEGORY_ORDER if any(k[2] == c for k in cpu)]
-        colors = {
-            "goodput": "#2ca02c",
-            "overhead": "#7f7f7f",
-            "validation_failed": "#d62728",
-            "decision_problem": "#ff7f0e",
-            "misconfiguration_badput": "#9467bd",
-            "preemption_badput": "#8c564b",
-            "unknown": "#c7c7c7",
-        }
-        fig, ax = plt.subplots(figsize=(12, 0.5 * len(entries) + 2))
-        left = [0.0] * len(entries)
-        for c in cats:
-            vals = [sum(v for (e, _cl, cat, _r), v in cpu.items() if e == en and cat == c) / 3600 for en in entries]
-            ax.barh(entries, vals, left=left, label=c, color=colors.get(c))
-            left = [a + b for a, b in zip(left, vals, strict=True)]
-        ax.set_xlabel("canonical CPU hours (1 core + 2 GB)")
-        ax.set_title("Pilot time by category and entry")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # outside: never over a bar
-        fig.tight_layout()
-        try:
-            fig.savefig(path, dpi=100)
-        finally:
-            plt.close(fig)
+        fig.savefig(path, dpi=100)
         return True
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _waste_key(entry: str, hours: dict[str, float]) -> tuple[float, float, str]:
+    """Sort key: most waste (hours) first, then the larger waste share, then the name."""
+    w = sum(hours.get(c, 0.0) for c in WASTE)
+    return (-w, -w / (sum(hours.values()) or 1.0), entry)
+
+
+def _bar_style(cat: str) -> dict[str, Any]:
+    style: dict[str, Any] = {"facecolor": CATEGORY_COLORS.get(cat, "#000000"), "edgecolor": "white", "linewidth": 0.3}
+    if cat == Category.UNKNOWN.value:
+        style.update(hatch="///", edgecolor="#8c8c8c")
+    return style
