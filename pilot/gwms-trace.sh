@@ -10,7 +10,7 @@
 # a pilot, and the only network wait is the bounded one in gwms_trace_flush.
 #
 # API (names match exporters/gwms_obs/tracing/conventions.py):
-#   gwms_trace_init [spool]          start the pilot's root span "glidein" (reads TRACEPARENT)
+#   gwms_trace_init [spool]          start the pilot's root span "glidein" (reads TRACEPARENT, TRACESTATE)
 #   gwms_trace_resource KEY VALUE    resource attribute (before the first span ends; later: on the root span)
 #   gwms_trace_phase NAME            end the open phase (if any) and begin phase NAME
 #   gwms_trace_phase_end [RC]        end the open phase
@@ -21,7 +21,8 @@
 #   gwms_trace_event NAME [K=V ...]  timestamped event on the innermost open span
 #   gwms_trace_link TRACEPARENT [K=V ...]  link from the innermost open span
 #   gwms_trace_flush [RC]            end every open span (the root with RC), then send or frame the spool
-# Variables it sets: TRACEPARENT (innermost open span, exported), GWMS_PILOT_TRACEPARENT
+# Variables it sets: TRACEPARENT (innermost open span, exported), TRACESTATE (exported unchanged
+# when valid and its TRACEPARENT was, else unset), GWMS_PILOT_TRACEPARENT
 # (the root span, exported for the payload to link to), GWMS_TRACE_SPAN_ID (last begun span),
 # GWMS_TRACE_SPOOL, GWMS_TRACE_RESULT (after flush: sent | stderr | kept | empty | off).
 # Settings (environment): GWMS_TRACE=0 disables; GWMS_TRACE_MAX_SPANS (10000);
@@ -61,6 +62,9 @@ _gt_n=0             # open spans on the stack
 _gt_phase=-1        # stack index of the open phase
 _gt_ids=() _gt_names=() _gt_t0=() _gt_kind=() _gt_attrs=() _gt_events=() _gt_links=()
 _gt_res=            # resource attributes, JSON array body
+_gt_rk=()           # resource keys, one entry per key (a later setting replaces the earlier)
+_gt_rv=()           # their KeyValues
+_gt_tsj=            # ,"traceState":"..." of this trace's spans ("" without a tracestate)
 _gt_resj=           # frozen resource JSON, set when the first span is written
 _gt_spans=0
 _gt_dropped=0
@@ -257,9 +261,45 @@ _gt_typed() {
   esac
 }
 
-_gt_res_add() {   # KEY VALUE: add to the resource
+_gt_res_add() {   # KEY VALUE: set in the resource; a key set again keeps its place, takes the new value
+  local i n=${#_gt_rk[@]}
   _gt_typed "$1" "$2"
-  _gt_res+=${_gt_res:+,}$_gt_a
+  for ((i = 0; i < n; i++)); do
+    [[ ${_gt_rk[i]} == "$1" ]] && break
+  done
+  _gt_rk[i]=$1
+  _gt_rv[i]=$_gt_a
+  _gt_res=
+  for ((i = 0; i < ${#_gt_rv[@]}; i++)); do
+    _gt_res+=${_gt_res:+,}${_gt_rv[i]}
+  done
+}
+
+# _gt_tracestate_ok VALUE: VALUE is a W3C tracestate list we may propagate: list members
+# key=value separated by commas (optional spaces and tabs around them, empty members
+# allowed), keys simple (a-z first) or tenant@system, values 1-256 printable ASCII
+# characters without "," and "=" (no trailing space), each key once, at most 32 members,
+# at most 512 characters in all, at least one member. Called once per pilot, never per span.
+_gt_tracestate_ok() {
+  local LC_ALL=C ts=$1 m k v n=0 seen=,
+  ((${#ts} <= 512)) || return 1
+  [[ $ts == *[![:print:][:blank:]]* ]] && return 1
+  while [[ -n $ts ]]; do
+    m=${ts%%,*}
+    if [[ $m == "$ts" ]]; then ts=; else ts=${ts#*,}; fi
+    m=${m#"${m%%[! $'\t']*}"}
+    m=${m%"${m##*[! $'\t']}"}
+    [[ -z $m ]] && continue
+    [[ $m == ?*=?* ]] || return 1
+    k=${m%%=*}
+    v=${m#*=}
+    [[ $k =~ ^([a-z][a-z0-9_*/-]{0,255}|[a-z0-9][a-z0-9_*/-]{0,240}@[a-z][a-z0-9_*/-]{0,13})$ ]] || return 1
+    [[ $v =~ ^[[:print:]]{0,255}[[:graph:]]$ && $v != *=* ]] || return 1
+    [[ $seen == *",$k,"* ]] && return 1
+    seen+=$k,
+    ((++n <= 32)) || return 1
+  done
+  ((n > 0))
 }
 
 # --- spans ---------------------------------------------------------------------------------
@@ -324,7 +364,7 @@ _gt_pop() {
   fi
   _gt_scrub 128 "${_gt_names[i]}"
   _gt_esc "$_gt_e"
-  printf '%s\n' "{\"resourceSpans\":[$_gt_resj{\"traceId\":\"$_gt_trace\",\"spanId\":\"${_gt_ids[i]}\",\"parentSpanId\":\"$parent\",\"name\":\"$_gt_e\",\"kind\":${_gt_kind[i]},\"startTimeUnixNano\":\"${_gt_t0[i]}\",\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$attrs],\"events\":[${_gt_events[i]}],\"links\":[${_gt_links[i]}]$status}]}]}]}" \
+  printf '%s\n' "{\"resourceSpans\":[$_gt_resj{\"traceId\":\"$_gt_trace\",\"spanId\":\"${_gt_ids[i]}\",\"parentSpanId\":\"$parent\"$_gt_tsj,\"name\":\"$_gt_e\",\"kind\":${_gt_kind[i]},\"startTimeUnixNano\":\"${_gt_t0[i]}\",\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$attrs],\"events\":[${_gt_events[i]}],\"links\":[${_gt_links[i]}]$status}]}]}]}" \
     2>/dev/null >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
   _gt_spans=$((_gt_spans + 1))
   return 0
@@ -383,9 +423,26 @@ gwms_trace_init() {
     _gt_rand64; _gt_trace=$_gt_id
     _gt_rand64; _gt_trace+=$_gt_id
   fi
-  # Resource: OTEL_RESOURCE_ATTRIBUTES (k=v, comma separated, %-encoded), then ours.
+  # W3C tracestate travels with its traceparent: kept, unchanged, only with the parent
+  # it belongs to and only when valid; otherwise dropped, for the spans and the children.
+  _gt_tsj=
+  if [[ -n $_gt_rparent && -n ${TRACESTATE-} ]] && _gt_tracestate_ok "$TRACESTATE"; then
+    _gt_esc "$TRACESTATE"
+    _gt_tsj=",\"traceState\":\"$_gt_e\""
+    export TRACESTATE
+  else
+    unset TRACESTATE
+  fi
+  # Resource, each key once: what we detect (host.name, process.pid, service.name), then the
+  # user's OTEL_RESOURCE_ATTRIBUTES (k=v, comma separated, %-encoded) over it, then
+  # OTEL_SERVICE_NAME over that (the OpenTelemetry precedence), and our conventions version.
   _gt_res=
   _gt_resj=
+  _gt_rk=()
+  _gt_rv=()
+  _gt_res_add service.name glidein
+  _gt_res_add host.name "${HOSTNAME-}"
+  _gt_res_add process.pid "$$"
   local kv kvs=()
   [[ -n ${OTEL_RESOURCE_ATTRIBUTES-} ]] && IFS=, read -r -a kvs <<<"$OTEL_RESOURCE_ATTRIBUTES"
   for kv in ${kvs[@]+"${kvs[@]}"}; do
@@ -393,10 +450,8 @@ gwms_trace_init() {
     _gt_pct_decode "${kv#*=}"
     _gt_res_add "${kv%%=*}" "$_gt_e"
   done
-  _gt_res_add service.name "${OTEL_SERVICE_NAME:-glidein}"
+  if [[ -n ${OTEL_SERVICE_NAME-} ]]; then _gt_res_add service.name "$OTEL_SERVICE_NAME"; fi
   _gt_res_add gwms.conventions "$GWMS_TRACE_VERSION"
-  _gt_res_add host.name "${HOSTNAME-}"
-  _gt_res_add process.pid "$$"
   _gt_n=0
   _gt_phase=-1
   _gt_spans=0

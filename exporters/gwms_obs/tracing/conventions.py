@@ -25,6 +25,11 @@ ENV_PILOT_TRACEPARENT: Final = "GWMS_PILOT_TRACEPARENT"
 # Factory → condor_submit environment: one traceparent per glidein, comma
 # separated, picked per job by $CHOICE(Process, ...) in the submit file.
 ENV_TRACEPARENT_LIST: Final = "GLIDEIN_TRACEPARENTS"
+# W3C tracestate travels with traceparent: in the glidein's environment next to TRACEPARENT
+# (gwms-trace.sh passes it on unchanged), from the factory's condor_submit environment (one
+# value per cluster: every glidein of a cluster is in the factory's one trace).
+ENV_TRACESTATE: Final = "TRACESTATE"
+ENV_TRACESTATE_CLUSTER: Final = "GLIDEIN_TRACESTATE"
 ENV_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
 ENV_TOKEN: Final = "GWMS_TRACE_TOKEN"  # bearer token a pilot sends to the collector
 
@@ -135,6 +140,36 @@ def parse_traceparent(value: str | None) -> TraceParent | None:
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
     return TraceParent(trace_id, span_id, int(flags, 16))
+
+
+# --- tracestate (W3C Trace Context, "tracestate Header") ---------------------------------------
+TRACESTATE_MAX_MEMBERS: Final = 32
+TRACESTATE_MAX_CHARS: Final = 512  # what a vendor SHOULD propagate; we propagate no more
+_TS_KEY = re.compile(r"[a-z][a-z0-9_*/-]{0,255}|[a-z0-9][a-z0-9_*/-]{0,240}@[a-z][a-z0-9_*/-]{0,13}")
+_TS_VALUE = re.compile(r"[ -+\--<>-~]{0,255}[!-+\--<>-~]")
+
+
+def is_tracestate(value: object) -> bool:
+    """Whether ``value`` is a W3C tracestate list we propagate (gwms-trace.sh applies the same rules).
+
+    List members ``key=value`` separated by commas, optional spaces and tabs
+    around them, empty members allowed; keys simple (``a-z`` first) or
+    ``tenant@system``; values 1-256 printable ASCII characters without ``,``
+    and ``=``, no trailing space; each key once; at most 32 members and 512
+    characters. A list with no member at all is not one.
+    """
+    if not isinstance(value, str) or not value or len(value) > TRACESTATE_MAX_CHARS:
+        return False
+    keys: set[str] = set()
+    for member in value.split(","):
+        m = member.strip(" \t")
+        if not m:
+            continue
+        k, eq, v = m.partition("=")
+        if not eq or not _TS_KEY.fullmatch(k) or not _TS_VALUE.fullmatch(v) or k in keys:
+            return False
+        keys.add(k)
+    return 0 < len(keys) <= TRACESTATE_MAX_MEMBERS
 
 
 def is_trace_id(s: object) -> bool:

@@ -100,14 +100,17 @@ def make_provider(
     BatchSpanProcessor (max_queue_size, schedule_delay_millis, ...).
     """
     attrs = {
-        C.SERVICE_NAME: C.SERVICE_FACTORY,
         C.SERVICE_VERSION: __version__,
         C.CONVENTIONS: C.VERSION,
         C.FACTORY: factory,
     }
     if glidein_name:
         attrs[C.GLIDEIN_NAME] = glidein_name
-    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME over these.
+    # Resource.create puts the attributes given here over OTEL_RESOURCE_ATTRIBUTES and
+    # OTEL_SERVICE_NAME (the spec: code beats the environment), each key once. Our
+    # service.name is only a default, so it is given only when the user set none.
+    if not _service_name_configured():
+        attrs[C.SERVICE_NAME] = C.SERVICE_FACTORY
     provider = TracerProvider(resource=Resource.create(attrs))
     if exporter is None and otlp_traces_configured():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -116,6 +119,15 @@ def make_provider(
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter, **batch))  # type: ignore[arg-type]
     return provider
+
+
+def _service_name_configured(env: Mapping[str, str] | None = None) -> bool:
+    """OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES, is set."""
+    e = os.environ if env is None else env
+    if e.get("OTEL_SERVICE_NAME", "").strip():
+        return True
+    pairs = (kv.partition("=") for kv in e.get(C.ENV_RESOURCE_ATTRIBUTES, "").split(","))
+    return any(k.strip() == C.SERVICE_NAME and v.strip() for k, _, v in pairs)
 
 
 def traceparent(span: Span) -> str:
@@ -165,17 +177,33 @@ class SubmitCluster:
     def traceparent(self) -> str:
         return traceparent(self.span)
 
+    @property
+    def tracestate(self) -> str:
+        """The trace's W3C tracestate (a sampler may set one), "" when none or not passable.
+
+        It goes into the submit file's ``environment`` string unquoted, so a
+        value condor would split or unquote (spaces, quotes) is not passed;
+        one over the W3C bounds (C.is_tracestate) neither.
+        """
+        ts = self.span.get_span_context().trace_state.to_header()
+        if not C.is_tracestate(ts) or any(c in ts for c in " \t'\""):
+            return ""
+        return ts
+
     def submit_env(self) -> list[str]:
         """``VAR=value`` entries for condor_submit's environment (GlideinWMS's exe_env).
 
         The submit file picks the glidein's own traceparent with
-        ``$CHOICE(Process, GWMS_TRACEPARENT_LIST)`` and passes the resource
-        attributes on (docs/tracing.md).
+        ``$CHOICE(Process, GWMS_TRACEPARENT_LIST)``, passes the trace's
+        tracestate (``GLIDEIN_TRACESTATE``, when it has one) next to it and the
+        resource attributes on (docs/tracing.md).
         """
         env = [
             f"{C.ENV_TRACEPARENT_LIST}={','.join(self.traceparents)}",
             f"GLIDEIN_{C.ENV_RESOURCE_ATTRIBUTES}={C.resource_attributes_env(self._resource_attrs)}",
         ]
+        if self.tracestate:
+            env.append(f"{C.ENV_TRACESTATE_CLUSTER}={self.tracestate}")
         if self.token_files is not None:  # a directory name, not a secret: the tokens are files
             env.append(f"{ENV_TOKEN_DIR}={self.token_files}")
         return env

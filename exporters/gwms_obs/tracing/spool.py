@@ -158,6 +158,9 @@ def _span(s: object) -> None:
         code = status.get("code", 0) if isinstance(status, dict) else None
         if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 2:
             raise _Bad("bad_shape", "status")
+    # A tracestate outside the W3C bounds goes, the span stays (as gwms-trace.sh drops it).
+    if s.get("traceState") not in (None, "") and not C.is_tracestate(s["traceState"]):
+        del s["traceState"]
     # Normalize what OTLP/JSON allows either way, so the collector gets one form.
     s["traceId"] = s["traceId"].lower()
     s["spanId"] = s["spanId"].lower()
