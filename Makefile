@@ -161,12 +161,19 @@ jaeger: $(JAEGER)
 	@echo "$(JAEGER)"
 
 # Artifacts for `ansible-playbook deploy.yml` on air-gapped hosts (docs/deploy.md):
-# the exporter's wheelhouse, our collector and Jaeger, each with its sha256.
+# the exporter's wheelhouse, our collector and Jaeger, each with its sha256. The
+# inventories read them from here ({{ playbook_dir }}/../build/artifacts, whatever
+# the inventory's own path); tests/test_readme_deploy.py reads this variable.
+ARTIFACTS_DIR := build/artifacts
 wheelhouse: venv
-	$(BIN)/python -m tools.wheelhouse build/artifacts
+	$(BIN)/python -m tools.wheelhouse $(ARTIFACTS_DIR)
 deploy-artifacts: wheelhouse otelcol jaeger
-	cp $(OTELCOL) build/artifacts/otelcol-gwms && cp $(JAEGER) build/artifacts/jaeger
-	cd build/artifacts && sha256sum otelcol-gwms jaeger *-wheelhouse.tar.gz
+	cp $(OTELCOL) $(ARTIFACTS_DIR)/otelcol-gwms && cp $(JAEGER) $(ARTIFACTS_DIR)/jaeger
+	cd $(ARTIFACTS_DIR) && sha256sum otelcol-gwms jaeger *-wheelhouse.tar.gz
+
+# `make -s print-ARTIFACTS_DIR`: a variable's value, for the tests and scripts.
+print-%:
+	@echo '$($*)'
 
 clean:
 	rm -rf build $(VENV)
