@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 from collections.abc import Iterator
 from functools import partial
@@ -145,6 +146,26 @@ def test_otelcol_validate(otelcol: Path, tmp_path: Path, variant: str) -> None:
     )
     r = tracing_backends.validate(otelcol, cfg)
     assert r.returncode == 0, r.stdout + r.stderr
+    said = [ln for ln in (r.stdout + r.stderr).splitlines() if re.search(r"deprecat|legacy|\bwarn", ln, re.I)]
+    assert not said, said
+
+
+@pytest.mark.live
+def test_collector_starts_without_warnings(otelcol: Path, jaeger: Path, tmp_path: Path) -> None:
+    """No deprecated or legacy configuration: `validate` does not say so, only a running collector does.
+
+    The whole stack runs (Jaeger, Prometheus), so no warning comes from an
+    unreachable backend; the telemetry resource set in the declarative form
+    (service.telemetry.resource.attributes) must still be the collector's.
+    """
+    log = tmp_path / "otelcol.log"
+    with stack(tmp_path, otelcol, jaeger) as (ccfg, _, _):
+        wait_for("the collector's telemetry", lambda: tracing_backends._get(ccfg.telemetry), 30)
+        wait_for("the pipelines' start", lambda: "Everything is ready" in log.read_text(), 30)
+    lines = log.read_text().splitlines()
+    bad = [ln for ln in lines if re.search(r"\t(warn|error)\t|deprecat", ln, re.I)]
+    assert not bad, bad
+    assert any('"service.instance.id": "test"' in ln and '"service.name": "otelcol-gwms"' in ln for ln in lines)
 
 
 @pytest.mark.live
