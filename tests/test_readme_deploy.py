@@ -107,7 +107,15 @@ def _copy_repo(dest: Path) -> Path:
         shutil.copy2(ROOT / name, repo / name)
     (repo / "otel-collector").mkdir()
     shutil.copy2(ROOT / "otel-collector" / "builder-config.yaml", repo / "otel-collector")
-    shutil.copytree(ROOT / "ansible", repo / "ansible", ignore=shutil.ignore_patterns(".ansible", "__pycache__"))
+    skip = shutil.ignore_patterns(".ansible", "__pycache__")
+
+    def ignore(src: str, names: list[str]) -> set[str]:
+        # an operator's own inventory (inventories/mysite) in this work tree is not the README's fresh copy
+        if Path(src) == ROOT / "ansible" / "inventories":
+            return set(skip(src, names)) | {n for n in names if n not in INVENTORIES}
+        return set(skip(src, names))
+
+    shutil.copytree(ROOT / "ansible", repo / "ansible", ignore=ignore)
     return repo
 
 
