@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from gwms_obs import catalogue
 from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.outputs.report import WASTE, Report
 from gwms_obs.pipeline import Ingest, IngestConfig
@@ -93,8 +94,16 @@ def text_of(fig: Figure) -> str:
     return "\n".join([sup, *(ax.get_title(loc) for ax in fig.axes for loc in ("left", "center", "right"))])
 
 
-def test_waste_is_the_four_badput_categories() -> None:
-    assert set(WASTE) == {"validation_failed", "decision_problem", "misconfiguration_badput", "preemption_badput"}
+def test_waste_is_the_dashboards_waste() -> None:
+    """One definition: the plot sorts by what the dashboards rank (catalogue.WASTE)."""
+    assert tuple(c.value for c in catalogue.WASTE) == WASTE
+    assert set(WASTE) == {
+        "validation_failed",
+        "decision_problem",
+        "misconfiguration_badput",
+        "preemption_badput",
+        "overhead",
+    }
 
 
 def test_entries_are_ordered_by_waste_most_at_the_top(accounts: list[PilotAccount]) -> None:

@@ -231,7 +231,7 @@ def cmd_report(a: argparse.Namespace) -> int:
         log.error("cannot write %s: %s", e.filename or a.output or a.plot, e.strerror or e)
         return 1
     if not drawn:
-        log.warning("nothing to plot (no CPU time in range): %s not written", a.plot)
+        log.warning("%s not written: nothing to plot (%s)", a.plot, rep.plot_problem())
     n = ingest.errors.total()
     if n:
         log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .. import catalogue
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Accuracy, Category, Outcome, Resource
 
@@ -19,16 +20,12 @@ if TYPE_CHECKING:
 CSV_HEADER = ("entry", "client", "category", "resource", "seconds")
 CATEGORY_ORDER = [c.value for c in Category]
 
-# The plot's waste: the badput categories (docs/accounting.md). Not goodput,
-# not overhead, and not unknown (time nobody can place: drawn apart, hatched).
-WASTE = (
-    Category.VALIDATION_FAILED.value,
-    Category.DECISION_PROBLEM.value,
-    Category.MISCONFIGURATION_BADPUT.value,
-    Category.PREEMPTION_BADPUT.value,
-)
-# Left to right in a bar: the waste from the axis, then unknown, overhead, goodput.
-PLOT_ORDER = [*WASTE, Category.UNKNOWN.value, Category.OVERHEAD.value, Category.GOODPUT.value]
+# The plot's waste is the dashboards' (catalogue.WASTE): every category but goodput
+# and unknown (time nobody can place: drawn apart, hatched). Overhead is in it: idle
+# provisioned units are what GlideinWMS's own wastemill calls "idle" waste.
+WASTE = tuple(c.value for c in catalogue.WASTE)
+# Left to right in a bar: the waste from the axis (overhead last), then unknown, goodput.
+PLOT_ORDER = [*WASTE, Category.UNKNOWN.value, Category.GOODPUT.value]
 CATEGORY_COLORS = {
     "validation_failed": "#d62728",
     "decision_problem": "#ff7f0e",
@@ -197,9 +194,10 @@ class Report:
         by category, on the right each category's share of the entry's time
         (100 % stacked, so a small entry's trouble is as visible as a big one's).
 
-        *Waste* is the badput: ``validation_failed``, ``decision_problem``,
-        ``misconfiguration_badput`` and ``preemption_badput`` (docs/accounting.md).
-        ``goodput`` and ``overhead`` are not waste. ``unknown`` is not counted as
+        *Waste* is ``catalogue.WASTE``, what the dashboards rank: the badput
+        (``validation_failed``, ``decision_problem``, ``misconfiguration_badput``,
+        ``preemption_badput``) and ``overhead`` (idle provisioned units;
+        docs/accounting.md). ``goodput`` is not waste. ``unknown`` is not counted as
         waste (nobody knows where that time went) but it is not good either: it
         is drawn hatched, right after the waste. Entries are sorted by their
         waste in hours, most wasteful at the top (ties: larger waste share, then
