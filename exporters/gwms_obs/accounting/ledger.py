@@ -134,6 +134,12 @@ class Ledger:
                 k = (status.entry, client, prev[1])
                 self.bottleneck_seconds[k] = self.bottleneck_seconds.get(k, 0.0) + b * dt
                 self.demand_seconds[k] = self.demand_seconds.get(k, 0.0) + d * dt
+        # Counters exist from an entry's first status on, at 0 (Prometheus's "avoid missing
+        # metrics"): increase() and rate() then see their first second, and panels show 0.
+        for client in status.frontends:
+            k = (status.entry, client, site)
+            self.bottleneck_seconds.setdefault(k, 0.0)
+            self.demand_seconds.setdefault(k, 0.0)
         self.entries[status.entry] = (status, site)
 
     # --- checkpoint -------------------------------------------------------------------------
