@@ -20,7 +20,7 @@ import pytest
 
 from dashboards import gen
 from dashboards.gen import lint
-from dashboards.gen.dashboards import GRAFANA_VERSION
+from dashboards.gen.board import GRAFANA_VERSION
 from dashboards.gen.names import DATASOURCE_PROMETHEUS
 from tests.support.servers import free_port, have, prometheus, wait_for
 from tools import docker_engine

@@ -74,7 +74,7 @@ def _hours(m: catalogue.MetricDef, sel: str, by: str) -> str:
 
 def _or_zero(expr: str) -> str:
     # Counters some processes create only at their first event: 0, not "No data", when healthy.
-    return f"({expr}) or vector(0)"
+    return f"({expr}) or on () vector(0)"  # the 0 only when there is no series at all
 
 
 def factory_overview() -> Board:
@@ -968,7 +968,7 @@ def stack_health() -> Board:
                 "{{label}}",
             )
         ],
-        budget=3,
+        budget=len(catalogue.LABEL_CAPS) + 1,  # + the 0 drawn where there was no series
         question="Has the factory outgrown the cardinality budget?",
     )
     b.add(

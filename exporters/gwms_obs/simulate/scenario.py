@@ -8,7 +8,7 @@ pilot's fate from these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 DEFAULT_START = 1_781_000_000  # 2026-06-09T10:13:20Z: fixed so output is reproducible
@@ -240,3 +240,28 @@ def client_of(spec: EntrySpec, log_name: str) -> tuple[str, Client]:
     """The entry's client (key, record) whose client_log_name is ``log_name``."""
     key = next(k for k in spec.clients if CLIENTS[k].log_name == log_name)
     return key, CLIENTS[key]
+
+
+def fleet(n: int, sites_per_entry: int = 5) -> tuple[EntrySpec, ...]:
+    """``n`` entries for scale tests: the default cast repeated, each copy its own entry and CE.
+
+    Entry ``i`` behaves like ``DEFAULT_ENTRIES[i % 7]`` (so every kind of trouble
+    is spread over the fleet), is named after it with ``_{i:03d}``, and shares its
+    site with ``sites_per_entry - 1`` neighbours: 500 entries make 100 sites, the
+    shape of a large production factory.
+    """
+    if n < 1 or sites_per_entry < 1:
+        raise ValueError(f"fleet({n}, {sites_per_entry}): both must be >= 1")
+    out = []
+    for i in range(n):
+        spec = DEFAULT_ENTRIES[i % len(DEFAULT_ENTRIES)]
+        out.append(
+            replace(
+                spec,
+                name=f"{spec.name}_{i:03d}",
+                site=f"FleetSite{i // sites_per_entry:03d}",
+                gatekeeper=f"ce{i:03d}.{spec.gatekeeper}",
+                weight=1.0,
+            )
+        )
+    return tuple(out)
