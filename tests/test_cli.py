@@ -127,3 +127,13 @@ def test_check_config(tmp_path: Path, factory: Path) -> None:
         r = gwms_obs("check-config", str(bad))
         assert r.returncode == 1, text
         assert msg in r.stderr, (text, r.stderr)
+
+
+def test_simulate_a_fleet_of_entries(tmp_path: Path) -> None:
+    """`simulate --entries N`: N entries, five to a site, as the 500-entry dashboard test uses."""
+    out = tmp_path / "fleet"
+    r = gwms_obs("simulate", "--out", str(out), "--pilots", "60", "--entries", "30", "--seed", "2")
+    assert r.returncode == 0, r.stderr
+    assert "60 pilots on 30 entries" in r.stdout and "30 entries on 6 sites" in r.stdout
+    entries = {p.name for p in out.glob("client/*/*/entry_*")}
+    assert len(entries) == 30, entries

@@ -308,11 +308,17 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         from tqdm import tqdm
 
         bar = tqdm(total=a.pilots, unit="pilots", leave=False)
-    summary = simulate(Path(a.out), a.pilots, a.seed, progress=(bar.update if bar else None))
+    from .simulate.scenario import DEFAULT_ENTRIES, fleet
+
+    entries = fleet(a.entries) if a.entries else DEFAULT_ENTRIES
+    summary = simulate(Path(a.out), a.pilots, a.seed, entries=entries, progress=(bar.update if bar else None))
     if bar:
         bar.close()
-    print(f"wrote a simulated factory of {a.pilots} pilots to {a.out}")
-    for line in summary.describe():
+    print(f"wrote a simulated factory of {a.pilots} pilots on {len(entries)} entries to {a.out}")
+    lines = summary.describe()
+    if len(entries) > 20:  # a fleet: the totals, not a line per entry
+        lines = [*lines[:2], f"{len(entries)} entries on {len({e.site for e in entries})} sites"]
+    for line in lines:
         print("  " + line)
     return 0
 
@@ -470,6 +476,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="directory to write the factory into")
     s.add_argument("--pilots", type=_positive_int, default=1000, help="how many pilots (default 1000)")
     s.add_argument("--seed", type=int, default=1, help="random seed: the same seed writes the same tree (default 1)")
+    s.add_argument(
+        "--entries",
+        type=_positive_int,
+        help="a fleet of N entries (5 per site) behaving like the 7 default ones in turn, to see the"
+        " dashboards at a large factory's scale (default: the 7 entries, each its own kind of trouble)",
+    )
     s.set_defaults(func=cmd_simulate)
 
     t = _sub(
