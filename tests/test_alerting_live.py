@@ -13,7 +13,6 @@ operator's runbook base as an external label, and the mail links there.
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.support import alert_scenario as S
 from tests.support.servers import (
     SmtpSink,
     alertmanager,
+    export_command,
     first_scan_done,
     free_port,
     have,
@@ -84,10 +84,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
             )
             prom_cfg = with_external_labels(prom_cfg, {rules.RUNBOOK_BASE_LABEL: RUNBOOKS})
             cmd = [
-                sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(factory),
-                "--listen", f"127.0.0.1:{exp_port}", "--interval", "1", "--settle-seconds", "0",
-                "--lost-after-seconds", "1e9", "--checkpoint", str(work / "checkpoint.json"),
-            ]  # fmt: skip
+                *export_command(factory, exp_port, work / "checkpoint.json", interval=1, settle=0),
+                *("--lost-after-seconds", "1e9"),  # every pilot in the tree is counted from its files
+            ]
             url = f"http://127.0.0.1:{exp_port}/metrics"
             with process(cmd, work / "exporter.log"):
                 wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -23,7 +22,16 @@ from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import fleet
 from tests.support import alert_scenario as S
-from tests.support.servers import first_scan_done, free_port, http_get, process, prom_query, prometheus, wait_for
+from tests.support.servers import (
+    export_command,
+    first_scan_done,
+    free_port,
+    http_get,
+    process,
+    prom_query,
+    prometheus,
+    wait_for,
+)
 from tools.render import render
 
 SITES_PER_ENTRY = 5
@@ -87,10 +95,9 @@ def fleet_stack(work: Path, entries: int, pilots_per_entry: int = 3, seed: int =
         prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
     )
     cmd = [
-        sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(factory),
-        "--listen", f"127.0.0.1:{exp_port}", "--interval", "5", "--settle-seconds", "0",
-        "--lost-after-seconds", "1e9", "--checkpoint", str(work / "checkpoint.json"),
-    ]  # fmt: skip
+        *export_command(factory, exp_port, work / "checkpoint.json", interval=5, settle=0),
+        *("--lost-after-seconds", "1e9"),  # every pilot in the tree is counted from its files
+    ]
     metrics = f"http://127.0.0.1:{exp_port}/metrics"
     with process(cmd, work / "exporter.log"):
         wait_for("the first scan", lambda: first_scan_done(http_get(metrics)), 180)
