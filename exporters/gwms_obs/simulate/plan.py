@@ -79,6 +79,8 @@ class SimPilot:
     condor_killed: bool = False
     stats_format: StatsFormat | None = None
     failed_script: str | None = None
+    slow_script: str | None = None  # the entry's slow validation script (EntrySpec.slow_script) ...
+    slow_factor: float = 1.0  # ... and how many times its usual share of the validation it takes
     has_out: bool = False
     completed_line: bool = False
     jobs: list[SimJob] = field(default_factory=list)
@@ -130,13 +132,21 @@ def _quantize_mem(mb: int) -> int:
     return -(-mb // 128) * 128
 
 
-def script_times(p: SimPilot) -> list[tuple[str, int, int]]:
-    """Per-script (name, start, end) covering the validation phase (up to the failed script)."""
-    assert p.startup is not None and p.validation_end is not None
-    scripts = list(VALIDATION_SCRIPTS)
+def _scripts_run(p: SimPilot) -> list[tuple[str, float]]:
+    """(name, weight) of the validation scripts the pilot ran, up to the failed one; the slow one weighs more."""
+    scripts: list[tuple[str, float]] = list(VALIDATION_SCRIPTS)
     if p.failed_script is not None:
         idx = next(i for i, (n, _) in enumerate(scripts) if n == p.failed_script)
         scripts = scripts[: idx + 1]
+    if p.slow_script is not None:
+        scripts = [(n, w * p.slow_factor if n == p.slow_script else w) for n, w in scripts]
+    return scripts
+
+
+def script_times(p: SimPilot) -> list[tuple[str, int, int]]:
+    """Per-script (name, start, end) covering the validation phase (up to the failed script)."""
+    assert p.startup is not None and p.validation_end is not None
+    scripts = _scripts_run(p)
     t0 = p.startup + 3  # descriptor and signature downloads
     span = p.validation_end - t0
     wsum = sum(w for _, w in scripts)
@@ -210,15 +220,15 @@ class Planner:
             return
         validation = rng.randint(35, 150)
         r = rng.random()
-        if r < spec.validation_failure:
+        if r < self.validation_failure(p, spec):
             p.kind = "validation_failed"
             names = list(SCRIPT_FAILURES)
             p.failed_script = rng.choice(names)
-            p.validation_end = p.startup + validation
+            p.validation_end = p.startup + self.slowed(p, spec, validation)
             p.glidein_end = p.validation_end + VALIDATION_FAIL_SLEEP + rng.randint(1, 6)
             p.exit_code = 1
         else:
-            p.validation_end = p.startup + validation
+            p.validation_end = p.startup + self.slowed(p, spec, validation)
             p.condor_start = p.validation_end + rng.randint(1, 3)
             shapes = (StatsFormat.REAL, StatsFormat.LEGACY, StatsFormat.EMPTY)
             p.stats_format = rng.choices(shapes, weights=spec.stats_shapes)[0]
@@ -242,6 +252,32 @@ class Planner:
             p.glidein_end = p.last_script_end + rng.randint(2, 8)
         p.ended = p.glidein_end + rng.randint(30, 300)  # stage-out + gridmanager poll
         p.end_event = "terminated"
+
+    def validation_failure(self, p: SimPilot, spec: EntrySpec) -> float:
+        """The entry's validation-failure share when the pilot was submitted (``drift`` raises it over the span)."""
+        if not spec.drift:
+            return spec.validation_failure
+        frac = min(1.0, max(0.0, (p.submitted - self.start) / self.span)) if self.span > 0 else 1.0
+        return spec.validation_failure + spec.drift * frac
+
+    @staticmethod
+    def slowed(p: SimPilot, spec: EntrySpec, validation: int) -> int:
+        """The validation time once the entry's slow script (if the pilot ran it) takes its factor.
+
+        ``validation`` is the time drawn for the usual scripts; every other script
+        keeps its usual share (``script_times``), the slow one takes factor x its
+        share, so the phase grows by (factor - 1) x that share. No draws: a tree
+        without a slow script is unchanged.
+        """
+        if not spec.slow_script:
+            return validation
+        p.slow_script, p.slow_factor = spec.slow_script, spec.slow_script_factor
+        scripts = _scripts_run(p)
+        if all(n != p.slow_script for n, _ in scripts):
+            return validation  # failed before reaching it
+        usual = sum(w for n, w in scripts if n != p.slow_script) + dict(VALIDATION_SCRIPTS)[p.slow_script]
+        slow = sum(w for _, w in scripts)
+        return 3 + round((validation - 3) * slow / usual)
 
     def run_jobs(self, p: SimPilot, spec: EntrySpec, until: int, killed: bool) -> None:
         """Fill the pilot's slot with jobs; never oversubscribe cores, memory or GPUs."""

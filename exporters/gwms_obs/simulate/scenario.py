@@ -95,6 +95,34 @@ class EntrySpec:
     py2_ids: bool = False  # completed_jobs id="C.PPP" instead of id="b'C.PPP'"
     memory_hungry: float = 0.05  # share of 1-core jobs asking 6 GB
     idle_jobs: int = 200  # frontend-reported idle user jobs matching the entry
+    # Anomalies (issue 12), all off by default: a tree without them is byte-for-byte what it was.
+    # One validation script (a name of VALIDATION_SCRIPTS) takes ``slow_script_factor`` times its
+    # usual share of the validation time at this entry; the validation phase grows by as much.
+    slow_script: str = ""
+    slow_script_factor: float = 1.0
+    # The validation-failure share rises linearly over the simulated span, from
+    # ``validation_failure`` at its start to ``validation_failure + drift`` at its end.
+    drift: float = 0.0
+    # Share of user jobs that use more than their slot gave them (memory 1.5-3x RequestMemory,
+    # and/or CPU time over 1.5x wall time x RequestCpus), seen in their StartdHistoryLog ads.
+    hog: float = 0.0
+    # No ``leak``: a pilot's own memory over its life is not in any file the factory gets back
+    # (the .err returns job ads with one peak MemoryUsage each, and daemon logs without memory
+    # samples; MonitorSelfResidentSetSize is in the VO collector's startd ad, not in the factory's
+    # logs), so a leaking pilot is not observable from this tree and is not simulated.
+
+    def __post_init__(self) -> None:
+        if self.slow_script and self.slow_script not in dict(VALIDATION_SCRIPTS):
+            raise ValueError(f"{self.name}: slow_script {self.slow_script!r} is not a validation script")
+        if self.slow_script_factor <= 0:
+            raise ValueError(f"{self.name}: slow_script_factor must be > 0")
+        if not (0.0 <= self.hog <= 1.0) or not (0.0 <= self.validation_failure + self.drift <= 1.0):
+            raise ValueError(f"{self.name}: hog and validation_failure + drift must be shares in [0, 1]")
+
+    @property
+    def anomalous(self) -> bool:
+        """Whether the entry carries one of the labelled anomalies (a black hole counts)."""
+        return bool(self.blackhole or self.slow_script or self.drift or self.hog)
 
 
 DEFAULT_ENTRIES: tuple[EntrySpec, ...] = (
@@ -236,25 +264,55 @@ SCRIPT_METRICS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+# The labelled cast (``simulate(..., anomalies=True)`` adds it): one anomaly per entry, each at a
+# site of its own, the rest of the entry healthy. The black hole of DEFAULT_ENTRIES
+# (OSG_US_BLACKHOLE_ce) is labelled too. ``factory.anomaly_labels`` writes what each one is.
+ANOMALY_ENTRIES: tuple[EntrySpec, ...] = (
+    # One slow validation script: CVMFS mounts slowly on every node of the site.
+    EntrySpec(
+        "OSG_US_SLOWCVMFS_ce",
+        "SlowCvmfsSite",
+        "ce.slowcvmfs.example.edu",
+        ("osg", "cms"),
+        slow_script="main/cvmfs_setup.sh",
+        slow_script_factor=6.0,
+    ),
+    # Resource hogs: a third of the jobs use more memory or CPU than their slot gave them.
+    EntrySpec("CMSHTPC_T2_HOG_ce", "HogSite", "ce.hog.example.org", ("cms",), hog=0.3),
+    # A site getting worse over the span: validation failures from 2 % to 62 %.
+    EntrySpec(
+        "Fermilab_DRIFT_ce",
+        "DriftSite",
+        "ce.drift.example.org",
+        ("fermilab", "osg"),
+        validation_failure=0.02,
+        drift=0.6,
+    ),
+)
+
+
 def client_of(spec: EntrySpec, log_name: str) -> tuple[str, Client]:
     """The entry's client (key, record) whose client_log_name is ``log_name``."""
     key = next(k for k in spec.clients if CLIENTS[k].log_name == log_name)
     return key, CLIENTS[key]
 
 
-def fleet(n: int, sites_per_entry: int = 5) -> tuple[EntrySpec, ...]:
+def fleet(n: int, sites_per_entry: int = 5, *, anomalies: bool = False) -> tuple[EntrySpec, ...]:
     """``n`` entries for scale tests: the default cast repeated, each copy its own entry and CE.
 
     Entry ``i`` behaves like ``DEFAULT_ENTRIES[i % 7]`` (so every kind of trouble
     is spread over the fleet), is named after it with ``_{i:03d}``, and shares its
     site with ``sites_per_entry - 1`` neighbours: 500 entries make 100 sites, the
-    shape of a large production factory.
+    shape of a large production factory. With ``anomalies`` the cast repeated is
+    DEFAULT_ENTRIES then ANOMALY_ENTRIES (entry ``i`` is ``cast[i % 10]``), so
+    every tenth entry or so carries each labelled anomaly.
     """
     if n < 1 or sites_per_entry < 1:
         raise ValueError(f"fleet({n}, {sites_per_entry}): both must be >= 1")
+    cast = DEFAULT_ENTRIES + ANOMALY_ENTRIES if anomalies else DEFAULT_ENTRIES
     out = []
     for i in range(n):
-        spec = DEFAULT_ENTRIES[i % len(DEFAULT_ENTRIES)]
+        spec = cast[i % len(cast)]
         out.append(
             replace(
                 spec,
