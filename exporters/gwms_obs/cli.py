@@ -1,4 +1,4 @@
-"""The ``gwms-obs`` command: export, report, inspect, simulate, check-config."""
+"""The ``gwms-obs`` command: export, report, inspect, simulate, traces, analyze, check-config."""
 
 from __future__ import annotations
 
@@ -310,14 +310,17 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         bar = tqdm(total=a.pilots, unit="pilots", leave=False)
     from .simulate.scenario import DEFAULT_ENTRIES, fleet
 
-    entries = fleet(a.entries) if a.entries else DEFAULT_ENTRIES
-    summary = simulate(Path(a.out), a.pilots, a.seed, entries=entries, progress=(bar.update if bar else None))
+    entries = fleet(a.entries, anomalies=a.anomalies) if a.entries else DEFAULT_ENTRIES
+    summary = simulate(
+        Path(a.out), a.pilots, a.seed, entries=entries, anomalies=a.anomalies, progress=(bar.update if bar else None)
+    )
     if bar:
         bar.close()
-    print(f"wrote a simulated factory of {a.pilots} pilots on {len(entries)} entries to {a.out}")
+    print(f"wrote a simulated factory of {a.pilots} pilots on {len(summary.by_entry)} entries to {a.out}")
     lines = summary.describe()
-    if len(entries) > 20:  # a fleet: the totals, not a line per entry
-        lines = [*lines[:2], f"{len(entries)} entries on {len({e.site for e in entries})} sites"]
+    if len(entries) > 20:  # a fleet: the totals, not a line per entry (and the labels' line)
+        sites = f"{len(entries)} entries on {len({e.site for e in entries})} sites"
+        lines = [*lines[:2], sites, *lines[2 + len(summary.by_entry) :]]
     for line in lines:
         print("  " + line)
     return 0
@@ -356,6 +359,71 @@ def cmd_traces(a: argparse.Namespace) -> int:
         Path(a.output).write_text(text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _http_url(s: str) -> str:
+    """An http(s) URL with a host (Jaeger's query base)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(s)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL such as http://127.0.0.1:16686, got {s!r}")
+    return s
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from .analysis import render
+    from .analysis.collect import collect
+    from .analysis.result import analyze
+    from .tracing.jaeger import JaegerError
+
+    problems = dir_problems(a.factory_dir, a.monitor_dir, ("--factory-dir", "--monitor-dir"))
+    for p in problems:
+        log.error("%s", p)
+    if problems or _empty_window(a):
+        return 2
+    if a.plot:
+        try:  # before the scan, not after it
+            import matplotlib  # noqa: F401
+        except ImportError:
+            log.error("--plot needs matplotlib, which is not installed: pip install 'gwms-obs[plot]'")
+            return 2
+    try:
+        data, ingest, res = collect(
+            a.factory_dir,
+            a.monitor_dir,
+            since=a.since,
+            until=a.until,
+            jaeger=a.jaeger,
+            jaeger_limit=a.limit,
+            lost_after_seconds=a.lost_after_seconds,
+            progress=True,
+        )
+    except JaegerError as e:
+        log.error("cannot read Jaeger: %s", e)
+        return 1
+    an = analyze(data)
+    text = {"table": render.to_table, "csv": render.to_csv, "json": render.to_json}[a.format](an)
+    try:
+        if a.output:
+            Path(a.output).write_text(text)
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        drawn = render.plot(an, a.plot) if a.plot else True
+    except BrokenPipeError:
+        raise  # `| head`: main() handles it
+    except OSError as e:
+        log.error("cannot write %s: %s", e.filename or a.output or a.plot, e.strerror or e)
+        return 1
+    if not drawn:
+        log.warning("%s not written: nothing to plot (%s)", a.plot, render.plot_problem(an))
+    n = ingest.errors.total()
+    if n:
+        log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)
+    if res.failed:
+        log.error("incomplete analysis: reading %s failed (see errors above)", ", ".join(sorted(set(res.failed))))
+        return 1
     return 0
 
 
@@ -482,6 +550,13 @@ def parser() -> argparse.ArgumentParser:
         help="a fleet of N entries (5 per site) behaving like the 7 default ones in turn, to see the"
         " dashboards at a large factory's scale (default: the 7 entries, each its own kind of trouble)",
     )
+    s.add_argument(
+        "--anomalies",
+        action="store_true",
+        help="add entries with labelled anomalies (a slow validation script, resource-hog jobs, a site drifting"
+        " worse) and write their labels, black holes included, to <out>/anomalies.json; with --entries,"
+        " every tenth entry or so carries each",
+    )
     s.set_defaults(func=cmd_simulate)
 
     t = _sub(
@@ -507,6 +582,34 @@ def parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--output", "-o", help="write here instead of stdout (required for parquet)")
     t.set_defaults(func=cmd_traces)
+
+    an = _sub(
+        sub,
+        "analyze",
+        "validation time per entry, phase and script from the pilots' spans, outliers, and ranked actions",
+        "gwms-obs analyze --factory-dir /var/log/gwms-factory --jaeger http://127.0.0.1:16686 --plot actions.png",
+    )
+    an.add_argument("--factory-dir", required=True, help="the factory log dir (accounting; spools in .err)")
+    an.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
+    an.add_argument("--jaeger", type=_http_url, help="also read the pilots' spans from this Jaeger query base URL")
+    an.add_argument("--limit", type=_positive_int, default=1000, help="with --jaeger: traces to fetch (default 1000)")
+    an.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
+    an.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
+    an.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table: actions, durations, flagged pilots; csv: one row per entry and phase or script; json: all",
+    )
+    an.add_argument("--output", "-o", help="write here instead of stdout")
+    an.add_argument("--plot", help="also draw the top actions into this PNG (needs gwms-obs[plot])")
+    an.add_argument(
+        "--lost-after-seconds",
+        type=_seconds,
+        default=3600.0,
+        help="a pilot with no .out this long after it ended is lost (default 3600)",
+    )
+    an.set_defaults(func=cmd_analyze)
 
     c = _sub(
         sub,
