@@ -10,14 +10,18 @@ labelled.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import statistics
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.simulate.plan import SimPilot
 from gwms_obs.simulate.scenario import ANOMALY_ENTRIES, DEFAULT_ENTRIES, EntrySpec, fleet
@@ -26,6 +30,7 @@ from gwms_obs.sources.glidein_err import parse_err
 
 SLOW = next(e for e in ANOMALY_ENTRIES if e.slow_script)
 DRIFT = next(e for e in ANOMALY_ENTRIES if e.drift)
+HOG = next(e for e in ANOMALY_ENTRIES if e.hog)
 
 # What simulate(150 pilots, seed 3) and simulate(400, seed 11) wrote before anomalies existed:
 # every file but the .err byte for byte, and the .err with its StartdHistoryLog ads stripped of
@@ -93,9 +98,7 @@ def test_fleet_with_anomalies() -> None:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationSummary]:
     out = tmp_path_factory.mktemp("anomalies")
-    return out, simulate(
-        out, 1400, seed=5, entries=DEFAULT_ENTRIES + ANOMALY_ENTRIES, ground_truth=True, span_hours=168
-    )
+    return out, simulate(out, 1200, seed=5, anomalies=True, ground_truth=True, span_hours=168)
 
 
 def _pilots(s: SimulationSummary) -> list[SimPilot]:
@@ -115,7 +118,7 @@ def test_slow_script_is_slow_in_the_files(tree: tuple[Path, SimulationSummary]) 
     root, s = tree
     durations: dict[tuple[bool, str], list[float]] = defaultdict(list)
     for p in _pilots(s):
-        if not p.has_out:
+        if not p.has_out or p.entry not in (SLOW.name, "CMSHTPC_T2_US_Nebraska_red", "OSG_US_GPU_ce"):
             continue
         err = parse_err(_err_path(root, p).read_bytes(), "x.err", ParseErrors())
         for sc in err.scripts:
@@ -138,9 +141,126 @@ def test_drifting_entry_gets_worse(tree: tuple[Path, SimulationSummary]) -> None
     def halves(entry: str) -> tuple[float, float]:
         ps = sorted((p for p in _pilots(s) if p.entry == entry and p.has_out), key=lambda p: p.submitted)
         h = len(ps) // 2
-        return tuple(sum(p.kind == "validation_failed" for p in part) / len(part) for part in (ps[:h], ps[h:]))  # type: ignore[return-value]
+        early, late = (sum(p.kind == "validation_failed" for p in part) / len(part) for part in (ps[:h], ps[h:]))
+        return early, late
 
     early, late = halves(DRIFT.name)
     assert late - early >= DRIFT.drift / 4 and late > 1.5 * early
     early, late = halves("OSG_US_FAIL_VALIDATION_ce1")
     assert abs(late - early) < 0.2
+
+
+def _ads(err: bytes) -> list[dict[str, str]]:
+    """The StartdHistoryLog ads of a .err, attribute -> raw value."""
+    ads: list[dict[str, str]] = []
+    for sec in iter_sections(err):
+        if sec.name == "StartdHistoryLog" and sec.payload is not None:
+            for chunk in re.split(r"^\*\*\* Offset = .*\n", decode(sec.payload, 1 << 30).decode(), flags=re.M):
+                if chunk.strip():
+                    ads.append(dict(line.split(" = ", 1) for line in chunk.splitlines()))
+    return ads
+
+
+def _overuse(ad: dict[str, str]) -> tuple[bool, bool]:
+    """(memory above RequestMemory, CPU above 1.5 x wall x RequestCpus) as a detector reads the ad."""
+    mem = int(ad["MemoryUsage"]) > int(ad["RequestMemory"])
+    cpu = float(ad["RemoteUserCpu"]) + float(ad["RemoteSysCpu"])
+    return mem, cpu > 1.5 * float(ad["RemoteWallClockTime"]) * int(ad["RequestCpus"])
+
+
+def test_hog_jobs_exceed_their_request_and_the_rest_do_not(tree: tuple[Path, SimulationSummary]) -> None:
+    root, s = tree
+    labels = json.loads((root / "anomalies.json").read_text())
+    hog = next(a for a in labels["anomalies"] if a["kind"] == "resource_hog")
+    labelled = {(j["pilot"], j["global_job_id"]): j for j in hog["jobs"]}
+    seen: dict[str, int] = defaultdict(int)
+    for p in _pilots(s):
+        if not p.has_out or not p.jobs:
+            continue
+        for ad in _ads(_err_path(root, p).read_bytes()):
+            mem, cpu = _overuse(ad)
+            assert int(ad["ResidentSetSize"]) > 0 and float(ad["RemoteUserCpu"]) >= 0
+            assert (int(ad["ResidentSetSize"]) + 1023) // 1024 == int(ad["MemoryUsage"])
+            key = (f"{p.cluster}.{p.proc}", ad["GlobalJobId"].strip('"'))
+            if key in labelled:
+                j = labelled.pop(key)
+                assert (mem, cpu) == (j["memory"], j["cpu"]) and (mem or cpu)
+                if mem:
+                    assert 1.5 <= int(ad["MemoryUsage"]) / int(ad["RequestMemory"]) <= 3.01
+                seen["hog"] += 1
+            else:
+                assert not mem and not cpu, (p.entry, ad)
+                seen["other"] += 1
+            seen[p.entry == HOG.name] += 1
+    assert not labelled  # every labelled job is in the tree
+    # About the share asked for, at the hog entry only (the labelled jobs are all there).
+    assert 0.2 <= seen["hog"] / seen[True] <= 0.4 and seen["other"] > seen["hog"]
+    assert {j["pilot"].split(".")[0] for j in hog["jobs"]} <= {
+        str(p.cluster) for p in _pilots(s) if p.entry == HOG.name
+    }
+
+
+def test_labels_name_exactly_the_anomalies(tree: tuple[Path, SimulationSummary]) -> None:
+    root, s = tree
+    doc = json.loads((root / "anomalies.json").read_text())
+    assert doc["version"] == 1 and doc["seed"] == 5 and doc["snapshot"] == s.snapshot
+    assert (
+        set(doc["kinds"]) == {"black_hole", "slow_script", "resource_hog", "drift"} and "leak" in doc["not_simulated"]
+    )
+    by = {(a["kind"], a["entry"]): a for a in doc["anomalies"]}
+    assert set(by) == {
+        ("black_hole", "OSG_US_BLACKHOLE_ce"),
+        ("slow_script", SLOW.name),
+        ("resource_hog", HOG.name),
+        ("drift", DRIFT.name),
+    }
+    assert s.anomalies == {"black_hole": 1, "slow_script": 1, "resource_hog": 1, "drift": 1}
+    sites = {e.name: e.site for e in (*DEFAULT_ENTRIES, *ANOMALY_ENTRIES)}
+    assert all(a["site"] == sites[a["entry"]] for a in doc["anomalies"])
+    assert by["slow_script", SLOW.name]["params"] == {"script": "main/cvmfs_setup.sh", "factor": 6.0}
+    assert by["drift", DRIFT.name]["params"] == {"validation_failure_start": 0.02, "validation_failure_end": 0.62}
+    assert by["drift", DRIFT.name]["unit"] == "entry" and by["resource_hog", HOG.name]["unit"] == "job"
+    pilots = {f"{p.cluster}.{p.proc}": p for p in _pilots(s)}
+    # Per-pilot labels: exactly the pilots that show the anomaly, each with its files in the tree.
+    black = by["black_hole", "OSG_US_BLACKHOLE_ce"]["pilots"]
+    assert set(black) == {k for k, p in pilots.items() if p.blackhole and p.jobs and p.has_out} and black
+    assert all(pilots[k].entry == "OSG_US_BLACKHOLE_ce" and _err_path(root, pilots[k]).is_file() for k in black)
+    healthy = [p for p in pilots.values() if p.entry == "OSG_US_BLACKHOLE_ce" and p.has_out and not p.blackhole]
+    assert healthy  # negatives at the labelled entry
+    slow = by["slow_script", SLOW.name]["pilots"]
+    assert all(pilots[k].entry == SLOW.name and _err_path(root, pilots[k]).is_file() for k in slow)
+    assert len(slow) == sum(p.entry == SLOW.name and p.has_out for p in pilots.values())
+
+
+def _gwms_obs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gwms_obs.cli", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_cli_anomalies_and_the_report_ignores_the_labels(tmp_path: Path) -> None:
+    """`simulate --anomalies` writes the labels; the exporter reads the tree as if they were not there."""
+    out = tmp_path / "f"
+    r = _gwms_obs("simulate", "--out", str(out), "--pilots", "200", "--seed", "4", "--anomalies")
+    assert r.returncode == 0, r.stderr
+    assert "200 pilots on 10 entries" in r.stdout and "labelled anomalies in anomalies.json" in r.stdout
+    assert (out / "anomalies.json").is_file()
+    report = _gwms_obs("report", "--factory-dir", str(out), "--format", "json")
+    assert report.returncode == 0 and "skipped" not in report.stderr, report.stderr
+    ing = Ingest(IngestConfig(factory_dir=str(out), settle_seconds=0.0))
+    ing.scan()
+    assert ing.errors.total() == 0
+    (out / "anomalies.json").unlink()
+    assert _gwms_obs("report", "--factory-dir", str(out), "--format", "json").stdout == report.stdout
+    entries = {row["entry"] for row in json.loads(report.stdout)["pilots"]}
+    assert {SLOW.name, HOG.name, DRIFT.name, "OSG_US_BLACKHOLE_ce"} <= entries and len(entries) == 10
+
+
+def test_cli_fleet_with_anomalies(tmp_path: Path) -> None:
+    out = tmp_path / "fleet"
+    r = _gwms_obs("simulate", "--out", str(out), "--pilots", "60", "--entries", "30", "--anomalies")
+    assert r.returncode == 0, r.stderr
+    assert "60 pilots on 30 entries" in r.stdout and "30 entries on 6 sites" in r.stdout
+    assert "labelled anomalies in anomalies.json: black_hole 3, slow_script 3, resource_hog 3, drift 3" in r.stdout
+    doc = json.loads((out / "anomalies.json").read_text())
+    assert len(doc["anomalies"]) == 12 and all(a["entry"].endswith(tuple("0123456789")) for a in doc["anomalies"])

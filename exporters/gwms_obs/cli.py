@@ -310,14 +310,17 @@ def cmd_simulate(a: argparse.Namespace) -> int:
         bar = tqdm(total=a.pilots, unit="pilots", leave=False)
     from .simulate.scenario import DEFAULT_ENTRIES, fleet
 
-    entries = fleet(a.entries) if a.entries else DEFAULT_ENTRIES
-    summary = simulate(Path(a.out), a.pilots, a.seed, entries=entries, progress=(bar.update if bar else None))
+    entries = fleet(a.entries, anomalies=a.anomalies) if a.entries else DEFAULT_ENTRIES
+    summary = simulate(
+        Path(a.out), a.pilots, a.seed, entries=entries, anomalies=a.anomalies, progress=(bar.update if bar else None)
+    )
     if bar:
         bar.close()
-    print(f"wrote a simulated factory of {a.pilots} pilots on {len(entries)} entries to {a.out}")
+    print(f"wrote a simulated factory of {a.pilots} pilots on {len(summary.by_entry)} entries to {a.out}")
     lines = summary.describe()
-    if len(entries) > 20:  # a fleet: the totals, not a line per entry
-        lines = [*lines[:2], f"{len(entries)} entries on {len({e.site for e in entries})} sites"]
+    if len(entries) > 20:  # a fleet: the totals, not a line per entry (and the labels' line)
+        sites = f"{len(entries)} entries on {len({e.site for e in entries})} sites"
+        lines = [*lines[:2], sites, *lines[2 + len(summary.by_entry) :]]
     for line in lines:
         print("  " + line)
     return 0
@@ -546,6 +549,13 @@ def parser() -> argparse.ArgumentParser:
         type=_positive_int,
         help="a fleet of N entries (5 per site) behaving like the 7 default ones in turn, to see the"
         " dashboards at a large factory's scale (default: the 7 entries, each its own kind of trouble)",
+    )
+    s.add_argument(
+        "--anomalies",
+        action="store_true",
+        help="add entries with labelled anomalies (a slow validation script, resource-hog jobs, a site drifting"
+        " worse) and write their labels, black holes included, to <out>/anomalies.json; with --entries,"
+        " every tenth entry or so carries each",
     )
     s.set_defaults(func=cmd_simulate)
 

@@ -7,6 +7,7 @@ factory holds (paths and shapes from shared/reference/glideinwms-formats.md):
 * ``.../entry_<e>/condor_activity_<submit YYYYMMDD>_<client_int_name>.log``
 * ``server/entry_<e>/completed_jobs_<YYYYMMDD>.log``
 * ``monitor/entry_<e>/{schedd_status.xml,descript.xml}`` and ``monitor/descript.xml``
+* with ``anomalies=True``, ``anomalies.json``: the labels of the anomalies (``anomalies``)
 
 Everything is UTC and a pure function of ``seed`` and the arguments. The tree
 is a snapshot taken at ``summary.snapshot``: pilots still queued or running
@@ -25,10 +26,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gwms_obs.simulate import anomalies as labelling
+from gwms_obs.simulate import usage
 from gwms_obs.simulate.factory_stats import StarterStats, completed_stats, starter_stats
 from gwms_obs.simulate.formats import iso_local, time_ordered
 from gwms_obs.simulate.plan import Planner, SimPilot
-from gwms_obs.simulate.scenario import CLIENTS, DEFAULT_ENTRIES, DEFAULT_START, GLIDEIN_NAME, EntrySpec
+from gwms_obs.simulate.scenario import (
+    ANOMALY_ENTRIES,
+    CLIENTS,
+    DEFAULT_ENTRIES,
+    DEFAULT_START,
+    GLIDEIN_NAME,
+    EntrySpec,
+)
 from gwms_obs.simulate.write import (
     completed_jobs,
     condor_eventlog,
@@ -58,6 +68,7 @@ class SimulationSummary:
     files: int
     bytes: int
     ground_truth: list[SimPilot] | None = None
+    anomalies: dict[str, int] | None = None  # labels per kind in anomalies.json (not counted in files/bytes)
 
     def describe(self) -> list[str]:
         """Human summary lines (the CLI prints them)."""
@@ -68,6 +79,9 @@ class SimulationSummary:
         ]
         for entry, c in self.by_entry.items():
             lines.append(f"{entry}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+        if self.anomalies is not None:
+            kinds = ", ".join(f"{k} {v}" for k, v in self.anomalies.items())
+            lines.append(f"labelled anomalies in {labelling.FILE}: {kinds or 'none'}")
         return lines
 
 
@@ -110,13 +124,22 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     span_hours: float = 48.0,
     ground_truth: bool = False,
+    anomalies: bool = False,
 ) -> SimulationSummary:
     """Write a factory log tree for ``pilots`` glideins submitted over ``span_hours``.
 
     ``progress`` receives increments (pilots done since the last call), so
     ``tqdm.update`` fits. ``ground_truth=True`` keeps every ``SimPilot`` (with
     its jobs) in the summary; leave it off for big benchmark runs.
+
+    ``anomalies=True`` adds ``scenario.ANOMALY_ENTRIES`` to ``entries`` (unless
+    some of them already carry a slow script, a hog share or a drift, as
+    ``fleet(n, anomalies=True)`` does) and writes ``<out>/anomalies.json``, the
+    labels of every anomalous entry, black holes included (``anomalies``).
+    Leaking pilots are not simulated: nothing the factory gets back shows them.
     """
+    if anomalies and not any(e.slow_script or e.hog or e.drift for e in entries):
+        entries = (*entries, *ANOMALY_ENTRIES)
     t0 = DEFAULT_START if start is None else int(start)
     planner = Planner(seed, t0, int(span_hours * 3600), entries)
     base = Path(out)
@@ -131,6 +154,7 @@ def simulate(
     now = planner.snapshot
     done_since = 0
     kept: list[SimPilot] = []
+    labels = labelling.Labels(entries, seed, t0, t0 + planner.span, now) if anomalies else None
     for spec in entries:
         dirs = EntryDirs(base, spec)
         counts: Counter[str] = Counter()
@@ -141,6 +165,7 @@ def simulate(
         for seq, p in enumerate(by_entry_pilots[spec.name]):
             # The draws of one pilot, in this order: fate, grid job id, node, completed_jobs time.
             planner.plan(p, spec)
+            usage.fill(p, spec, seed)  # its own hash-seeded stream: no draw of the planner's
             client_key = client_keys[p.client]
             client = CLIENTS[client_key]
             assert p.ended is not None
@@ -169,6 +194,8 @@ def simulate(
                     completed[completed_jobs.file_name(logged_at)].append((logged_at, seq, line))
                     p.completed_line = True
                     counts["completed_lines"] += 1
+            if labels is not None:
+                labels.pilot(p, spec)
             counts[p.kind] += 1
             counts["pilots"] += 1
             counts["jobs"] += len(p.jobs)
@@ -193,8 +220,20 @@ def simulate(
         by_entry[spec.name] = counts
     (base / "monitor").mkdir(parents=True, exist_ok=True)
     tree.write(base / "monitor" / descript.FILE, descript.factory_descript(entries, now))
+    if labels is not None:
+        (base / labelling.FILE).write_bytes(labels.render())
     if progress is not None and done_since:
         progress(done_since)
     return SimulationSummary(
-        base, seed, t0, now, len(all_pilots), by_entry, by_kind, tree.files, tree.bytes, kept if ground_truth else None
+        base,
+        seed,
+        t0,
+        now,
+        len(all_pilots),
+        by_entry,
+        by_kind,
+        tree.files,
+        tree.bytes,
+        kept if ground_truth else None,
+        None if labels is None else labels.count(),
     )

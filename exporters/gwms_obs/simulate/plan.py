@@ -28,6 +28,7 @@ from gwms_obs.simulate.scenario import (
     EntrySpec,
     client_of,
 )
+from gwms_obs.simulate.usage import Usage
 
 
 @dataclass(slots=True)
@@ -46,6 +47,7 @@ class SimJob:
     kind: str  # goodZ | goodNZ | badSignal | badOther | preempted
     exit_code: int | None = None
     exit_signal: int | None = None
+    usage: Usage | None = None  # what its ad reports it used (``usage.fill``)
 
 
 @dataclass(slots=True)

@@ -174,6 +174,14 @@ def startd_history(p: SimPilot, client: Client) -> bytes:
             f"GPUsProvisioned = {j.gpus}",
             f"RemoteWallClockTime = {wall}.0",
         ]
+        if j.usage is not None:
+            u = j.usage
+            ad += [
+                f"RemoteUserCpu = {u.user_cpu}.0",
+                f"RemoteSysCpu = {u.sys_cpu}.0",
+                f"ResidentSetSize = {u.resident_kib}",
+                f"MemoryUsage = {u.memory_mb}",
+            ]
         if j.end is None:
             ad.append(f"LastVacateTime = {p.condor_end}")
         elif j.kind == "badOther":
