@@ -75,6 +75,15 @@ def test_everything_else_goes_to_factory_ops(config: Path, labels: tuple[str, ..
     assert route(config, *labels) == "factory-ops"
 
 
+def test_the_shifters_summary_goes_to_the_shifters_once_a_day(config: Path) -> None:
+    assert route(config, "alertname=GwmsSitesNotGreen", "audience=shifters") == "shifters"
+    doc = yaml.safe_load(config.read_text())
+    (r,) = (r for r in doc["route"]["routes"] if r["receiver"] == "shifters")
+    assert r["repeat_interval"] == "24h" and r["group_by"] == ["alertname"]
+    (rcv,) = (x for x in doc["receivers"] if x["name"] == "shifters")
+    assert [c["to"] for c in rcv["email_configs"]] == ["factory-ops@example.org"]  # factory-ops when none are set
+
+
 def test_downtime_markers_mail_nobody(config: Path) -> None:
     assert route(config, "alertname=GwmsEntryInDowntime", "audience=factory", "site=Nebraska") == "silent"
     doc = yaml.safe_load(config.read_text())

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.gen import rules
+from dashboards.gen import health, rules
+from dashboards.gen import names as N
 from tests.support.servers import have
 from tools import ROOT
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.skipif(not have("promtool"), reason="Debian prometheus 
 RULES = ROOT / "dashboards/rules"
 RECORDING = RULES / "gwms-recording.rules.yml"
 TESTS = RULES / "tests/gwms-alerts.test.yml"
+SLOW_TESTS = RULES / "tests/gwms-site-health.test.yml"  # trends: days of history, rules every 10 minutes
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,8 +33,8 @@ def test_promtool_check_rules() -> None:
 
 
 def test_promtool_test_rules() -> None:
-    r = promtool("test", "rules", str(TESTS))
-    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    r = promtool("test", "rules", str(TESTS), str(SLOW_TESTS))
+    assert r.returncode == 0 and r.stdout.count("SUCCESS") == 2, r.stdout + r.stderr
 
 
 def test_every_alert_is_tested_firing_and_quiet() -> None:
@@ -42,7 +44,7 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     for t in doc["tests"]:
         for case in t.get("alert_rule_test", []):
             (firing if case["exp_alerts"] else quiet).add(case["alertname"])
-    names = {a.name for a in rules.alerts()}
+    names = {a.name for a in rules.all_alerts()}
     assert names == firing, names ^ firing
     assert names == quiet, names ^ quiet
 
@@ -66,7 +68,7 @@ def test_every_alert_has_summary_description_with_value_and_runbook() -> None:
         assert label == rules.RUNBOOK_BASE_LABEL and base == rules.RUNBOOK_BASE_URL, r["alert"]
         assert anchor in anchors, f"{r['alert']}: no anchor {anchor} in {rules.RUNBOOK_DOC}"
         assert r["labels"]["severity"] in ("info", "warning", "critical")
-        assert r["labels"]["audience"] in ("site", "factory")
+        assert r["labels"]["audience"] in ("site", "factory", "shifters")
 
 
 def test_runbook_links_are_absolute_and_the_default_is_this_repositorys_doc() -> None:
@@ -86,7 +88,7 @@ def test_runbook_links_are_absolute_and_the_default_is_this_repositorys_doc() ->
 
 
 def _thresholds(text: str) -> list[re.Match[str]]:
-    return list(re.finditer(r"(?<=[>=] )(\d+(?:\.\d+)?)(?=[ \n'\"]|$)", text))
+    return list(re.finditer(r"(?<=[>=] )(\d+(?:\.\d+)?)(?=[ \n'\")]|$)", text))
 
 
 def _only(alert: dict[str, object], tests: dict[str, list[dict[str, object]]]) -> dict[str, object]:
@@ -135,6 +137,73 @@ def test_changing_any_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
         ):
             assert r.returncode == 0, f"{b.name}: {r.stdout}{r.stderr}"
         results = list(pool.map(lambda j: promtool("test", "rules", "t.yml", cwd=j[0]), jobs))
+    survivors = [what for (_, what), r in zip(jobs, results, strict=True) if r.returncode == 0]
+    assert not survivors, f"mutants the unit tests do not catch: {survivors}"
+    assert len(jobs) >= 15
+
+
+def test_every_site_health_reason_is_in_the_runbook() -> None:
+    runbook = (ROOT / rules.RUNBOOK_DOC).read_text()
+    for reason in health.Reason:
+        assert f"| `{reason}` |" in runbook, reason
+    assert {p.reason for p in health.problems()} == set(health.Reason)
+
+
+def test_changing_any_site_health_threshold_breaks_the_unit_tests(tmp_path: Path) -> None:
+    """The same for the site-health problems (recording rules, dashboards/gen/health.py): each
+    threshold 25% more sensitive must fail the promtool tests of that problem's reason."""
+    rec = yaml.safe_load(RECORDING.read_text())
+    docs = [yaml.safe_load(TESTS.read_text()), yaml.safe_load(SLOW_TESTS.read_text())]
+    jobs: list[tuple[Path, str]] = []
+    baselines: list[Path] = []
+    for i, rule in enumerate(rec["groups"][0]["rules"]):
+        if rule["record"] != N.RR_SITE_PROBLEM:
+            continue
+        reason = re.search(r'"reason", "(\w+)"', rule["expr"])
+        assert reason, rule
+        checks = f'reason="{reason.group(1)}"'
+        per_doc = [
+            [
+                {
+                    **g,
+                    "alert_rule_test": [],
+                    "promql_expr_test": [c for c in g["promql_expr_test"] if checks in c["expr"]],
+                }
+                for g in doc["tests"]
+                if any(checks in c["expr"] for c in g.get("promql_expr_test", []))
+            ]
+            for doc in docs
+        ]
+        tests = [
+            {"rule_files": ["rec.yml"], "evaluation_interval": doc["evaluation_interval"], "tests": groups}
+            for doc, groups in zip(docs, per_doc, strict=True)
+            if groups
+        ]
+        assert tests, f"no promtool test checks {checks}"
+
+        def write(d: Path, expr: str) -> Path:
+            d.mkdir()
+            rules_ = [dict(r) for r in rec["groups"][0]["rules"]]
+            rules_[i]["expr"] = expr  # noqa: B023 - written at once
+            (d / "rec.yml").write_text(yaml.safe_dump({"groups": [{"name": "m", "rules": rules_}]}, width=1000))
+            for k, t in enumerate(tests):  # noqa: B023
+                (d / f"t{k}.yml").write_text(yaml.safe_dump(t, width=1000))
+            return d
+
+        baselines.append(write(tmp_path / f"base{i}", rule["expr"]))
+        for m in _thresholds(rule["expr"]):
+            v = float(m.group(1))
+            new = v * 0.75 if v else 1.5
+            d = write(tmp_path / f"m{len(jobs)}", rule["expr"][: m.start()] + f"{new:g}" + rule["expr"][m.end() :])
+            jobs.append((d, f"{reason.group(1)}: threshold {m.group(1)} -> {new:g}"))
+
+    def run(d: Path) -> subprocess.CompletedProcess[str]:
+        return promtool("test", "rules", *sorted(p.name for p in d.glob("t*.yml")), cwd=d)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for b, r in zip(baselines, pool.map(run, baselines), strict=True):
+            assert r.returncode == 0, f"{b.name}: {r.stdout}{r.stderr}"
+        results = list(pool.map(lambda j: run(j[0]), jobs))
     survivors = [what for (_, what), r in zip(jobs, results, strict=True) if r.returncode == 0]
     assert not survivors, f"mutants the unit tests do not catch: {survivors}"
     assert len(jobs) >= 15

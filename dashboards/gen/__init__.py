@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import dashboards, rule_tests, rules
+from . import dashboards, health_tests, rule_tests, rules
 
 RULES = "dashboards/rules"
 README = "dashboards/README.md"
@@ -39,6 +39,7 @@ def render_all() -> dict[str, str]:
         f"{RULES}/tests/gwms-alerts.test.yml": rule_tests.tests_yaml(
             ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"]
         ),
+        f"{RULES}/tests/gwms-site-health.test.yml": health_tests.slow_tests_yaml(["../gwms-recording.rules.yml"]),
     }
     root = Path(__file__).resolve().parents[2]
     files[README] = readme((root / README).read_text())

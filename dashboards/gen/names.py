@@ -31,7 +31,38 @@ RR_PILOTS_RATE = "gwms:pilots:rate5m"
 # Over the site alerts' window (rules.Timing.window): what GwmsEntryBadputHigh and its panel read.
 RR_JOB_SECONDS = "gwms:entry_cpu_job_seconds:increase1h"
 RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate1h"
-RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_JOB_SECONDS, RR_BADPUT_RATIO)
+# Site health (health.py): per-entry ratios, fleet statistics, problems and the status per site.
+RR_JOB_FAILURE_RATIO = "gwms:entry_job_failure_ratio:increase1h"
+RR_VALIDATION_RATIO = "gwms:entry_validation_failure_ratio:increase1h"
+RR_GOODPUT_RATIO = "gwms:entry_cpu_goodput_ratio:increase1d"
+RR_WASTE_RATIO = "gwms:entry_cpu_waste_ratio:increase1h"
+RR_WASTE_MEDIAN = "gwms:fleet_cpu_waste_ratio:median"
+RR_WASTE_MAD = "gwms:fleet_cpu_waste_ratio:mad"
+RR_WASTE_Z = "gwms:entry_cpu_waste_ratio:robust_z"
+RR_PHASE_P95 = "gwms:entry_phase_duration_seconds:p95"
+RR_PHASE_MEDIAN = "gwms:fleet_phase_duration_seconds:p95_median"
+RR_PHASE_MAD = "gwms:fleet_phase_duration_seconds:p95_mad"
+RR_PHASE_Z = "gwms:entry_phase_duration_seconds:p95_robust_z"
+RR_SITE_PROBLEM = "gwms:site_problem"  # {entry, site, reason}: 1 degraded, 2 failing
+RR_SITE_STATUS = "gwms:site_status"  # {site}: 0 ok, 1 degraded, 2 failing
+PHASE_RECORDED = (RR_PHASE_P95, RR_PHASE_MEDIAN, RR_PHASE_MAD, RR_PHASE_Z)
+RECORDING: tuple[str, ...] = (
+    RR_CPU_RATE,
+    RR_GPU_RATE,
+    RR_PILOTS_RATE,
+    RR_JOB_SECONDS,
+    RR_BADPUT_RATIO,
+    RR_JOB_FAILURE_RATIO,
+    RR_VALIDATION_RATIO,
+    RR_GOODPUT_RATIO,
+    RR_WASTE_RATIO,
+    RR_WASTE_MEDIAN,
+    RR_WASTE_MAD,
+    RR_WASTE_Z,
+    *PHASE_RECORDED,
+    RR_SITE_PROBLEM,
+    RR_SITE_STATUS,
+)
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
 # them; their names and labels are defined once, in gwms_obs.catalogue
@@ -39,6 +70,7 @@ RECORDING: tuple[str, ...] = (RR_CPU_RATE, RR_GPU_RATE, RR_PILOTS_RATE, RR_JOB_S
 SPAN_DURATION = catalogue.SPANMETRICS_DURATION  # histogram
 SPAN_CALLS = catalogue.SPANMETRICS_CALLS  # counter
 SPAN_ENTRY = catalogue.SPAN_LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
+SPAN_SITE = catalogue.SPAN_LABEL_SITE
 TRACE_SERVICE = C.SERVICE_PILOT
 
 # OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).
@@ -84,7 +116,7 @@ SERVERS: tuple[str, ...] = (
 # Which process produces a name: the live test expects data from every panel
 # whose names all come from processes it runs (not the collector).
 COLLECTOR_NAMES: frozenset[str] = frozenset(
-    {*OTELCOL, SPAN_CALLS, *(f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count"))}
+    {*OTELCOL, SPAN_CALLS, *(f"{SPAN_DURATION}_{s}" for s in ("bucket", "sum", "count")), *PHASE_RECORDED}
 )
 
 

@@ -44,6 +44,11 @@ class Timing:
     for_site: str = "15m"
     for_held: str = "30m"
     for_stack: str = "5m"
+    # Site health (health.py): the trend's history and horizon, the goodput baseline.
+    trend_range: str = "6h"
+    trend_horizon_seconds: int = 86400
+    baseline_window: str = "1d"
+    baseline_offset: str = "7d"
 
 
 @dataclass(frozen=True)
@@ -252,8 +257,17 @@ def _dump(doc: dict[str, Any]) -> str:
 
 
 def recording_yaml(t: Timing = Timing()) -> str:
-    return _dump({"groups": [{"name": "gwms-recording", "rules": recording_rules(t)}]})
+    from . import health  # health builds on this module's Timing
+
+    return _dump({"groups": [{"name": "gwms-recording", "rules": recording_rules(t) + health.recording_rules(t)}]})
+
+
+def all_alerts(t: Timing = Timing()) -> list[Alert]:
+    """The threshold alerts here and the site-health ones (health.py)."""
+    from . import health
+
+    return alerts(t) + health.alerts(t)
 
 
 def alerts_yaml(t: Timing = Timing()) -> str:
-    return _dump({"groups": [{"name": "gwms-alerts", "rules": [a.rule() for a in alerts(t)]}]})
+    return _dump({"groups": [{"name": "gwms-alerts", "rules": [a.rule() for a in all_alerts(t)]}]})
