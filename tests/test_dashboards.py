@@ -29,6 +29,7 @@ def test_every_board_is_there_with_a_stable_uid_and_version() -> None:
     uids = {b["uid"] for b in BOARDS.values()}
     assert uids == {
         "gwms-factory-overview",
+        "gwms-site-health",
         "gwms-entry-health",
         "gwms-provisioning",
         "gwms-accounting",
@@ -54,7 +55,9 @@ def test_template_variables() -> None:
         assert names[0] == "datasource"
         # Ours preselected by uid, whatever the Grafana's default datasource is.
         assert b["templating"]["list"][0]["current"]["value"] == N.DATASOURCE_PROMETHEUS
-        if b["uid"] not in ("gwms-stack-health", "gwms-pilot-phases"):
+        if b["uid"] == "gwms-site-health":
+            assert names == ["datasource", "entry", "site", "topn"]
+        elif b["uid"] not in ("gwms-stack-health", "gwms-pilot-phases"):
             assert names == ["datasource", "entry", "client", "site", "topn"], b["uid"]
         for v in b["templating"]["list"][1:]:
             if v["name"] == "topn":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from grafana_foundation_sdk.builders import bargauge, common, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import bargauge, common, prometheus, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as D
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import (
@@ -25,6 +25,7 @@ from grafana_foundation_sdk.models.common import (
     LegendDisplayMode,
     LegendPlacement,
     StackingMode,
+    VisibilityMode,
     VizOrientation,
 )
 from grafana_foundation_sdk.models.dashboard import (
@@ -32,6 +33,8 @@ from grafana_foundation_sdk.models.dashboard import (
     DashboardLinkType,
     DataSourceRef,
     GridPos,
+    ValueMap,
+    ValueMappingResult,
     VariableOption,
     VariableRefresh,
     VariableSort,
@@ -78,7 +81,7 @@ class Drill:
 
 @dataclass
 class PanelSpec:
-    kind: str  # timeseries, stat, table, bargauge
+    kind: str  # timeseries, stat, table, bargauge, statetimeline
     title: str
     description: str
     unit: str
@@ -90,6 +93,7 @@ class PanelSpec:
     stacked: bool = False
     percent: bool = False  # stacked to 100 %
     drill: tuple[Drill, ...] = ()
+    states: tuple[tuple[int, str, str], ...] = ()  # value mappings: (value, text, colour)
 
 
 @dataclass
@@ -116,9 +120,10 @@ class Board:
         stacked: bool = False,
         percent: bool = False,
         drill: tuple[Drill, ...] = (),
+        states: tuple[tuple[int, str, str], ...] = (),
     ) -> None:
         self.specs.append(
-            PanelSpec(kind, title, description, unit, targets, budget, question, w, h, stacked, percent, drill)
+            PanelSpec(kind, title, description, unit, targets, budget, question, w, h, stacked, percent, drill, states)
         )
 
     def build(self) -> dict[str, object]:
@@ -214,7 +219,7 @@ def _legend() -> common.VizLegendOptions:
     )
 
 
-Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel
+Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel | statetimeline.Panel
 
 
 def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
@@ -222,6 +227,8 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
     table_rows = spec.kind == "table"
     if spec.kind == "stat":
         p = stat.Panel()
+    elif spec.kind == "statetimeline":
+        p = statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
     elif spec.kind == "table":
         p = table.Panel().sort_by([common.TableSortByFieldState().display_name("Value").desc(True)])
     elif spec.kind == "bargauge":
@@ -239,6 +246,16 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
             ts = ts.stacking(common.StackingConfig().mode(mode)).fill_opacity(60)
         p = ts
     p = p.id(pid).title(spec.title).description(spec.description).datasource(DS).unit(spec.unit).grid_pos(pos)
+    if spec.states:
+        p = p.mappings(
+            [
+                ValueMap(
+                    options={
+                        str(v): ValueMappingResult(text=t, color=c, index=i) for i, (v, t, c) in enumerate(spec.states)
+                    }
+                )
+            ]
+        )
     if spec.drill:
         p = p.data_links([D.DashboardLink(d.title).url(d.url(table_rows)) for d in spec.drill])
     for i, t in enumerate(spec.targets):
