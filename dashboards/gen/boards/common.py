@@ -1,0 +1,66 @@
+"""What every board shares: selectors, units, board uids and the drill-down links between them,
+and the PromQL building blocks (board.ranked and board.at_end rank over the whole range)."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+from gwms_obs.catalogue import Category, Outcome
+
+from .. import health
+from .. import names as N
+from ..board import Drill, at_end
+
+SEL = 'entry=~"$entry",client=~"$client",site=~"$site"'  # POOL-labelled metrics
+SEL_ENTRY = 'entry=~"$entry",site=~"$site"'  # ENTRY-labelled metrics
+WASTE = "|".join(catalogue.WASTE)
+WASTE_SEL = f'{SEL},category=~"{WASTE}"'
+GOODPUT_SEL = f'{SEL},category="{Category.GOODPUT}"'
+VALIDATION_FAILED = f'outcome="{Outcome.VALIDATION_FAILED}"'
+NO_MATCH = f'outcome="{Outcome.NO_MATCH}"'
+# Queue states that together make "idle" (gwms_entry_glideins' help says which).
+IDLE_STATES = 'state=~"wait|pending|stagein|idleother"'
+CPU_UNITS = catalogue.CPU_SECONDS.rate_grafana_unit  # what the CPU recording rule is in
+GPU_UNITS = catalogue.GPU_SECONDS.rate_grafana_unit
+HOURS = "h"
+
+# Boards by uid, for the drill-down links.
+OVERVIEW = "gwms-factory-overview"
+ENTRY_HEALTH = "gwms-entry-health"
+PROVISIONING = "gwms-provisioning"
+ACCOUNTING = "gwms-accounting"
+PHASES = "gwms-pilot-phases"
+STACK = "gwms-stack-health"
+SITE_HEALTH = "gwms-site-health"
+STATES = (
+    (int(health.Status.OK), "ok", "green"),
+    (int(health.Status.DEGRADED), "degraded", "yellow"),
+    (int(health.Status.FAILING), "failing", "red"),
+)
+
+TO_ENTRY = Drill(ENTRY_HEALTH, "Entry health of ${__field.labels.entry}", "entry")
+TO_SITE = Drill(ENTRY_HEALTH, "Entry health of site ${__field.labels.site}", "site")
+TO_PHASES = Drill(PHASES, "Pilot phases of ${__field.labels.entry}", "entry")
+TO_ACCOUNTING = Drill(ACCOUNTING, "Accounting of ${__field.labels.entry}", "entry")
+TO_CLIENT = Drill(ACCOUNTING, "Accounting of frontend ${__field.labels.client}", "client")
+TO_PROVISIONING = Drill(PROVISIONING, "Provisioning of ${__field.labels.entry}", "entry")
+ENTRY_LINKS = (TO_ENTRY, TO_ACCOUNTING, TO_PHASES)
+RUNTIME_SEL = f'job="{N.JOB_EXPORTER}"'
+
+
+def rate(m: catalogue.MetricDef, sel: str = SEL, extra: str = "", suffix: str = "") -> str:
+    inner = f"{sel},{extra}" if extra else sel
+    return f"rate({m.name}{suffix}{{{inner}}}[$__rate_interval])"
+
+
+def over_range(m: catalogue.MetricDef, sel: str, by: str, fn: str = "increase") -> str:
+    """``sum by (by) (fn(m{sel}[$__range] @ end()))``: one value per ``by`` for the whole range."""
+    return f"sum by ({by}) ({fn}({at_end(f'{m.name}{{{sel}}}')}))"
+
+
+def hours(m: catalogue.MetricDef, sel: str, by: str) -> str:
+    return f"sum by ({by}) (increase({m.name}{{{sel}}}[$__range])) / 3600"
+
+
+def or_zero(expr: str) -> str:
+    # Counters some processes create only at their first event: 0, not "No data", when healthy.
+    return f"({expr}) or on () vector(0)"  # the 0 only when there is no series at all

@@ -1,0 +1,268 @@
+"""Per entry and site: queue, validation, unmatched pilots, time to start, efficiency."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+from gwms_obs.catalogue import Category
+
+from .. import names as N
+from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from .common import (
+    ENTRY_HEALTH,
+    ENTRY_LINKS,
+    GOODPUT_SEL,
+    NO_MATCH,
+    PROVISIONING,
+    SEL,
+    SEL_ENTRY,
+    TO_ENTRY,
+    TO_PHASES,
+    TO_SITE,
+    VALIDATION_FAILED,
+    over_range,
+    rate,
+)
+
+
+def entry_health() -> Board:
+    b = Board(
+        ENTRY_HEALTH,
+        "GlideinWMS factory / Entry and site health",
+        "Per entry and site: queue, held, validation failures, unmatched pilots, time to start, efficiency;"
+        " every per-entry panel shows the Top N.",
+        "site admins and operators",
+    )
+    G = catalogue.ENTRY_GLIDEINS.name
+    P = catalogue.PILOTS
+    b.add(
+        "timeseries",
+        "Glideins by entry and state, top $topn entries",
+        "Factory queue of the $topn entries with the most glideins over the range.",
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"sum by (entry, state) ({G}{{{SEL}}})",
+                    over_range(catalogue.ENTRY_GLIDEINS, SEL, "entry", "avg_over_time"),
+                ),
+                "{{entry}} {{state}}",
+            )
+        ],
+        budget=10 * 10,
+        question="Where are the glideins queued, and in what state?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Held glideins, top $topn entries",
+        "Held glideins of the $topn entries with the most held over the range.",
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f'sum by (entry) ({G}{{{SEL},state="held"}})',
+                    over_range(catalogue.ENTRY_GLIDEINS, f'{SEL},state="held"', "entry", "max_over_time"),
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries have held glideins?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Validation failures by site, top $topn",
+        "Pilots per second that failed worker-node validation, per site.",
+        P.rate_grafana_unit,
+        [
+            Target(
+                ranked(
+                    "site",
+                    f"sum by (site) ({rate(P, extra=VALIDATION_FAILED)})",
+                    over_range(P, f"{SEL},{VALIDATION_FAILED}", "site"),
+                ),
+                "{{site}}",
+            )
+        ],
+        budget=10,
+        question="Which sites fail worker-node validation?",
+        drill=(TO_SITE,),
+    )
+    b.add(
+        "timeseries",
+        "Validation failure ratio, top $topn entries",
+        "Validation failures / all completed pilots, the $topn entries with the most failures over the range.",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"sum by (entry) ({rate(P, extra=VALIDATION_FAILED)}) / sum by (entry) ({rate(P)})",
+                    over_range(P, f"{SEL},{VALIDATION_FAILED}", "entry"),
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries' pilots fail validation most often?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "table",
+        "Pilots not matching, by entry and frontend, top $topn",
+        "Pilots completed in the range whose HTCondor started but never got a job, per entry and frontend.",
+        P.grafana_unit,
+        [
+            Target(
+                f"sort_desc(topk(${TOPN}, sum by (entry, site, client)"
+                f" (increase({P.name}{{{SEL},{NO_MATCH}}}[$__range]))))"
+            )
+        ],
+        budget=10,
+        question="Where do pilots start but find no job, and for which frontend?",
+        drill=(
+            Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
+            Drill(PROVISIONING, "Provisioning of ${__data.fields.entry}", "entry"),
+        ),
+    )
+    b.add(
+        "timeseries",
+        "Time to start (validation) p90, slowest $topn entries",
+        "90th percentile of the validation time before HTCondor, the $topn slowest entries over the range.",
+        catalogue.PILOT_VALIDATION.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"histogram_quantile(0.9, sum by (entry, le)"
+                    f" ({rate(catalogue.PILOT_VALIDATION, suffix='_bucket')}))",
+                    f"histogram_quantile(0.9, sum by (entry, le)"
+                    f" (increase({at_end(f'{catalogue.PILOT_VALIDATION.name}_bucket{{{SEL}}}')})))",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Where do pilots take longest to start?",
+        drill=(TO_ENTRY, TO_PHASES),
+    )
+    b.add(
+        "timeseries",
+        "Pilot lifetime p50, shortest-lived $topn entries",
+        "Median wall-clock lifetime of completed pilots, the $topn entries whose pilots die youngest.",
+        catalogue.PILOT_LIFETIME.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"histogram_quantile(0.5, sum by (entry, le) ({rate(catalogue.PILOT_LIFETIME, suffix='_bucket')}))",
+                    f"histogram_quantile(0.5, sum by (entry, le)"
+                    f" (increase({at_end(f'{catalogue.PILOT_LIFETIME.name}_bucket{{{SEL}}}')})))",
+                    "bottomk",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Where are pilots killed early?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Efficiency (goodput share), least efficient $topn entries",
+        "Goodput / all accounted CPU time, the $topn entries with the lowest share over the range.",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f'sum by (entry) ({N.RR_CPU_RATE}{{{SEL},category="{Category.GOODPUT}"}})'
+                    f" / sum by (entry) ({N.RR_CPU_RATE}{{{SEL}}})",
+                    over_range(catalogue.CPU_SECONDS, GOODPUT_SEL, "entry")
+                    + " / "
+                    + over_range(catalogue.CPU_SECONDS, SEL, "entry"),
+                    "bottomk",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries use their pilots least efficiently?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "table",
+        "Entries without a completed pilot for longest, top $topn",
+        "Time since each entry's newest completed pilot ended: an entry that stopped returning pilots.",
+        "s",
+        [
+            Target(
+                f"sort_desc(topk(${TOPN}, time() - max by (entry, site)"
+                f" ({catalogue.PILOT_LAST_COMPLETED.name}{{{SEL}}})))"
+            )
+        ],
+        budget=10,
+        question="Which entries have stopped returning pilots?",
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+    )
+    b.add(
+        "timeseries",
+        "Frontend information age, oldest $topn entries",
+        "Age of the frontend's information about the entry.",
+        catalogue.ENTRY_INFO_AGE.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"max by (entry) ({catalogue.ENTRY_INFO_AGE.name}{{{SEL}}})",
+                    over_range(catalogue.ENTRY_INFO_AGE, SEL, "entry", "max_over_time"),
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Is a frontend no longer talking to an entry?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Status file age, oldest $topn entries",
+        "Time since the factory last wrote the entry's status.",
+        "s",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"time() - max by (entry) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}})",
+                    f"-max by (entry) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}} @ end())",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Has the factory stopped updating an entry?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Entries in downtime",
+        "1 while in downtime: the $topn entries in downtime longest over the range.",
+        catalogue.ENTRY_DOWNTIME.grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"max by (entry) ({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})",
+                    over_range(catalogue.ENTRY_DOWNTIME, SEL_ENTRY, "entry", "avg_over_time"),
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries are in downtime?",
+        drill=ENTRY_LINKS,
+    )
+    return b

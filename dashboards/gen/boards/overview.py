@@ -1,0 +1,145 @@
+"""The factory at a glance (operators)."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+from gwms_obs.catalogue import Category, Outcome
+
+from .. import names as N
+from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from .common import (
+    CPU_UNITS,
+    ENTRY_HEALTH,
+    ENTRY_LINKS,
+    HOURS,
+    NO_MATCH,
+    OVERVIEW,
+    SEL,
+    SEL_ENTRY,
+    TO_SITE,
+    WASTE_SEL,
+    hours,
+)
+
+
+def factory_overview() -> Board:
+    b = Board(
+        OVERVIEW, "GlideinWMS factory / Overview", "The factory at a glance: is every entry working?", "operators"
+    )
+    G = catalogue.ENTRY_GLIDEINS.name
+    cpu = catalogue.CPU_SECONDS.name
+    for title, description, unit, expr, q in (
+        (
+            "Running glideins",
+            "Glideins running now, all selected entries.",
+            catalogue.ENTRY_GLIDEINS.grafana_unit,
+            f'sum({G}{{{SEL},state="running"}})',
+            "How many pilots are running right now?",
+        ),
+        (
+            "Held glideins",
+            "Glideins held in the factory queue now.",
+            catalogue.ENTRY_GLIDEINS.grafana_unit,
+            f'sum({G}{{{SEL},state="held"}})',
+            "Is anything stuck held in the factory queue?",
+        ),
+        (
+            "Entries in downtime",
+            "Entries whose downtime flag is set.",
+            catalogue.ENTRY_DOWNTIME.grafana_unit,
+            f"sum({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})",
+            "How many entries are in downtime?",
+        ),
+        (
+            "CPU units in use",
+            "Canonical CPU units (1 core + 2 GB) of completed pilots, averaged over 5 minutes.",
+            CPU_UNITS,
+            f"sum({N.RR_CPU_RATE}{{{SEL}}})",
+            "How much CPU is the factory delivering?",
+        ),
+        (
+            "Goodput share",
+            "Share of the canonical CPU time of pilots completed in the range that went to user jobs that finished.",
+            "percentunit",
+            f'sum(increase({cpu}{{{SEL},category="{Category.GOODPUT}"}}[$__range]))'
+            f" / sum(increase({cpu}{{{SEL}}}[$__range]))",
+            "What share of what we provisioned did user jobs use?",
+        ),
+        (
+            "Pilots not matching",
+            "Share of the pilots completed in the range whose HTCondor started but never got a job.",
+            "percentunit",
+            f"sum(increase({catalogue.PILOTS.name}{{{SEL},{NO_MATCH}}}[$__range]))"
+            f" / sum(increase({catalogue.PILOTS.name}{{{SEL}}}[$__range]))",
+            "Are pilots starting where no job wants them?",
+        ),
+    ):
+        b.add("stat", title, description, unit, [Target(expr, instant=True)], budget=1, question=q, w=4, h=4)
+    b.add(
+        "timeseries",
+        "Glideins by state",
+        "Factory queue per state, all selected entries.",
+        catalogue.ENTRY_GLIDEINS.grafana_unit,
+        [Target(f"sum by (state) ({G}{{{SEL}}})", "{{state}}")],
+        budget=10,
+        question="How is the factory queue split between idle, running and held?",
+        stacked=True,
+    )
+    b.add(
+        "timeseries",
+        "Pilot outcomes",
+        "Completed pilots per second by outcome.",
+        catalogue.PILOTS.rate_grafana_unit,
+        [Target(f"sum by (outcome) ({N.RR_PILOTS_RATE}{{{SEL}}})", "{{outcome}}")],
+        budget=len(Outcome),
+        question="What becomes of the pilots: jobs, no match, validation failure, lost?",
+        stacked=True,
+    )
+    b.add(
+        "timeseries",
+        "Badput ratio, top $topn entries",
+        "Share of user-job CPU time that was badput over the last hour (what GwmsEntryBadputHigh compares);"
+        " the $topn entries with the highest mean over the range.",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}",
+                    f"max by (entry) (avg_over_time({at_end(f'{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries are failing their users' jobs right now?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "bargauge",
+        "Waste by site, top $topn (canonical CPU hours)",
+        f"Canonical CPU hours of pilots completed in the range that no user job used to completion"
+        f" ({', '.join(catalogue.WASTE)}), by site.",
+        HOURS,
+        [
+            Target(
+                f"sort_desc(topk(${TOPN}, {hours(catalogue.CPU_SECONDS, WASTE_SEL, 'site')}))",
+                "{{site}}",
+            )
+        ],
+        budget=10,
+        question="Which sites waste the most?",
+        drill=(TO_SITE,),
+    )
+    b.add(
+        "table",
+        "Alerts firing",
+        "gwms-obs alerts firing now (Prometheus ALERTS series), one row per alert and entry.",
+        "short",
+        [Target(f'sum by (alertname, entry, site, severity) ({N.ALERTS}{{alertstate="firing"}})')],
+        budget=5000,  # bounded by alerts x entries; a table, not a chart
+        question="What is alerting, and where?",
+        w=24,
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+    )
+    return b

@@ -1,0 +1,98 @@
+"""Pilot phases from the collector's span metrics, with exemplars to traces."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+
+from .. import names as N
+from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from .common import (
+    ACCOUNTING,
+    ENTRY_HEALTH,
+    PHASES,
+)
+
+
+def pilot_phases() -> Board:
+    b = Board(
+        PHASES,
+        "GlideinWMS factory / Pilot phases",
+        "Where pilot startup time goes, from the collector's span metrics; exemplars link to Jaeger traces.",
+        "pilot developers and operators",
+        variables=("entry", TOPN),
+    )
+    sel = f'service_name="{N.TRACE_SERVICE}",{N.SPAN_ENTRY}=~"$entry"'
+    bucket = f"{N.SPAN_DURATION}_bucket"
+    e = N.SPAN_ENTRY
+    phase_links = (
+        Drill(ENTRY_HEALTH, f"Entry health of ${{__field.labels.{e}}}", "entry", e),
+        Drill(ACCOUNTING, f"Accounting of ${{__field.labels.{e}}}", "entry", e),
+    )
+    b.add(
+        "timeseries",
+        "Phase duration p90",
+        "90th percentile per pilot phase; dots are exemplars (open the trace).",
+        "s",
+        [
+            Target(
+                f"histogram_quantile(0.9, sum by (span_name, le) (rate({bucket}{{{sel}}}[$__rate_interval])))",
+                "{{span_name}}",
+                exemplar=True,
+            )
+        ],
+        budget=40,  # span names: the glidein's phases and validation scripts (tracing.conventions)
+        question="Which phase of a pilot's startup takes the time?",
+        w=24,
+    )
+    b.add(
+        "timeseries",
+        "Phase duration p50, slowest $topn entries",
+        "Median per phase and entry, the $topn entries whose phases took longest over the range.",
+        "s",
+        [
+            Target(
+                ranked(
+                    e,
+                    f"histogram_quantile(0.5, sum by ({e}, span_name, le) (rate({bucket}{{{sel}}}[$__rate_interval])))",
+                    f"max by ({e}) (histogram_quantile(0.5, sum by ({e}, span_name, le)"
+                    f" (increase({at_end(f'{bucket}{{{sel}}}')}))))",
+                ),
+                f"{{{{{e}}}}} {{{{span_name}}}}",
+                exemplar=True,
+            )
+        ],
+        budget=10 * 40,
+        question="At which entries are the phases slow?",
+        drill=phase_links,
+    )
+    b.add(
+        "timeseries",
+        "Phases per second",
+        "Spans per second by phase and status.",
+        catalogue.PILOTS.rate_grafana_unit,
+        [
+            Target(
+                f"sum by (span_name, status_code) (rate({N.SPAN_CALLS}{{{sel}}}[$__rate_interval]))",
+                "{{span_name}} {{status_code}}",
+            )
+        ],
+        budget=40 * 3,
+        question="How many phases run, and how many fail?",
+    )
+    b.add(
+        "table",
+        "Slowest phases (p99 over the range), top $topn",
+        "The slowest (entry, phase) pairs; the exemplars in the panels above link to the slowest pilots' traces.",
+        "s",
+        [
+            Target(
+                f"sort_desc(topk(${TOPN}, histogram_quantile(0.99, sum by ({e}, span_name, le)"
+                f" (increase({bucket}{{{sel}}}[$__range])))))"
+            )
+        ],
+        budget=10,
+        question="Which (entry, phase) pairs are the slowest?",
+        w=24,
+        drill=(Drill(ENTRY_HEALTH, f"Entry health of ${{__data.fields.{e}}}", "entry", e),),
+    )
+    return b

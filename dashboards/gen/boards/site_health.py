@@ -1,0 +1,186 @@
+"""The red light per site (rules in dashboards/gen/health.py)."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+
+from .. import health
+from .. import names as N
+from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from .common import (
+    ACCOUNTING,
+    ENTRY_HEALTH,
+    ENTRY_LINKS,
+    HOURS,
+    SEL_ENTRY,
+    SITE_HEALTH,
+    STATES,
+    TO_SITE,
+    WASTE_SEL,
+    hours,
+)
+
+
+def site_health() -> Board:
+    b = Board(
+        SITE_HEALTH,
+        "GlideinWMS factory / Site health",
+        "The red light per site: ok, degraded or failing, why, and what is at stake"
+        " (gwms:site_status and gwms:site_problem, dashboards/gen/health.py; reasons in docs/runbooks.md).",
+        "shifters and site admins",
+        variables=("entry", "site", TOPN),
+    )
+    st, pr = N.RR_SITE_STATUS, N.RR_SITE_PROBLEM
+    site_sel = 'site=~"$site"'
+    for title, expr, q in (
+        ("Sites failing", f"count({st}{{{site_sel}}} == 2) or on () vector(0)", "How many sites are failing?"),
+        ("Sites degraded", f"count({st}{{{site_sel}}} == 1) or on () vector(0)", "How many sites are degraded?"),
+        ("Sites ok", f"count({st}{{{site_sel}}} == 0) or on () vector(0)", "How many sites are green?"),
+    ):
+        b.add("stat", title, "Sites with this status now.", "short", [Target(expr, instant=True)], budget=1,
+              question=q, w=8, h=4)  # fmt: skip
+    b.add(
+        "statetimeline",
+        "Status of every site",
+        "0 ok, 1 degraded, 2 failing: the worst problem of the site's entries.",
+        "short",
+        [Target(f"max by (site) ({st}{{{site_sel}}})", "{{site}}")],
+        budget=100,  # every site: 500 entries are 100 sites
+        question="Which sites are failing or degraded, and since when?",
+        w=24,
+        h=16,
+        states=STATES,
+        drill=(TO_SITE,),
+    )
+    b.add(
+        "table",
+        "Problems now",
+        "Each entry's problems with their reason (docs/runbooks.md#site-health) and status (1 degraded, 2 failing).",
+        "short",
+        [Target(f"sort_desc({pr}{{{site_sel}}})")],
+        budget=500 * len(health.Reason),
+        question="What is wrong at each site that is not green, and at which entry?",
+        w=24,
+        drill=(
+            Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
+            Drill(ACCOUNTING, "Accounting of ${__data.fields.entry}", "entry"),
+        ),
+    )
+    CPU = catalogue.CPU_SECONDS
+    b.add(
+        "bargauge",
+        "Hours at stake at sites not green, top $topn (canonical CPU hours of waste)",
+        "Waste of pilots completed in the range at each site that is degraded or failing now.",
+        HOURS,
+        [
+            Target(
+                f"sort_desc(topk(${TOPN}, {hours(CPU, f'{WASTE_SEL},{site_sel}', 'site')} and on (site) ({st} > 0)))",
+                "{{site}}",
+            )
+        ],
+        budget=10,
+        question="How many core-hours are at stake at the sites that are not green?",
+        drill=(TO_SITE,),
+    )
+    b.add(
+        "timeseries",
+        "Problems by reason",
+        "Entries with each problem over time.",
+        "short",
+        [Target(f"count by (reason) ({pr}{{{site_sel}}})", "{{reason}}")],
+        budget=len(health.Reason),
+        question="Which problems are most common, and are they growing?",
+        stacked=True,
+    )
+    b.add(
+        "timeseries",
+        "Job failure ratio, top $topn entries (black holes)",
+        "User jobs failing for reasons not the user's / all jobs, over the last hour.",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"{N.RR_JOB_FAILURE_RATIO}{{{SEL_ENTRY}}}",
+                    f"max by (entry) (max_over_time({at_end(f'{N.RR_JOB_FAILURE_RATIO}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Is an entry a black hole, eating jobs and failing them?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Validation failure share and its trend, top $topn entries",
+        "The share over the last hour, and where its 6-hour trend puts it a day ahead.",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}",
+                    f"max by (entry) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}}",
+            ),
+            Target(
+                ranked(
+                    "entry",
+                    f"predict_linear({N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}[6h], 86400)",
+                    f"max by (entry) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}} a day ahead",
+            ),
+        ],
+        budget=2 * 10,
+        question="Is a site getting worse at validating nodes?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Waste share robust z against the fleet, top $topn entries",
+        "(waste share - fleet median) / (1.4826 x MAD): above 3.5 an entry stands out from the fleet.",
+        "short",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"{N.RR_WASTE_Z}{{{SEL_ENTRY}}}",
+                    f"max by (entry) (max_over_time({at_end(f'{N.RR_WASTE_Z}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}}",
+            )
+        ],
+        budget=10,
+        question="Which entries waste far more than the rest of the fleet?",
+        drill=ENTRY_LINKS,
+    )
+    bucket = f"{N.SPAN_DURATION}_bucket"
+    sel = f'service_name="{N.TRACE_SERVICE}",{N.SPAN_SITE}=~"$site"'
+    e = N.SPAN_ENTRY
+    b.add(
+        "timeseries",
+        "Phase p95 at the selected sites, slowest $topn entries",
+        "95th percentile per entry and phase from the pilots' spans; dots are exemplars: open an example"
+        " pilot's trace in Jaeger.",
+        "s",
+        [
+            Target(
+                ranked(
+                    e,
+                    f"histogram_quantile(0.95, sum by ({e}, span_name, le)"
+                    f" (rate({bucket}{{{sel}}}[$__rate_interval])))",
+                    f"max by ({e}) ({N.RR_PHASE_Z})",
+                ),
+                f"{{{{{e}}}}} {{{{span_name}}}}",
+                exemplar=True,
+            )
+        ],
+        budget=10 * 40,
+        question="Which phases are slow at a site, and which pilots show it?",
+        w=24,
+        drill=(Drill(ENTRY_HEALTH, f"Entry health of ${{__field.labels.{e}}}", "entry", e),),
+    )
+    return b

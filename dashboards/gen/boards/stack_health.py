@@ -1,0 +1,266 @@
+"""The monitoring stack's own health."""
+
+from __future__ import annotations
+
+from gwms_obs import catalogue
+
+from .. import names as N
+from ..board import Board, Target
+from .common import (
+    RUNTIME_SEL,
+    STACK,
+    or_zero,
+)
+
+
+def stack_health() -> Board:
+    b = Board(
+        STACK,
+        "GlideinWMS factory / Monitoring stack health",
+        "Is the monitoring itself working: exporter, collector, Prometheus, Alertmanager.",
+        "whoever runs gwms-obs",
+        variables=(),
+    )
+    b.add(
+        "stat",
+        "Targets up",
+        "Scrape targets up, by job.",
+        "short",
+        [Target("sum by (job) (up)", "{{job}}", instant=True)],
+        budget=10,
+        question="Is every part of the stack being scraped?",
+        w=16,
+        h=4,
+    )
+    b.add(
+        "table",
+        "Exporter build",
+        "Which gwms-obs version runs where, on which Python.",
+        "short",
+        [Target(f"max by (instance, version, python_version) ({catalogue.BUILD_INFO.name})")],
+        budget=10,
+        question="Which gwms-obs version is running?",
+        w=8,
+        h=4,
+    )
+    b.add(
+        "timeseries",
+        "Exporter lag",
+        "Age of the oldest input not yet accounted.",
+        catalogue.LAG.grafana_unit,
+        [Target(f"max by (instance, source) ({catalogue.LAG.name})", "{{instance}} {{source}}")],
+        budget=10,
+        question="Is the exporter keeping up with the factory?",
+    )
+    b.add(
+        "timeseries",
+        "Time since the last scan",
+        "Seconds since the exporter's last scan of the factory tree ended.",
+        "s",
+        [Target(f"time() - max by (instance) ({catalogue.LAST_SCAN.name})", "{{instance}}")],
+        budget=5,
+        question="Is the exporter still scanning?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter parse errors",
+        "Inputs skipped as unreadable per second (0 when none).",
+        catalogue.PARSE_ERRORS.rate_grafana_unit,
+        [
+            Target(
+                or_zero(f"sum by (source, reason) (rate({catalogue.PARSE_ERRORS.name}[$__rate_interval]))"),
+                "{{source}} {{reason}}",
+            )
+        ],
+        budget=50,
+        question="Is the exporter rejecting input, and why?",
+    )
+    b.add(
+        "timeseries",
+        "Labels over the cardinality budget",
+        "Pilots and entry updates pooled under _overflow because their label was over budget, per second.",
+        catalogue.LABEL_OVERFLOW.rate_grafana_unit,
+        [
+            Target(
+                or_zero(f"sum by (label) (rate({catalogue.LABEL_OVERFLOW.name}[$__rate_interval]))"),
+                "{{label}}",
+            )
+        ],
+        budget=len(catalogue.LABEL_CAPS) + 1,  # + the 0 drawn where there was no series
+        question="Has the factory outgrown the cardinality budget?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter scan duration",
+        "How long the last scan took.",
+        catalogue.SCAN_DURATION.grafana_unit,
+        [Target(f"max by (instance) ({catalogue.SCAN_DURATION.name})", "{{instance}}")],
+        budget=5,
+        question="How long does a scan take?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter read rate",
+        "Bytes read per second by source.",
+        catalogue.BYTES_READ.rate_grafana_unit,
+        [Target(f"sum by (source) (rate({catalogue.BYTES_READ.name}[$__rate_interval]))", "{{source}}")],
+        budget=len(catalogue.Source),
+        question="How much does the exporter read?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter records read",
+        "Records read per second by source.",
+        catalogue.RECORDS.rate_grafana_unit,
+        [Target(f"sum by (source) (rate({catalogue.RECORDS.name}[$__rate_interval]))", "{{source}}")],
+        budget=len(catalogue.Source),
+        question="How many records does the exporter process?",
+    )
+    b.add(
+        "timeseries",
+        "Files followed",
+        "Files the exporter follows, by source.",
+        catalogue.FILES_TRACKED.grafana_unit,
+        [Target(f"sum by (source) ({catalogue.FILES_TRACKED.name})", "{{source}}")],
+        budget=len(catalogue.Source),
+        question="How many files does the exporter follow?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter CPU",
+        "CPU seconds per second of the exporter process: 100 % is one core busy (its unit's CPUQuota bounds it).",
+        "percentunit",
+        [
+            Target(
+                f"sum by (instance) (rate({catalogue.PROCESS_CPU_SECONDS}{{{RUNTIME_SEL}}}[$__rate_interval]))",
+                "{{instance}}",
+            )
+        ],
+        budget=5,
+        question="What does the exporter cost the factory host in CPU?",
+    )
+    b.add(
+        "timeseries",
+        "Exporter resident memory",
+        "Resident memory of the exporter process (its unit's MemoryMax bounds it).",
+        "bytes",
+        [Target(f"max by (instance) ({catalogue.PROCESS_RESIDENT_MEMORY}{{{RUNTIME_SEL}}})", "{{instance}}")],
+        budget=5,
+        question="What does the exporter cost the factory host in memory?",
+    )
+    b.add(
+        "timeseries",
+        "Pilot span spools",
+        "Span spools returned in pilots' stderr, by what the forwarder did, per second (0 when none).",
+        catalogue.TRACE_SPOOLS.rate_grafana_unit,
+        [
+            Target(
+                or_zero(f"sum by (result) (rate({catalogue.TRACE_SPOOLS.name}[$__rate_interval]))"),
+                "{{result}}",
+            ),
+        ],
+        budget=5,
+        question="Do the spans of pilots without network reach the collector?",
+    )
+    b.add(
+        "timeseries",
+        "Spool spans and requests",
+        "Spans of the spools by result, and the forwarder's OTLP requests by result, per second (0 when none).",
+        catalogue.TRACE_SPANS.rate_grafana_unit,
+        [
+            Target(
+                or_zero(f"sum by (result) (rate({catalogue.TRACE_SPANS.name}[$__rate_interval]))"),
+                "spans {{result}}",
+            ),
+            Target(
+                or_zero(f"sum by (result) (rate({catalogue.TRACE_REQUESTS.name}[$__rate_interval]))"),
+                "requests {{result}}",
+            ),
+        ],
+        budget=10,
+        question="Is the spool forwarder failing to send?",
+    )
+    b.add(
+        "timeseries",
+        "Collector spans in/out",
+        "Spans accepted and exported per second.",
+        "cps",
+        [
+            Target(f"sum(rate({N.OTELCOL_RECEIVER_ACCEPTED}[$__rate_interval]))", "accepted"),
+            Target(f"sum(rate({N.OTELCOL_EXPORTER_SENT}[$__rate_interval]))", "sent"),
+        ],
+        budget=2,
+        question="Are traces flowing through the collector?",
+    )
+    b.add(
+        "timeseries",
+        "Collector drops",
+        "Spans refused, failed or not enqueued per second (0 when none).",
+        "cps",
+        [
+            Target(or_zero(f"sum(rate({N.OTELCOL_RECEIVER_REFUSED}[$__rate_interval]))"), "refused"),
+            Target(or_zero(f"sum(rate({N.OTELCOL_EXPORTER_FAILED}[$__rate_interval]))"), "send failed"),
+            Target(or_zero(f"sum(rate({N.OTELCOL_EXPORTER_ENQUEUE_FAILED}[$__rate_interval]))"), "enqueue failed"),
+        ],
+        budget=3,
+        question="Is the collector losing spans?",
+    )
+    b.add(
+        "timeseries",
+        "Collector queue fill",
+        "Export queue size / capacity.",
+        "percentunit",
+        [
+            Target(
+                f"max by (instance, exporter) ({N.OTELCOL_QUEUE_SIZE} / {N.OTELCOL_QUEUE_CAPACITY})",
+                "{{instance}} {{exporter}}",
+            )
+        ],
+        budget=10,
+        question="Is the collector's queue to Jaeger filling?",
+    )
+    b.add(
+        "timeseries",
+        "Prometheus rule failures and dropped notifications",
+        "Per second (0 when none).",
+        "cps",
+        [
+            Target(f"sum(rate({N.PROM_RULE_EVAL_FAILURES}[$__rate_interval]))", "rule evaluation failures"),
+            Target(f"sum(rate({N.PROM_NOTIFICATIONS_DROPPED}[$__rate_interval]))", "notifications dropped"),
+        ],
+        budget=2,
+        question="Do the rules evaluate and the alerts leave Prometheus?",
+    )
+    b.add(
+        "timeseries",
+        "Prometheus head series",
+        "Series in memory.",
+        "short",
+        [Target(f"max by (instance) ({N.PROM_HEAD_SERIES})", "{{instance}}")],
+        budget=5,
+        question="How many series does Prometheus hold?",
+    )
+    b.add(
+        "timeseries",
+        "Alertmanager notifications",
+        "Notifications sent and failed per second, by integration.",
+        "cps",
+        [
+            Target(f"sum by (integration) (rate({N.AM_NOTIFICATIONS}[$__rate_interval]))", "{{integration}} sent"),
+            Target(
+                f"sum by (integration) (rate({N.AM_NOTIFICATIONS_FAILED}[$__rate_interval]))", "{{integration}} failed"
+            ),
+        ],
+        budget=40,
+        question="Do alert mails go out?",
+    )
+    b.add(
+        "timeseries",
+        "Alertmanager alerts",
+        "Alerts held by Alertmanager, by state.",
+        "short",
+        [Target(f"sum by (state) ({N.AM_ALERTS})", "{{state}}")],
+        budget=5,
+        question="How many alerts does Alertmanager hold?",
+    )
+    return b
