@@ -70,6 +70,14 @@ class Resource(enum.StrEnum):
     GPU = "gpu"  # canonical unit: 1 GPU
 
 
+class Overused(enum.StrEnum):
+    """What a user job used more of than its slot gave it (the ``resource`` label of the
+    overuse counters; accounting/overuse.py)."""
+
+    MEMORY = "memory"  # peak MemoryUsage over the slot's memory
+    CPU = "cpu"  # user + system CPU over 1.25 x wall x the slot's cores
+
+
 CANONICAL_MB_PER_CORE = 2048
 
 # Label sets, named once.
@@ -141,6 +149,24 @@ USER_JOBS = MetricDef(
     "counter",
     "User jobs that ran in completed pilots, by the category their time went to.",
     (*POOL, "category"),
+)
+USER_JOBS_OVERUSING = MetricDef(
+    "gwms_user_jobs_overusing_total",
+    "counter",
+    "User jobs that used more than their slot gave them, by resource: memory (peak MemoryUsage over the"
+    " slot's memory), cpu (user + system CPU over 1.25 x wall x the slot's cores). Exists, at 0, for"
+    " the resources the jobs' ads report.",
+    (*POOL, "resource"),
+)
+USER_JOB_OVERUSE_SECONDS = MetricDef(
+    "gwms_user_job_overuse_seconds_total",
+    "counter",
+    "Canonical unit-seconds (1 core + 2 GB) overusing jobs took beyond their slot, by resource:"
+    " CPU seconds over wall x cores; peak memory over the slot's, per 2 GB, x wall.",
+    (*POOL, "resource"),
+    "seconds",
+    "s",
+    rate_unit="suffix: CPU units",
 )
 PILOT_LIFETIME = MetricDef(
     "gwms_pilot_lifetime_seconds",

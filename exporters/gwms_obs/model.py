@@ -89,6 +89,9 @@ class Job:
     exit_signal: int | None = None
     job_status: int | None = None  # HTCondor JobStatus in the ad
     global_job_id: str | None = None
+    # What the job used, from its ad (None: not in the ad, or refused as a parse error):
+    memory_usage_mb: int | None = None  # peak MemoryUsage (MiB), else ResidentSetSize / 1024
+    cpu_seconds: float | None = None  # RemoteUserCpu + RemoteSysCpu
 
 
 @dataclass(slots=True)

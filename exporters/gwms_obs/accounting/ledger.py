@@ -86,6 +86,8 @@ class Ledger:
     gpu: dict[Labels, float] = field(default_factory=dict)
     pilots: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site, outcome)
     user_jobs: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site, category)
+    overusing: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site, resource)
+    overuse_seconds: dict[Labels, float] = field(default_factory=dict)  # (entry, client, site, resource)
     lifetime: dict[Labels, Histogram] = field(default_factory=dict)  # (entry, client, site)
     validation: dict[Labels, Histogram] = field(default_factory=dict)
     last_completed: dict[Labels, float] = field(default_factory=dict)
@@ -109,6 +111,11 @@ class Ledger:
         for cat, n in a.partition.jobs.items():
             kj = (*pool, cat.value)
             self.user_jobs[kj] = self.user_jobs.get(kj, 0) + n
+        # At 0 from the first measured job on, as the entry counters: increase() sees the first hog.
+        for res, o in a.overuse.items():
+            kr = (*pool, res.value)
+            self.overusing[kr] = self.overusing.get(kr, 0) + o.jobs
+            self.overuse_seconds[kr] = self.overuse_seconds.get(kr, 0.0) + o.seconds
         self.lifetime.setdefault(pool, Histogram.empty(catalogue.PILOT_LIFETIME.buckets)).observe(a.lifetime)
         if a.validation_duration is not None:
             self.validation.setdefault(pool, Histogram.empty(catalogue.PILOT_VALIDATION.buckets)).observe(
@@ -155,6 +162,8 @@ class Ledger:
             "gpu": rows(self.gpu),
             "pilots": rows(self.pilots),
             "user_jobs": rows(self.user_jobs),
+            "overusing": rows(self.overusing),
+            "overuse_seconds": rows(self.overuse_seconds),
             "lifetime": hrows(self.lifetime),
             "validation": hrows(self.validation),
             "last_completed": rows(self.last_completed),
@@ -179,6 +188,7 @@ class Ledger:
 
         led.cpu, led.gpu = load("cpu", 5), load("gpu", 5)
         led.pilots, led.user_jobs = load("pilots", 4), load("user_jobs", 4)
+        led.overusing, led.overuse_seconds = load("overusing", 4), load("overuse_seconds", 4)
         led.last_completed = load("last_completed", 3)
         led.bottleneck_seconds, led.demand_seconds = load("bottleneck_seconds", 3), load("demand_seconds", 3)
         led.lifetime = hload("lifetime", catalogue.PILOT_LIFETIME.buckets)

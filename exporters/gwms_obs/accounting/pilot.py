@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..catalogue import Accuracy, Category, Outcome
+from ..catalogue import Accuracy, Category, Outcome, Overused
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
+from .overuse import Overuse, overuse
 from .partition import (
     DEFAULT_RULES,
     JobTotals,
@@ -79,6 +80,8 @@ class PilotAccount:
     activations_claims: int | None = None
     jobs: int = 0
     warnings: list[str] = field(default_factory=list)
+    # Jobs over their slot, per resource the jobs' ads measured (accounting/overuse.py).
+    overuse: dict[Overused, Overuse] = field(default_factory=dict)
 
     @property
     def lifetime(self) -> float:
@@ -193,6 +196,7 @@ def from_glidein(
     else:
         part = partition_from_totals(u, stats_totals(out, cpus), Accuracy.STATS, out.activations_claims)
     njobs = sum(part.jobs.values()) if err is None or err.jobs is None else len(err.jobs)
+    hogs = overuse(err.jobs, condor_end) if out.condor_started and err is not None and err.jobs else {}
     return PilotAccount(
         entry=out.entry or entry or UNKNOWN_LABEL,
         client=out.client or client or UNKNOWN_LABEL,
@@ -216,6 +220,7 @@ def from_glidein(
         activations_claims=out.activations_claims,
         jobs=njobs,
         warnings=warnings,
+        overuse=hogs,
     )
 
 

@@ -60,6 +60,9 @@ class Bounds:
     earliest: float
     latest: float  # no time reported may be later (the factory's clock plus skew)
     min_job_seconds: float = 1.0
+    # The most cores a job may keep busy: not the pilot's (a job can overuse its slot,
+    # which is what gwms_user_jobs_overusing_total counts), the global bound.
+    node_cpus: int = 1024
 
     def max_jobs(self, cpus: int | None = None) -> int:
         n = cpus or self.cpus
@@ -96,6 +99,7 @@ def bounds(d: EntryDefaults | None, limits: Limits, now: float) -> Bounds:
         earliest=limits.earliest,
         latest=now + limits.clock_skew,
         min_job_seconds=limits.min_job_seconds,
+        node_cpus=max(cpus, limits.max_cpus),
     )
 
 
@@ -167,7 +171,28 @@ def check_glidein(out: GlideinOut, err: GlideinErr | None, b: Bounds) -> Verdict
             # One forged ad makes the job history untrustworthy; the Stats block stands in.
             v.problems.append(f"job time {bad.start}..{bad.end} outside [{b.earliest:.0f}, {b.latest:.0f}]")
             err.jobs = None
+        else:
+            _check_usage(err, b, v)
     return v
+
+
+# CPU seconds a job may report beyond wall x cores: times are whole seconds, CPU times are not.
+CPU_SLACK = 60.0
+
+
+def _check_usage(err: GlideinErr, b: Bounds, v: Verdict) -> None:
+    """A job's usage beyond what its node could give is dropped (the job still counts)."""
+    for j in err.jobs or ():
+        what = j.global_job_id or f"started {j.start:.0f}"
+        if j.memory_usage_mb is not None and j.memory_usage_mb > b.memory_mb:
+            v.problems.append(f"job {what[:200]} MemoryUsage {j.memory_usage_mb} MB over {b.memory_mb}")
+            j.memory_usage_mb = None
+        if j.cpu_seconds is not None:
+            wall = j.end - j.start if j.end is not None else b.lifetime
+            cap = max(0.0, wall) * b.node_cpus + CPU_SLACK
+            if j.cpu_seconds > cap:
+                v.problems.append(f"job {what[:200]} CPU {j.cpu_seconds:.0f} s over {cap:.0f} (wall x {b.node_cpus})")
+                j.cpu_seconds = None
 
 
 def check_line(line: CompletedJob, b: Bounds) -> list[str]:

@@ -75,6 +75,8 @@ class FactoryCollector(Collector):
             yield _values(catalogue.GPU_SECONDS, led.gpu.items())
             yield _values(catalogue.PILOTS, led.pilots.items())
             yield _values(catalogue.USER_JOBS, led.user_jobs.items())
+            yield _values(catalogue.USER_JOBS_OVERUSING, led.overusing.items())
+            yield _values(catalogue.USER_JOB_OVERUSE_SECONDS, led.overuse_seconds.items())
             yield _hist(catalogue.PILOT_LIFETIME, led.lifetime.items())
             yield _hist(catalogue.PILOT_VALIDATION, led.validation.items())
             yield _values(catalogue.PILOT_LAST_COMPLETED, led.last_completed.items())

@@ -79,8 +79,18 @@ _JOB_ATTRS = classad.names_pattern(
         "RequestMemory",
         "GPUsProvisioned",
         "RequestGPUs",
+        "MemoryUsage",
+        "ProportionalSetSizeKb",
+        "ResidentSetSize",
+        "RemoteUserCpu",
+        "RemoteSysCpu",
     )
 )
+
+# What no job can have used anywhere (a PiB of memory, a century of CPU): a value over
+# these is refused here; the entry's own bounds come later (accounting/plausible.py).
+MAX_USAGE_MB = 1 << 30
+MAX_CPU_SECONDS = 100 * 365 * 86400.0
 
 
 def _value(raw: bytes) -> classad.Value:
@@ -96,6 +106,50 @@ def _iv(raw: bytes | None) -> int | None:
     return _int(_value(raw))
 
 
+def _amount(
+    ad: dict[bytes, bytes], name: bytes, cap: float, problems: list[str], expr_ok: bool = False
+) -> float | None:
+    """A usage value in [0, cap]; None when absent, undefined, or bad (then a line in ``problems``).
+
+    ``expr_ok``: an expression is HTCondor's own (MemoryUsage is one in many ads), not an error.
+    """
+    raw = ad.get(name)
+    if raw is None:
+        return None
+    if raw.isdigit() and len(raw) <= 19:
+        v: classad.Value = int(raw)
+    elif raw[-2:] == b".0" and raw[:-2].isdigit() and len(raw) <= 21:  # how HTCondor writes CPU times
+        v = int(raw[:-2])
+    else:
+        v = _value(raw)
+        if v is None or (expr_ok and isinstance(v, classad.Expr)):
+            return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= cap:
+        problems.append(f"{name.decode()} = {raw[:40].decode('utf-8', 'replace')}")
+        return None
+    return float(v)
+
+
+def _usage(ad: dict[bytes, bytes], problems: list[str]) -> tuple[int | None, float | None]:
+    """(peak memory MiB, user + system CPU seconds) of one ad; None where unknown.
+
+    Memory: ``MemoryUsage`` when it is a number, else what the glidein's
+    MEMORY_USAGE_METRIC computes, ``((ProportionalSetSizeKb ?: ResidentSetSize) + 1023) / 1024``.
+    CPU: ``RemoteUserCpu + RemoteSysCpu``; None when either is bad (a part is not the whole).
+    """
+    mem = _amount(ad, b"MemoryUsage", MAX_USAGE_MB, problems, expr_ok=True)
+    if mem is None:
+        kib = _amount(ad, b"ProportionalSetSizeKb", MAX_USAGE_MB * 1024.0, problems)
+        if kib is None:
+            kib = _amount(ad, b"ResidentSetSize", MAX_USAGE_MB * 1024.0, problems)
+        mem = None if kib is None else (kib + 1023) // 1024
+    n = len(problems)
+    user = _amount(ad, b"RemoteUserCpu", MAX_CPU_SECONDS, problems)
+    sys_ = _amount(ad, b"RemoteSysCpu", MAX_CPU_SECONDS, problems)
+    cpu = None if len(problems) > n or (user is None and sys_ is None) else (user or 0.0) + (sys_ or 0.0)
+    return (None if mem is None else int(mem)), cpu
+
+
 def _first_int(ad: dict[bytes, bytes], names: tuple[bytes, ...], minimum: int) -> int | None:
     for name in names:
         v = _iv(ad.get(name))
@@ -104,11 +158,15 @@ def _first_int(ad: dict[bytes, bytes], names: tuple[bytes, ...], minimum: int) -
     return None
 
 
-def _job(ad: dict[bytes, bytes]) -> Job | None:
-    """A :class:`Job` from one ad's raw picked values; None when it has no start."""
+def _job(ad: dict[bytes, bytes], problems: list[str]) -> Job | None:
+    """A :class:`Job` from one ad's raw picked values; None when it has no start.
+
+    A usage value that is not a number is left out of the job and described in ``problems``.
+    """
     start = _first_int(ad, (b"JobCurrentStartDate", b"JobStartDate"), 1)
     if start is None:
         return None
+    memory_usage, cpu_seconds = _usage(ad, problems)
     status = _iv(ad.get(b"JobStatus"))
     end = _first_int(ad, (b"CompletionDate", b"LastVacateTime"), 1)
     if end is None and status in (3, 4):
@@ -134,6 +192,8 @@ def _job(ad: dict[bytes, bytes]) -> Job | None:
         exit_signal=_iv(ad.get(b"ExitSignal")),
         job_status=status,
         global_job_id=gid if isinstance(gid, str) and not isinstance(gid, classad.Expr) else None,
+        memory_usage_mb=memory_usage,
+        cpu_seconds=cpu_seconds,
     )
 
 
@@ -144,13 +204,18 @@ def parse_history(sc: Scanner, text: bytes, offset: int, *, budget: Budget | Non
     once the file's ads are spent); without one, only the per-section limit holds.
     """
     jobs: list[Job] = []
+    problems: list[str] = []
     for n, ad in enumerate(classad.iter_ads(text, classad.MAX_ADS + 1)):
         if n >= classad.MAX_ADS:
             sc.record("too_many_ads", offset, f"more than {classad.MAX_ADS}")
             break
         if budget is not None:
             budget.ad()
-        job = _job(ad.pick_raw(_JOB_ATTRS))
+        job = _job(ad.pick_raw(_JOB_ATTRS), problems)
+        if problems:  # the rest of the ad is kept
+            for p in problems:
+                sc.record("bad_number", offset, f"ad {n}: {p}")
+            problems.clear()
         if job is None:
             sc.record("no_start", offset, f"ad {n}")
         else:
