@@ -9,6 +9,8 @@ documented set (:class:`Reason`, docs/runbooks.md#site-health). Detection:
 
 * **black hole**: most user jobs of the entry fail for reasons not the user's
   (misconfiguration badput), in volume;
+* **resource hogs**: a share of the entry's user jobs used more memory or
+  cores than their slot gave them (accounting/overuse.py), in volume;
 * **trends**: the validation-failure share heading over half within a day
   (``predict_linear``); the goodput share fallen a quarter below the entry's
   own share a week before;
@@ -56,6 +58,7 @@ class Reason(enum.StrEnum):
     WASTE_OUTLIER = "waste_outlier"
     PHASE_SLOW = "phase_slow"
     PILOTS_HELD = "pilots_held"
+    RESOURCE_HOG = "resource_hog"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
     vf = f'sum by (entry, site) (increase({P}{{outcome="{Outcome.VALIDATION_FAILED}"}}[{w}]))'
     failed = f'sum by (entry, site) (increase({U}{{category="{Category.MISCONFIGURATION_BADPUT}"}}[{w}]))'
     held = f'sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{state="held"}})'
+    hogs = f"sum by (entry, site, resource) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
     phase = f'label_replace({N.RR_PHASE_Z}, "entry", "$1", "{N.SPAN_ENTRY}", "(.*)")'  # span labels -> ours
     phase = f'label_replace({phase}, "site", "$1", "{N.SPAN_SITE}", "(.*)")'
     return [
@@ -131,6 +135,13 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
             f"{held} >= 20",
             "20 or more glideins held in the factory queue (GwmsPilotsHeld's condition, without its wait)",
         ),
+        Problem(
+            Reason.RESOURCE_HOG,
+            Status.DEGRADED,
+            f"{N.RR_JOB_OVERUSE_RATIO} > 0.1 and {hogs} >= 10",
+            "more than 10% of the user jobs used more memory, or more cores, than their slot gave them"
+            " (at least 10 such jobs in the window)",
+        ),
     ]
 
 
@@ -157,6 +168,12 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
         {
             "record": N.RR_VALIDATION_RATIO,
             "expr": _ratio(by_entry(f'{{outcome="{Outcome.VALIDATION_FAILED}"}}', P, w), by_entry("", P, w)),
+        },
+        {
+            # Per resource: of all the entry's jobs, the share that overused it.
+            "record": N.RR_JOB_OVERUSE_RATIO,
+            "expr": f"sum by (entry, site, resource) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
+            f" / on (entry, site) group_left {by_entry('', U, w)}",
         },
         {
             "record": N.RR_GOODPUT_RATIO,

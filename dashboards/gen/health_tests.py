@@ -32,6 +32,10 @@ def cpu(entry: str, site: str, category: str, values: str) -> dict[str, str]:
     return s(CPU, pool(entry, site, extra=f'category="{category}",accuracy="exact"'), values)
 
 
+def overusing(entry: str, site: str, resource: str, values: str) -> dict[str, str]:
+    return s(catalogue.USER_JOBS_OVERUSING.name, pool(entry, site, extra=f'resource="{resource}"'), values)
+
+
 def downtime(entry: str, site: str, samples: int = 120) -> dict[str, str]:
     return s(D, f'entry="{entry}",site="{site}",{EXP}', f"0x{samples}")
 
@@ -114,6 +118,44 @@ def _jobs_and_validation() -> dict[str, Any]:
                     for e, site, reason in (("E_bh", "S_bh", "black_hole"), ("E_vf", "S_vf", "validation_failing"))
                 ),
             ),
+        ],
+    }
+
+
+def _hogs() -> dict[str, Any]:
+    """Resource hogs: the share of the entry's jobs over their slot, per resource."""
+    entries = [("E_hog", "S_hog"), ("E_hog_cpu", "S_hog_cpu"), ("E_hog9", "S_hog9"), ("E_hog_few", "S_hog_few")]
+    good = "goodput"
+    series = [downtime(e, site) for e, site in entries] + [
+        # 12 of 60 jobs an hour over their memory (20%), 3 over their cores (5%): a memory hog.
+        jobs("E_hog", "S_hog", good, "0+1x120"),
+        overusing("E_hog", "S_hog", "memory", "0+0.2x120"),
+        overusing("E_hog", "S_hog", "cpu", "0+0.05x120"),
+        # 18 of 60 over their cores, none over memory: a CPU hog.
+        jobs("E_hog_cpu", "S_hog_cpu", good, "0+1x120"),
+        overusing("E_hog_cpu", "S_hog_cpu", "memory", "0x120"),
+        overusing("E_hog_cpu", "S_hog_cpu", "cpu", "0+0.3x120"),
+        # 10.8 of 120 (9%): not one (more than 10%).
+        jobs("E_hog9", "S_hog9", good, "0+2x120"),
+        overusing("E_hog9", "S_hog9", "memory", "0+0.18x120"),
+        # 9 of 60 (15%), but 9 an hour: not one (at least 10).
+        jobs("E_hog_few", "S_hog_few", good, "0+1x120"),
+        overusing("E_hog_few", "S_hog_few", "memory", "0+0.15x120"),
+    ]
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            problems("90m", "resource_hog", ("E_hog", "S_hog", 1), ("E_hog_cpu", "S_hog_cpu", 1)),
+            {
+                "expr": f'round({N.RR_JOB_OVERUSE_RATIO}{{entry="E_hog"}}, 0.01)',  # increase() is float
+                "eval_time": "90m",
+                "exp_samples": [
+                    {"labels": f'{{entry="E_hog",site="S_hog",resource="{r}"}}', "value": v}
+                    for r, v in (("memory", 0.2), ("cpu", 0.05))
+                ],
+            },
+            status("90m", S_hog=1, S_hog_cpu=1, S_hog9=0, S_hog_few=0),
         ],
     }
 
@@ -238,7 +280,7 @@ def _phase_outliers() -> dict[str, Any]:
 
 def tests() -> list[dict[str, Any]]:
     """Groups for gwms-alerts.test.yml (rules evaluated every minute)."""
-    return [_jobs_and_validation(), _not_green(), *_waste_outliers(), _phase_outliers()]
+    return [_jobs_and_validation(), _hogs(), _not_green(), *_waste_outliers(), _phase_outliers()]
 
 
 # Trends need hours to days of history: their own file, rules evaluated every 10 minutes

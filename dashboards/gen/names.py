@@ -34,6 +34,7 @@ RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate1h"
 # Site health (health.py): per-entry ratios, fleet statistics, problems and the status per site.
 RR_JOB_FAILURE_RATIO = "gwms:entry_job_failure_ratio:increase1h"
 RR_VALIDATION_RATIO = "gwms:entry_validation_failure_ratio:increase1h"
+RR_JOB_OVERUSE_RATIO = "gwms:entry_job_overuse_ratio:increase1h"  # {entry, site, resource}
 RR_GOODPUT_RATIO = "gwms:entry_cpu_goodput_ratio:increase1d"
 RR_WASTE_RATIO = "gwms:entry_cpu_waste_ratio:increase1h"
 RR_WASTE_MEDIAN = "gwms:fleet_cpu_waste_ratio:median"
@@ -54,6 +55,7 @@ RECORDING: tuple[str, ...] = (
     RR_BADPUT_RATIO,
     RR_JOB_FAILURE_RATIO,
     RR_VALIDATION_RATIO,
+    RR_JOB_OVERUSE_RATIO,
     RR_GOODPUT_RATIO,
     RR_WASTE_RATIO,
     RR_WASTE_MEDIAN,
