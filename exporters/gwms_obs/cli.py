@@ -442,6 +442,23 @@ def cmd_check_config(a: argparse.Namespace) -> int:
     return 0
 
 
+def _factory_window(p: argparse.ArgumentParser, factory_help: str, format_help: str, plot_help: str) -> None:
+    """The arguments report and analyze share: the factory, the pilots' time window, the outputs."""
+    p.add_argument("--factory-dir", required=True, help=factory_help)
+    p.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
+    p.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
+    p.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table", help=format_help)
+    p.add_argument("--output", "-o", help="write here instead of stdout")
+    p.add_argument("--plot", help=plot_help)
+    p.add_argument(
+        "--lost-after-seconds",
+        type=_seconds,
+        default=3600.0,
+        help="a pilot with no .out this long after it ended is lost (default 3600)",
+    )
+
+
 def _sub(sub: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name,
@@ -506,23 +523,11 @@ def parser() -> argparse.ArgumentParser:
         "one-shot accounting of a factory's logs",
         "gwms-obs report --factory-dir /var/log/gwms-factory --since 2026-11-01 --format csv",
     )
-    r.add_argument("--factory-dir", required=True, help="the factory log dir, with client/ and server/")
-    r.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
-    r.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
-    r.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
-    r.add_argument(
-        "--format",
-        choices=("table", "csv", "json"),
-        default="table",
-        help="table: hours and shares by entry; csv: tidy seconds per entry, client, category; json: with pilot counts",
-    )
-    r.add_argument("--output", "-o", help="write here instead of stdout")
-    r.add_argument("--plot", help="also draw the categories per entry into this PNG (needs gwms-obs[plot])")
-    r.add_argument(
-        "--lost-after-seconds",
-        type=_seconds,
-        default=3600.0,
-        help="a pilot with no .out this long after it ended is lost (default 3600)",
+    _factory_window(
+        r,
+        "the factory log dir, with client/ and server/",
+        "table: hours and shares by entry; csv: tidy seconds per entry, client, category; json: with pilot counts",
+        "also draw the categories per entry into this PNG (needs gwms-obs[plot])",
     )
     r.set_defaults(func=cmd_report)
 
@@ -589,26 +594,14 @@ def parser() -> argparse.ArgumentParser:
         "validation time per entry, phase and script from the pilots' spans, outliers, and ranked actions",
         "gwms-obs analyze --factory-dir /var/log/gwms-factory --jaeger http://127.0.0.1:16686 --plot actions.png",
     )
-    an.add_argument("--factory-dir", required=True, help="the factory log dir (accounting; spools in .err)")
-    an.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
+    _factory_window(
+        an,
+        "the factory log dir (accounting; spools in .err)",
+        "table: actions, durations, flagged pilots; csv: one row per entry and phase or script; json: all",
+        "also draw the top actions into this PNG (needs gwms-obs[plot])",
+    )
     an.add_argument("--jaeger", type=_http_url, help="also read the pilots' spans from this Jaeger query base URL")
     an.add_argument("--limit", type=_positive_int, default=1000, help="with --jaeger: traces to fetch (default 1000)")
-    an.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
-    an.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
-    an.add_argument(
-        "--format",
-        choices=("table", "csv", "json"),
-        default="table",
-        help="table: actions, durations, flagged pilots; csv: one row per entry and phase or script; json: all",
-    )
-    an.add_argument("--output", "-o", help="write here instead of stdout")
-    an.add_argument("--plot", help="also draw the top actions into this PNG (needs gwms-obs[plot])")
-    an.add_argument(
-        "--lost-after-seconds",
-        type=_seconds,
-        default=3600.0,
-        help="a pilot with no .out this long after it ended is lost (default 3600)",
-    )
     an.set_defaults(func=cmd_analyze)
 
     c = _sub(
