@@ -51,7 +51,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards dashboard-linter wheelhouse deploy-artifacts
+.PHONY: compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -133,6 +133,10 @@ bench: venv
 # The dashboards at 500 entries: series and query time per dashboard, the exporter's scrape.
 bench-dashboards: venv
 	$(BIN)/python benchmarks/dashboards.py
+
+# Precision/recall of analyze, an isolation forest and the site-health rules on labelled anomalies.
+bench-detection: venv
+	$(BIN)/python benchmarks/detection.py
 
 bench-collector: venv otelcol jaeger
 	$(BIN)/python benchmarks/collector.py
