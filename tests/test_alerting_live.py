@@ -20,20 +20,13 @@ import pytest
 import yaml
 
 from dashboards import gen
-from dashboards.gen import alerting, rules
 from dashboards.gen import names as N
+from dashboards.gen import rules
 from tests.support import alert_scenario as S
+from tests.support.local_stack import alerting_stack
 from tests.support.servers import (
     SmtpSink,
-    alertmanager,
-    export_command,
-    first_scan_done,
-    free_port,
     have,
-    http_get,
-    process,
-    prometheus,
-    wait_for,
 )
 from tools.render import render
 
@@ -45,53 +38,13 @@ pytestmark = [
 ]
 
 
-def with_external_labels(config: str, labels: dict[str, str]) -> str:
-    """The rendered Prometheus config with ``global.external_labels``, as an operator sets them."""
-    doc = yaml.safe_load(config)
-    doc["global"]["external_labels"] = labels
-    return yaml.safe_dump(doc, sort_keys=False)
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpSink, Path, Path]]:
     work = tmp_path_factory.mktemp("alerting")
     factory, held = S.make_factory(work)
-    rules_dir = work / "rules"
-    rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rules.recording_yaml(S.FAST))
-    (rules_dir / "alerts.yml").write_text(rules.alerts_yaml(S.FAST))
-    exp_port, prom_port = free_port(), free_port()
-    with SmtpSink() as sink:
-        am_cfg = render(
-            "alertmanager",
-            "alertmanager.yml.j2",
-            **alerting.alertmanager_vars(S.CONTACTS),
-            alertmanager_smtp_smarthost=f"127.0.0.1:{sink.port}",
-            alertmanager_smtp_from="am@factory.test",
-            **S.FAST_ALERTMANAGER,
-        )
-        with alertmanager(work / "am", am_cfg) as am:
-            prom_cfg = render(
-                "prometheus",
-                "prometheus.yml.j2",
-                prometheus_scrape_interval="1s",
-                prometheus_evaluation_interval="1s",
-                prometheus_rule_files=[str(rules_dir / "rec.yml"), str(rules_dir / "alerts.yml")],
-                prometheus_alertmanagers=[am.removeprefix("http://")],
-                prometheus_exporter_targets=[f"127.0.0.1:{exp_port}"],
-                prometheus_collector_targets=[],  # no collector here: GwmsCollectorDown goes to factory-ops
-                prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
-            )
-            prom_cfg = with_external_labels(prom_cfg, {rules.RUNBOOK_BASE_LABEL: RUNBOOKS})
-            cmd = [
-                *export_command(factory, exp_port, work / "checkpoint.json", interval=1, settle=0),
-                *("--lost-after-seconds", "1e9"),  # every pilot in the tree is counted from its files
-            ]
-            url = f"http://127.0.0.1:{exp_port}/metrics"
-            with process(cmd, work / "exporter.log"):
-                wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)
-                with prometheus(work / "prom", prom_cfg, ["--rules.alert.resend-delay=1s"], port=prom_port) as prom:
-                    yield prom, sink, factory, held
+    labels = {rules.RUNBOOK_BASE_LABEL: RUNBOOKS}
+    with alerting_stack(work, factory, S.CONTACTS, external_labels=labels) as st:
+        yield st.prometheus, st.sink, factory, held
 
 
 RUNBOOKS = "https://runbooks.factory.test/gwms.html"  # the operator's, instead of rules.RUNBOOK_BASE_URL

@@ -21,26 +21,19 @@ from pathlib import Path
 import pytest
 
 from dashboards import gen
-from dashboards.gen import alerting, health, lint, rules
 from dashboards.gen import dashboards as D
+from dashboards.gen import health, lint
 from dashboards.gen import names as N
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import DEFAULT_ENTRIES, simulate
 from tests.support import alert_scenario as S
+from tests.support.local_stack import alerting_stack
 from tests.support.servers import (
     SmtpSink,
-    alertmanager,
-    export_command,
-    first_scan_done,
-    free_port,
     have,
-    http_get,
-    process,
     prom_query,
-    prometheus,
     wait_for,
 )
-from tools.render import render
 
 pytestmark = [
     pytest.mark.live,
@@ -67,41 +60,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpS
     factory, held = work / "factory", work / "held"
     simulate(factory, 300, seed=11, start=time.time() - 48 * 3600, entries=(GOOD, HOLE))
     assert S.hold_back(factory, held, HOLE.name) >= 20
-    rules_dir = work / "rules"
-    rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rules.recording_yaml(S.FAST))
-    (rules_dir / "alerts.yml").write_text(rules.alerts_yaml(S.FAST))
-    exp_port, prom_port = free_port(), free_port()
-    with SmtpSink() as sink:
-        am_cfg = render(
-            "alertmanager",
-            "alertmanager.yml.j2",
-            **alerting.alertmanager_vars(CONTACTS),
-            alertmanager_smtp_smarthost=f"127.0.0.1:{sink.port}",
-            alertmanager_smtp_from="am@factory.test",
-            **S.FAST_ALERTMANAGER,
-        )
-        with alertmanager(work / "am", am_cfg) as am:
-            prom_cfg = render(
-                "prometheus",
-                "prometheus.yml.j2",
-                prometheus_scrape_interval="1s",
-                prometheus_evaluation_interval="1s",
-                prometheus_rule_files=[str(rules_dir / "rec.yml"), str(rules_dir / "alerts.yml")],
-                prometheus_alertmanagers=[am.removeprefix("http://")],
-                prometheus_exporter_targets=[f"127.0.0.1:{exp_port}"],
-                prometheus_collector_targets=[],
-                prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
-            )
-            cmd = [
-                *export_command(factory, exp_port, work / "checkpoint.json", interval=1, settle=0),
-                *("--lost-after-seconds", "1e9"),
-            ]
-            with process(cmd, work / "exporter.log"):
-                url = f"http://127.0.0.1:{exp_port}/metrics"
-                wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)
-                with prometheus(work / "prom", prom_cfg, ["--rules.alert.resend-delay=1s"], port=prom_port) as prom:
-                    yield prom, sink, factory, held
+    with alerting_stack(work, factory, CONTACTS) as st:
+        yield st.prometheus, st.sink, factory, held
 
 
 def _status(prom: str) -> dict[str, float]:

@@ -35,6 +35,7 @@ come only from bounded sets:
 | `accuracy` | {accuracies} | 5, usually 1-2 per entry |
 | `outcome` | {outcomes} | 4 |
 | `state`, `kind` | fixed lists in `outputs/prometheus.py` | ≤ 7 |
+| `resource` | `memory`, `cpu` (jobs over their slot, `accounting/overuse.py`) | 2 |
 | `source`, `reason` | input kinds and parse-error reasons (fixed words in the readers) | ~7 × ~15 |
 
 Worst case for the largest family, `gwms_pilot_cpu_seconds_total`:

@@ -160,10 +160,13 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
 
     bucket = f'{N.SPAN_DURATION}_bucket{{service_name="{N.TRACE_SERVICE}"}}'
     e = N.SPAN_ENTRY
+    failed = by_entry(f'{{category="{Category.MISCONFIGURATION_BADPUT}"}}', U, w)
+    all_jobs = by_entry("", U, w)
     out = [
         {
+            # 0, not absent, for an entry whose jobs never failed: its line is drawn.
             "record": N.RR_JOB_FAILURE_RATIO,
-            "expr": _ratio(by_entry(f'{{category="{Category.MISCONFIGURATION_BADPUT}"}}', U, w), by_entry("", U, w)),
+            "expr": _ratio(f"({failed} or {all_jobs} * 0)", all_jobs),
         },
         {
             "record": N.RR_VALIDATION_RATIO,

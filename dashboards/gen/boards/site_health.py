@@ -12,12 +12,15 @@ from .common import (
     ENTRY_HEALTH,
     ENTRY_LINKS,
     HOURS,
+    SEL,
     SEL_ENTRY,
     SITE_HEALTH,
     STATES,
     TO_SITE,
     WASTE_SEL,
     hours,
+    over_range,
+    rate,
 )
 
 
@@ -155,6 +158,47 @@ def site_health() -> Board:
         ],
         budget=10,
         question="Which entries waste far more than the rest of the fleet?",
+        drill=ENTRY_LINKS,
+    )
+    OV = catalogue.USER_JOB_OVERUSE_SECONDS
+    b.add(
+        "timeseries",
+        "Jobs over their slot, share per entry, top $topn",
+        "Of the entry's user jobs in the last hour, the share that used more memory, or more cores,"
+        " than their slot gave them (the resource_hog reason reads it).",
+        "percentunit",
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"{N.RR_JOB_OVERUSE_RATIO}{{{SEL_ENTRY}}}",
+                    f"max by (entry) (max_over_time({at_end(f'{N.RR_JOB_OVERUSE_RATIO}{{{SEL_ENTRY}}}')}))",
+                ),
+                "{{entry}} {{resource}}",
+            )
+        ],
+        budget=2 * 10,
+        question="Which entries' user jobs take more memory or cores than their slots gave them?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Resources taken beyond the slot, top $topn entries",
+        "Canonical units used beyond the jobs' slots (memory: peak over the slot, so an upper bound;"
+        " cores: CPU time over wall time x cores).",
+        OV.rate_grafana_unit,
+        [
+            Target(
+                ranked(
+                    "entry",
+                    f"sum by (entry, resource) ({rate(OV, SEL)})",
+                    over_range(OV, SEL, "entry"),
+                ),
+                "{{entry}} {{resource}}",
+            )
+        ],
+        budget=2 * 10,
+        question="How much do the hogs take beyond their slots?",
         drill=ENTRY_LINKS,
     )
     bucket = f"{N.SPAN_DURATION}_bucket"
