@@ -75,7 +75,8 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
     vf = f'sum by (entry, site) (increase({P}{{outcome="{Outcome.VALIDATION_FAILED}"}}[{w}]))'
     failed = f'sum by (entry, site) (increase({U}{{category="{Category.MISCONFIGURATION_BADPUT}"}}[{w}]))'
     held = f'sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{state="held"}})'
-    hogs = f"sum by (entry, site, resource) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
+    # Evidence counted over both resources: a hog short of 10 on each may be well over 10 in all.
+    hogs = f"sum by (entry, site) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
     phase = f'label_replace({N.RR_PHASE_Z}, "entry", "$1", "{N.SPAN_ENTRY}", "(.*)")'  # span labels -> ours
     phase = f'label_replace({phase}, "site", "$1", "{N.SPAN_SITE}", "(.*)")'
     return [
@@ -100,9 +101,12 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
         Problem(
             Reason.VALIDATION_WORSENING,
             Status.DEGRADED,
-            f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds}) > 0.5 and {vf} >= 10",
-            "the validation-failure share, on its recent trend, passes one half within the horizon"
-            " (at least 10 failures in the window)",
+            f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds}) > 0.5 and {vf} >= 10"
+            # Risen for real, window against window: a noisy but steady share extrapolates anywhere.
+            f" and avg_over_time({N.RR_VALIDATION_RATIO}[{w}])"
+            f" - avg_over_time({N.RR_VALIDATION_RATIO}[{w}] offset {t.trend_range}) > 0.05",
+            "the validation-failure share, on its recent trend, passes one half within the horizon, and has"
+            " risen by 5 points over the trend's range (at least 10 failures in the window)",
         ),
         Problem(
             Reason.BADPUT_HIGH,
@@ -138,7 +142,7 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
         Problem(
             Reason.RESOURCE_HOG,
             Status.DEGRADED,
-            f"{N.RR_JOB_OVERUSE_RATIO} > 0.1 and {hogs} >= 10",
+            f"{N.RR_JOB_OVERUSE_RATIO} > 0.1 and on (entry, site) {hogs} >= 10",
             "more than 10% of the user jobs used more memory, or more cores, than their slot gave them"
             " (at least 10 such jobs in the window)",
         ),

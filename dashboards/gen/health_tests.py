@@ -138,7 +138,7 @@ def _hogs() -> dict[str, Any]:
         # 10.8 of 120 (9%): not one (more than 10%).
         jobs("E_hog9", "S_hog9", good, "0+2x120"),
         overusing("E_hog9", "S_hog9", "memory", "0+0.18x120"),
-        # 9 of 60 (15%), but 9 an hour: not one (at least 10).
+        # 9 of 60 (15%), but 9 an hour over both resources: not one (at least 10).
         jobs("E_hog_few", "S_hog_few", good, "0+1x120"),
         overusing("E_hog_few", "S_hog_few", "memory", "0+0.15x120"),
     ]
@@ -194,7 +194,7 @@ def _accelerating(first: float, step: float, n: int = 48) -> str:
 
 def _worsening() -> dict[str, Any]:
     """The validation-failure share heading over one half within a day (samples every 10 minutes)."""
-    entries = [("E_w", "S_w"), ("E_w44", "S_w44"), ("E_w_few", "S_w_few")]
+    entries = [("E_w", "S_w"), ("E_w44", "S_w44"), ("E_w_flat", "S_w_flat"), ("E_w_few", "S_w_few")]
     series = [downtime(e, site, 48) for e, site in entries] + [
         # 10 pilots ran per 10 minutes; failures grow by 0.05 per 10 minutes: headed for 73%.
         pilots("E_w", "S_w", "validation_failed", _accelerating(0.6, 0.05)),
@@ -202,6 +202,9 @@ def _worsening() -> dict[str, Any]:
         # Growing slower: headed for 44% in a day, not one half.
         pilots("E_w44", "S_w44", "validation_failed", _accelerating(1.0, 0.025)),
         pilots("E_w44", "S_w44", "ran_jobs", "0+10x48"),
+        # Headed for 68%, but risen only 4.5 points in 6 hours (at least 5): a steady share's noise.
+        pilots("E_w_flat", "S_w_flat", "validation_failed", _accelerating(8.0, 0.045)),
+        pilots("E_w_flat", "S_w_flat", "ran_jobs", "0+10x48"),
         # Headed for 74%, but 8.4 failures in the last hour (at least 10).
         pilots("E_w_few", "S_w_few", "validation_failed", _accelerating(0.1, 0.03)),
         pilots("E_w_few", "S_w_few", "ran_jobs", "0+6x48"),
