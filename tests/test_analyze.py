@@ -172,6 +172,17 @@ def test_one_slow_pilot_is_flagged_within_its_entry_not_as_an_action() -> None:
     assert all(f.z >= O.PILOT_Z and f.duration >= O.PILOT_RATIO * f.entry_median for f in an.flags)
 
 
+def test_a_pilot_a_few_seconds_over_a_tight_entry_is_no_outlier() -> None:
+    """12 s against 3-5 s is over twice the median with a huge z, but under 10 s above it."""
+    c = fleet_collector({})
+    c.spool(pilot_spool("entry3", "Site3", 103, 98, {"entry/cat_consts.sh": 12}), "/f/entry_entry3/job.103.98.err")
+    assert analyze(c.dataset()).flags == []
+    c.spool(pilot_spool("entry3", "Site3", 103, 99, {"entry/cat_consts.sh": 20}), "/f/entry_entry3/job.103.99.err")
+    assert [(f.pilot, f.name) for f in analyze(c.dataset()).flags if f.kind == "script"] == [
+        ("entry3/103.99", "entry/cat_consts.sh")
+    ]
+
+
 def test_phases_and_scripts_are_told_apart_and_main_is_no_candidate() -> None:
     an = analyze(fleet_collector({}).dataset())
     kinds = {(k.kind, k.phase, k.name) for k in an.dists if k.entry == "entry0"}

@@ -6,8 +6,11 @@
   median's. Entries with fewer than ``MIN_SAMPLES`` spans of that name have no
   vote and no z (their median is noise).
 * **Pilots.** Within an entry, a pilot's span is flagged when its robust z
-  against the entry's own durations of that name is at least ``PILOT_Z`` and
-  it is at least ``PILOT_RATIO`` × the entry's median.
+  against the entry's own durations of that name is at least ``PILOT_Z``, it is
+  at least ``PILOT_RATIO`` × the entry's median and ``PILOT_MIN_EXCESS_SECONDS``
+  above it. These are single pilots slower than their own entry (a bad node);
+  a script slow at a whole entry is an entry outlier and an action instead
+  (benchmarks/results/detection.md scores both).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .stats import median, robust_scale, robust_z
 MIN_SAMPLES: Final = 5  # spans an entry needs for its median of a name to count
 PILOT_Z: Final = 3.5  # Iglewicz and Hoaglin's threshold for a modified z
 PILOT_RATIO: Final = 2.0  # and at least twice the entry's median: a tight entry's +2 s is no outlier
+PILOT_MIN_EXCESS_SECONDS: Final = 10.0  # and 10 s above it: 6 s against 3 s is whole-second rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,7 @@ def pilot_flags(samples: Iterable[Sample], dists: Mapping[Key, Distribution]) ->
             continue
         m, scale = ms
         z = robust_z(s.duration, m, scale)
-        if z >= PILOT_Z and s.duration >= PILOT_RATIO * m:
+        if z >= PILOT_Z and s.duration >= PILOT_RATIO * m and s.duration - m >= PILOT_MIN_EXCESS_SECONDS:
             out.append(PilotFlag(s.entry, s.pilot, s.kind, s.name, s.duration, m, z))
     out.sort(key=lambda f: (-f.z, -f.duration, f.entry, f.pilot, f.name))
     return out
