@@ -101,12 +101,11 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
         Problem(
             Reason.VALIDATION_WORSENING,
             Status.DEGRADED,
-            f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds}) > 0.5 and {vf} >= 10"
-            # Risen for real, window against window: a noisy but steady share extrapolates anywhere.
-            f" and avg_over_time({N.RR_VALIDATION_RATIO}[{w}])"
-            f" - avg_over_time({N.RR_VALIDATION_RATIO}[{w}] offset {t.trend_range}) > 0.05",
-            "the validation-failure share, on its recent trend, passes one half within the horizon, and has"
-            " risen by 5 points over the trend's range (at least 10 failures in the window)",
+            f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds}) > 0.5"
+            f" and {_rise_z(t.trend_range)} > 3",
+            "the validation-failure share, on its recent trend, passes one half within the horizon, and the"
+            " window's share is significantly above the window a trend range before (two-proportion z > 3:"
+            " a steady but noisy share extrapolates anywhere)",
         ),
         Problem(
             Reason.BADPUT_HIGH,
@@ -149,6 +148,15 @@ def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as 
     ]
 
 
+def _rise_z(offset: str) -> str:
+    """Two-proportion z of the validation-failure share: this window against the window ``offset``
+    before, from the recorded counts (pooled variance). Few failures never make a large z."""
+    vf, n = N.RR_VALIDATION_FAILURES, N.RR_PILOTS_ENDED
+    vf0, n0 = f"({vf} offset {offset})", f"({n} offset {offset})"
+    pooled = f"(({vf} + {vf0}) / ({n} + {n0}))"
+    return f"(({vf} / {n} - {vf0} / {n0}) / sqrt({pooled} * (1 - {pooled}) * (1 / {n} + 1 / {n0})))"
+
+
 def _ratio(num: str, den: str) -> str:
     return f"{num} / {den}"
 
@@ -172,10 +180,9 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
             "record": N.RR_JOB_FAILURE_RATIO,
             "expr": _ratio(f"({failed} or {all_jobs} * 0)", all_jobs),
         },
-        {
-            "record": N.RR_VALIDATION_RATIO,
-            "expr": _ratio(by_entry(f'{{outcome="{Outcome.VALIDATION_FAILED}"}}', P, w), by_entry("", P, w)),
-        },
+        {"record": N.RR_VALIDATION_FAILURES, "expr": by_entry(f'{{outcome="{Outcome.VALIDATION_FAILED}"}}', P, w)},
+        {"record": N.RR_PILOTS_ENDED, "expr": by_entry("", P, w)},
+        {"record": N.RR_VALIDATION_RATIO, "expr": _ratio(N.RR_VALIDATION_FAILURES, N.RR_PILOTS_ENDED)},
         {
             # Per resource: of all the entry's jobs, the share that overused it.
             "record": N.RR_JOB_OVERUSE_RATIO,

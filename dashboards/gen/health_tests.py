@@ -194,18 +194,18 @@ def _accelerating(first: float, step: float, n: int = 48) -> str:
 
 def _worsening() -> dict[str, Any]:
     """The validation-failure share heading over one half within a day (samples every 10 minutes)."""
-    entries = [("E_w", "S_w"), ("E_w44", "S_w44"), ("E_w_flat", "S_w_flat"), ("E_w_few", "S_w_few")]
+    entries = [("E_w", "S_w"), ("E_w44", "S_w44"), ("E_w_noise", "S_w_noise"), ("E_w_few", "S_w_few")]
     series = [downtime(e, site, 48) for e, site in entries] + [
-        # 10 pilots ran per 10 minutes; failures grow by 0.05 per 10 minutes: headed for 73%.
-        pilots("E_w", "S_w", "validation_failed", _accelerating(0.6, 0.05)),
-        pilots("E_w", "S_w", "ran_jobs", "0+10x48"),
-        # Growing slower: headed for 44% in a day, not one half.
-        pilots("E_w44", "S_w44", "validation_failed", _accelerating(1.0, 0.025)),
-        pilots("E_w44", "S_w44", "ran_jobs", "0+10x48"),
-        # Headed for 68%, but risen only 4.5 points in 6 hours (at least 5): a steady share's noise.
-        pilots("E_w_flat", "S_w_flat", "validation_failed", _accelerating(8.0, 0.045)),
-        pilots("E_w_flat", "S_w_flat", "ran_jobs", "0+10x48"),
-        # Headed for 74%, but 8.4 failures in the last hour (at least 10).
+        # 100 pilots ran per 10 minutes; failures grow by 0.5 per 10 minutes: headed for 73%, z 6.6.
+        pilots("E_w", "S_w", "validation_failed", _accelerating(6, 0.5)),
+        pilots("E_w", "S_w", "ran_jobs", "0+100x48"),
+        # Growing slower: headed for 44% in a day, not one half (z 3.6).
+        pilots("E_w44", "S_w44", "validation_failed", _accelerating(10, 0.25)),
+        pilots("E_w44", "S_w44", "ran_jobs", "0+100x48"),
+        # Headed for 72%, but the rise is within the noise of its counts: z 2.5 (more than 3).
+        pilots("E_w_noise", "S_w_noise", "validation_failed", _accelerating(80, 0.55)),
+        pilots("E_w_noise", "S_w_noise", "ran_jobs", "0+100x48"),
+        # Headed for 74%, but 8.4 failures in the last hour: z 1.9.
         pilots("E_w_few", "S_w_few", "validation_failed", _accelerating(0.1, 0.03)),
         pilots("E_w_few", "S_w_few", "ran_jobs", "0+6x48"),
     ]

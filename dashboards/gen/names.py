@@ -33,6 +33,8 @@ RR_JOB_SECONDS = "gwms:entry_cpu_job_seconds:increase1h"
 RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate1h"
 # Site health (health.py): per-entry ratios, fleet statistics, problems and the status per site.
 RR_JOB_FAILURE_RATIO = "gwms:entry_job_failure_ratio:increase1h"
+RR_VALIDATION_FAILURES = "gwms:entry_validation_failures:increase1h"
+RR_PILOTS_ENDED = "gwms:entry_pilots:increase1h"
 RR_VALIDATION_RATIO = "gwms:entry_validation_failure_ratio:increase1h"
 RR_JOB_OVERUSE_RATIO = "gwms:entry_job_overuse_ratio:increase1h"  # {entry, site, resource}
 RR_GOODPUT_RATIO = "gwms:entry_cpu_goodput_ratio:increase1d"
@@ -54,6 +56,8 @@ RECORDING: tuple[str, ...] = (
     RR_JOB_SECONDS,
     RR_BADPUT_RATIO,
     RR_JOB_FAILURE_RATIO,
+    RR_VALIDATION_FAILURES,
+    RR_PILOTS_ENDED,
     RR_VALIDATION_RATIO,
     RR_JOB_OVERUSE_RATIO,
     RR_GOODPUT_RATIO,
