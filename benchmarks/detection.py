@@ -491,7 +491,7 @@ def main() -> int:
     ap.add_argument("--skip-live", action="store_true", help="no Prometheus part")
     ap.add_argument("--skip-offline", action="store_true", help="only the Prometheus part")
     ap.add_argument("--live-entries", type=int, default=70)
-    ap.add_argument("--live-pilots", type=int, default=8, help="pilots per entry in the live fleet")
+    ap.add_argument("--live-pilots", type=int, default=12, help="pilots per entry in the live fleet")
     ap.add_argument("--drift-pilots", type=int, default=300, help="pilots per entry of the drift run (0: none)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
