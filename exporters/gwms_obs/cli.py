@@ -190,21 +190,28 @@ def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: Pars
     return SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers())
 
 
-def cmd_report(a: argparse.Namespace) -> int:
-    from .outputs.report import Report
-    from .pipeline import Ingest, IngestConfig
-
+def _factory_window_ok(a: argparse.Namespace) -> bool:
+    """report's and analyze's checks before any scan: the dirs, the window, matplotlib for --plot."""
     problems = dir_problems(a.factory_dir, a.monitor_dir, ("--factory-dir", "--monitor-dir"))
     for p in problems:
         log.error("%s", p)
     if problems or _empty_window(a):
-        return 2
+        return False
     if a.plot:
         try:  # before the scan and the table, not after them
             import matplotlib  # noqa: F401
         except ImportError:
             log.error("--plot needs matplotlib, which is not installed: pip install 'gwms-obs[plot]'")
-            return 2
+            return False
+    return True
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from .outputs.report import Report
+    from .pipeline import Ingest, IngestConfig
+
+    if not _factory_window_ok(a):
+        return 2
     rep = Report(since=a.since, until=a.until)
     ingest = Ingest(
         IngestConfig(
@@ -378,17 +385,8 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     from .analysis.result import analyze
     from .tracing.jaeger import JaegerError
 
-    problems = dir_problems(a.factory_dir, a.monitor_dir, ("--factory-dir", "--monitor-dir"))
-    for p in problems:
-        log.error("%s", p)
-    if problems or _empty_window(a):
+    if not _factory_window_ok(a):
         return 2
-    if a.plot:
-        try:  # before the scan, not after it
-            import matplotlib  # noqa: F401
-        except ImportError:
-            log.error("--plot needs matplotlib, which is not installed: pip install 'gwms-obs[plot]'")
-            return 2
     try:
         data, ingest, res = collect(
             a.factory_dir,
