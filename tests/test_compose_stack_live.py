@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.gen import alerting, rules
+from dashboards.gen import alerting, rulefiles, rules
 from gwms_obs import catalogue
 from gwms_obs.tracing import conventions as C
 from tests.support import alert_scenario as S
@@ -68,8 +68,8 @@ def _override(work: Path) -> Path:
     """Only what the live test outside containers also sets; everything else is the stack's own."""
     rules_dir = work / "rules"
     rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rules.recording_yaml(S.FAST))
-    (rules_dir / "alerts.yml").write_text(rules.alerts_yaml(S.FAST))
+    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(S.FAST))
+    (rules_dir / "alerts.yml").write_text(rulefiles.alerts_yaml(S.FAST))
     stack_vars = {c.role: c.vars for c in compose.components()}
     prom_cfg = render.render(
         "prometheus",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.gen import health, rules
+from dashboards.gen import health, rulefiles, rules
 from dashboards.gen import names as N
 from tests.support.servers import have
 from tools import ROOT
@@ -44,7 +44,7 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     for t in doc["tests"]:
         for case in t.get("alert_rule_test", []):
             (firing if case["exp_alerts"] else quiet).add(case["alertname"])
-    names = {a.name for a in rules.all_alerts()}
+    names = {a.name for a in rulefiles.all_alerts()}
     assert names == firing, names ^ firing
     assert names == quiet, names ^ quiet
 

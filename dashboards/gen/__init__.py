@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import dashboards, health_tests, rule_tests, rules
+from . import dashboards, health_tests, rule_tests, rulefiles
 
 RULES = "dashboards/rules"
 README = "dashboards/README.md"
@@ -33,11 +33,11 @@ def readme(current: str) -> str:
 def render_all() -> dict[str, str]:
     """{path relative to the repository root: text} of every file this package generates."""
     files = {
-        f"{RULES}/gwms-recording.rules.yml": rules.recording_yaml(),
-        f"{RULES}/gwms-alerts.rules.yml": rules.alerts_yaml(),
+        f"{RULES}/gwms-recording.rules.yml": rulefiles.recording_yaml(),
+        f"{RULES}/gwms-alerts.rules.yml": rulefiles.alerts_yaml(),
         # promtool resolves rule_files relative to the test file.
         f"{RULES}/tests/gwms-alerts.test.yml": rule_tests.tests_yaml(
-            ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"]
+            ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"], health_tests.tests()
         ),
         f"{RULES}/tests/gwms-site-health.test.yml": health_tests.slow_tests_yaml(["../gwms-recording.rules.yml"]),
     }

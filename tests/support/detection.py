@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dashboards.gen import health, rules
+from dashboards.gen import health, rulefiles, rules
 from dashboards.gen import names as N
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
@@ -112,7 +112,7 @@ def stack(work: Path, factory: Path, timing: rules.Timing) -> Iterator[str]:
 
     rules_dir = work / "rules"
     rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rules.recording_yaml(timing))
+    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(timing))
     exp_port, prom_port = free_port(), free_port()
     cfg = render(
         "prometheus",

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dashboards.gen import alerting, rules
+from dashboards.gen import alerting, rulefiles, rules
 from tests.support import alert_scenario as S
 from tests.support.servers import (
     SmtpSink,
@@ -36,8 +36,8 @@ def rule_files(work: Path, timing: rules.Timing = S.FAST) -> list[str]:
     """Our recording and alert rules rendered with ``timing`` into ``work/rules``."""
     d = work / "rules"
     d.mkdir()
-    (d / "rec.yml").write_text(rules.recording_yaml(timing))
-    (d / "alerts.yml").write_text(rules.alerts_yaml(timing))
+    (d / "rec.yml").write_text(rulefiles.recording_yaml(timing))
+    (d / "alerts.yml").write_text(rulefiles.alerts_yaml(timing))
     return [str(d / "rec.yml"), str(d / "alerts.yml")]
 
 
