@@ -29,8 +29,8 @@ from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import DEFAULT_ENTRIES, EntrySpec, fleet
 from tests.support import alert_scenario as S
-from tests.support.servers import export_command, first_scan_done, free_port, http_get, process, prom_query, wait_for
-from tools.render import render
+from tests.support.local_stack import exporter, prometheus_config
+from tests.support.servers import free_port, prom_query, wait_for
 
 # Which reason of gwms:site_problem detects which labelled kind (a reason the rules do not have yet is skipped).
 KIND_REASONS = {"black_hole": "black_hole", "resource_hog": "resource_hog", "drift": "validation_worsening"}
@@ -106,39 +106,22 @@ def release(held: Path, factory: Path, outs: Sequence[Path]) -> None:
 
 @contextlib.contextmanager
 def stack(work: Path, factory: Path, timing: rules.Timing) -> Iterator[str]:
-    """The exporter on ``factory`` and a Prometheus with our rules rendered with ``timing``; yields its URL
-    once the recording rules cover every exported entry (fleet_stack's pieces, shorter intervals)."""
+    """The exporter on ``factory`` and a Prometheus with our recording rules rendered with ``timing``;
+    yields its URL once the rules cover every exported entry (local_stack's pieces, shorter intervals)."""
     from tests.support.servers import prometheus
 
     rules_dir = work / "rules"
     rules_dir.mkdir()
     (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(timing))
     exp_port, prom_port = free_port(), free_port()
-    cfg = render(
-        "prometheus",
-        "prometheus.yml.j2",
-        prometheus_scrape_interval=f"{SCRAPE}s",
-        prometheus_evaluation_interval="1s",
-        prometheus_rule_files=[str(rules_dir / "rec.yml")],
-        prometheus_alertmanagers=[],
-        prometheus_exporter_targets=[f"127.0.0.1:{exp_port}"],
-        prometheus_collector_targets=[],
-        prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
-    )
-    cmd = [
-        *export_command(factory, exp_port, work / "checkpoint.json", interval=SCRAPE, settle=0),
-        *("--lost-after-seconds", "1e9"),
-    ]
-    metrics = f"http://127.0.0.1:{exp_port}/metrics"
-    with process(cmd, work / "exporter.log"):
-        wait_for("the first scan", lambda: first_scan_done(http_get(metrics)), 180)
-        with prometheus(work / "prom", cfg, port=prom_port) as url:
-            recorded = f"count(count by (entry) ({N.RR_CPU_RATE}))"
-            exported = f"count(count by (entry) ({catalogue.CPU_SECONDS.name}))"
-            wait_for("the recording rules", lambda: _value(url, exported) > 0 and _value(url, recorded) > 0, 120)
-            # A baseline: every counter known for a few scrapes before anything is released.
-            wait_for("a baseline", lambda: _value(url, f"min(count_over_time({catalogue.PILOTS.name}[1m]))") >= 3, 60)
-            yield url
+    cfg = prometheus_config([str(rules_dir / "rec.yml")], exp_port, prom_port, scrape_interval=f"{SCRAPE}s")
+    with exporter(factory, work, exp_port, interval=SCRAPE), prometheus(work / "prom", cfg, port=prom_port) as url:
+        recorded = f"count(count by (entry) ({N.RR_CPU_RATE}))"
+        exported = f"count(count by (entry) ({catalogue.CPU_SECONDS.name}))"
+        wait_for("the recording rules", lambda: _value(url, exported) > 0 and _value(url, recorded) > 0, 120)
+        # A baseline: every counter known for a few scrapes before anything is released.
+        wait_for("a baseline", lambda: _value(url, f"min(count_over_time({catalogue.PILOTS.name}[1m]))") >= 3, 60)
+        yield url
 
 
 def _value(url: str, expr: str) -> float:
