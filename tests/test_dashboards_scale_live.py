@@ -22,8 +22,8 @@ from dashboards.gen import board as B
 from dashboards.gen import dashboards as D
 from dashboards.gen import lint
 from gwms_obs import catalogue
-from tests.support.fleet_stack import RANGE, SITES_PER_ENTRY, fleet_stack, panel_series, value
-from tests.support.servers import have, prom_query
+from tests.support.fleet_stack import RANGE, SITES_PER_ENTRY, fleet_stack, panel_series
+from tests.support.servers import have, prom_query, prom_value
 
 pytestmark = [pytest.mark.live, pytest.mark.skipif(not have("prometheus"), reason="Debian prometheus missing")]
 
@@ -39,8 +39,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_the_factory_is_500_entries_wide(prom: str) -> None:
     """What the dashboards would draw without Top N: one series per entry."""
-    assert value(prom, f"count(count by (entry) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES
-    assert value(prom, f"count(count by (site) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES // SITES_PER_ENTRY
+    assert prom_value(prom, f"count(count by (entry) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES
+    assert prom_value(prom, f"count(count by (site) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES // SITES_PER_ENTRY
 
 
 def test_every_panel_stays_within_its_series_budget(prom: str) -> None:

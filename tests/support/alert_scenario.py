@@ -48,18 +48,25 @@ ALERT = "GwmsSiteValidationFailuresRising"
 GRAFANA_VARS = {"entry": ".*", "client": ".*", "site": ".*", "datasource": "prometheus"}
 
 
+def move_pilots(factory: Path, dest: Path, outs: list[Path]) -> list[Path]:
+    """Move these pilots' .out and .err from ``factory`` to the same place under ``dest``;
+    returns where their .out went."""
+    for out in outs:
+        for f in (out, out.with_suffix(".err")):
+            if f.exists():
+                rel = f.relative_to(factory)
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(f, dest / rel)
+    return [dest / o.relative_to(factory) for o in outs]
+
+
 def hold_back(factory: Path, dest: Path, entry: str = BAD.name) -> int:
     """Move the newer half of ``entry``'s pilot files out of the factory (and its completed_jobs,
     so those pilots are not counted from there first). Returns the number of pilots held back."""
     outs = sorted(factory.glob(f"client/*/*/entry_{entry}/job.*.out"), key=lambda p: int(p.name.split(".")[1]))
     late = outs[len(outs) // 2 :]
     dest.mkdir()
-    for out in late:
-        for f in (out, out.with_suffix(".err")):
-            if f.exists():
-                rel = f.relative_to(factory)
-                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(f, dest / rel)
+    move_pilots(factory, dest, late)
     for f in factory.glob(f"server/entry_{entry}/completed_jobs_*.log"):
         f.unlink()
     return len(late)

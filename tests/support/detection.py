@@ -15,7 +15,6 @@ import contextlib
 import json
 import math
 import re
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -29,8 +28,9 @@ from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import DEFAULT_ENTRIES, EntrySpec, fleet
 from tests.support import alert_scenario as S
+from tests.support.alert_scenario import move_pilots
 from tests.support.local_stack import exporter, prometheus_config
-from tests.support.servers import free_port, prom_query, wait_for
+from tests.support.servers import free_port, prom_query, prom_value, wait_for
 
 # Which reason of gwms:site_problem detects which labelled kind (a reason the rules do not have yet is skipped).
 KIND_REASONS = {"black_hole": "black_hole", "resource_hog": "resource_hog", "drift": "validation_worsening"}
@@ -63,14 +63,7 @@ def hold_back(factory: Path, dest: Path, keep: float = 0.5, batches: dict[str, i
     out: list[list[Path]] = [[] for _ in range(1 + max(batches.values(), default=0))]
     for entry, outs in pilot_outs(factory).items():
         late = outs[math.ceil(len(outs) * keep) :]
-        moved = []
-        for o in late:
-            for f in (o, o.with_suffix(".err")):
-                if f.exists():
-                    rel = f.relative_to(factory)
-                    (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(f, dest / rel)
-            moved.append(dest / o.relative_to(factory))
+        moved = move_pilots(factory, dest, late)
         n = batches.get(entry, 0)
         if n:
             for i in range(n):
@@ -118,15 +111,10 @@ def stack(work: Path, factory: Path, timing: rules.Timing) -> Iterator[str]:
     with exporter(factory, work, exp_port, interval=SCRAPE), prometheus(work / "prom", cfg, port=prom_port) as url:
         recorded = f"count(count by (entry) ({N.RR_CPU_RATE}))"
         exported = f"count(count by (entry) ({catalogue.CPU_SECONDS.name}))"
-        wait_for("the recording rules", lambda: _value(url, exported) > 0 and _value(url, recorded) > 0, 120)
+        wait_for("the recording rules", lambda: prom_value(url, exported) > 0 and prom_value(url, recorded) > 0, 120)
         # A baseline: every counter known for a few scrapes before anything is released.
-        wait_for("a baseline", lambda: _value(url, f"min(count_over_time({catalogue.PILOTS.name}[1m]))") >= 3, 60)
+        wait_for("a baseline", lambda: prom_value(url, f"min(count_over_time({catalogue.PILOTS.name}[1m]))") >= 3, 60)
         yield url
-
-
-def _value(url: str, expr: str) -> float:
-    res = prom_query(url, expr)
-    return float(res[0]["value"][1]) if res else 0.0
 
 
 def problems_since(url: str, t0: float) -> set[tuple[str, str]]:

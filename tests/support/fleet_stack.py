@@ -26,6 +26,7 @@ from tests.support.servers import (
     free_port,
     http_get,
     prom_query,
+    prom_value,
     prometheus,
     wait_for,
 )
@@ -40,11 +41,6 @@ class FleetStack:
     prometheus: str  # base URL
     exporter: str  # /metrics URL
     entries: int
-
-
-def value(url: str, expr: str) -> float:
-    res: list[dict[str, Any]] = prom_query(url, expr)
-    return float(res[0]["value"][1]) if res else 0.0
 
 
 def range_query(url: str, expr: str, seconds: int = RANGE_SECONDS) -> list[dict[str, Any]]:
@@ -84,7 +80,9 @@ def fleet_stack(work: Path, entries: int, pilots_per_entry: int = 3, seed: int =
         exported = f"count(count by (entry) ({catalogue.CPU_SECONDS.name}))"
         wait_for(
             "recording rules for every entry with pilots",
-            lambda: value(url, exported) > 0.8 * entries and value(url, recorded) == value(url, exported),
+            lambda: (
+                prom_value(url, exported) > 0.8 * entries and prom_value(url, recorded) == prom_value(url, exported)
+            ),
             120,
         )
         yield FleetStack(url, metrics, entries)

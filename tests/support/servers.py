@@ -104,6 +104,12 @@ def prom_query(url: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+def prom_value(url: str, expr: str) -> float:
+    """The first sample's value of an instant query, 0 when it returns nothing."""
+    res = prom_query(url, expr)
+    return float(res[0]["value"][1]) if res else 0.0
+
+
 @contextlib.contextmanager
 def alertmanager(workdir: Path, config_yaml: str) -> Iterator[str]:
     """A real Alertmanager on 127.0.0.1 (no cluster gossip); yields its base URL."""
