@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -214,36 +215,40 @@ def cmd_report(a: argparse.Namespace) -> int:
         return 2
     rep = Report(since=a.since, until=a.until)
     ingest = Ingest(
-        IngestConfig(
-            factory_dir=a.factory_dir,
-            monitor_dir=a.monitor_dir,
-            settle_seconds=0.0,
-            final=True,  # a one-shot: the tree is as it is, nothing waits for a next scan
-            lost_after_seconds=a.lost_after_seconds,
-        ),
-        sink=rep.add,
-        progress=True,
+        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds), sink=rep.add, progress=True
     )
     res = ingest.scan()
     text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
+    return _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
+
+
+def _deliver(
+    a: argparse.Namespace,
+    text: str,
+    plot: Callable[[str], bool],
+    plot_problem: Callable[[], str | None],
+    skipped: int,
+    failed: Sequence[str],
+    what: str,
+) -> int:
+    """report's and analyze's ending: the text to --output or stdout, the --plot, what was skipped or failed."""
     try:
         if a.output:
             Path(a.output).write_text(text)
         else:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        drawn = rep.plot(a.plot) if a.plot else True
+        drawn = plot(a.plot) if a.plot else True
     except BrokenPipeError:
         raise  # `| head`: main() handles it
     except OSError as e:
         log.error("cannot write %s: %s", e.filename or a.output or a.plot, e.strerror or e)
         return 1
     if not drawn:
-        log.warning("%s not written: nothing to plot (%s)", a.plot, rep.plot_problem())
-    n = ingest.errors.total()
-    if n:
-        log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)
-    if res.failed:
-        log.error("incomplete report: reading %s failed (see errors above)", ", ".join(sorted(set(res.failed))))
+        log.warning("%s not written: nothing to plot (%s)", a.plot, plot_problem())
+    if skipped:
+        log.warning("%d pieces of input skipped as unreadable (see warnings above)", skipped)
+    if failed:
+        log.error("incomplete %s: reading %s failed (see errors above)", what, ", ".join(sorted(set(failed))))
         return 1
     return 0
 
@@ -403,26 +408,15 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         return 1
     an = analyze(data)
     text = {"table": render.to_table, "csv": render.to_csv, "json": render.to_json}[a.format](an)
-    try:
-        if a.output:
-            Path(a.output).write_text(text)
-        else:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        drawn = render.plot(an, a.plot) if a.plot else True
-    except BrokenPipeError:
-        raise  # `| head`: main() handles it
-    except OSError as e:
-        log.error("cannot write %s: %s", e.filename or a.output or a.plot, e.strerror or e)
-        return 1
-    if not drawn:
-        log.warning("%s not written: nothing to plot (%s)", a.plot, render.plot_problem(an))
-    n = ingest.errors.total()
-    if n:
-        log.warning("%d pieces of input skipped as unreadable (see warnings above)", n)
-    if res.failed:
-        log.error("incomplete analysis: reading %s failed (see errors above)", ", ".join(sorted(set(res.failed))))
-        return 1
-    return 0
+    return _deliver(
+        a,
+        text,
+        lambda path: render.plot(an, path),
+        lambda: render.plot_problem(an),
+        ingest.errors.total(),
+        res.failed,
+        "analysis",
+    )
 
 
 def cmd_check_config(a: argparse.Namespace) -> int:

@@ -72,6 +72,17 @@ class IngestConfig:
     def monitor(self) -> str:
         return self.monitor_dir or os.path.join(self.factory_dir, "monitor")
 
+    @classmethod
+    def one_shot(cls, factory_dir: str, monitor_dir: str | None, lost_after_seconds: float) -> IngestConfig:
+        """How ``report`` and ``analyze`` read a tree: as it is, nothing waits for a next scan."""
+        return cls(
+            factory_dir=factory_dir,
+            monitor_dir=monitor_dir,
+            settle_seconds=0.0,
+            final=True,
+            lost_after_seconds=lost_after_seconds,
+        )
+
 
 # The day in a completed_jobs or event log's name.
 _LOG_DAY = re.compile(r"_(\d{8})(?:_|\.log$)")

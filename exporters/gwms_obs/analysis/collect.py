@@ -201,13 +201,7 @@ def collect(
     """
     c = Collector(since, until)
     ingest = Ingest(
-        IngestConfig(
-            factory_dir=factory_dir,
-            monitor_dir=monitor_dir,
-            settle_seconds=0.0,
-            final=True,
-            lost_after_seconds=lost_after_seconds,
-        ),
+        IngestConfig.one_shot(factory_dir, monitor_dir, lost_after_seconds),  # as report reads it
         sink=c.account,
         spool_sink=c.spool,
         progress=progress,
