@@ -6,9 +6,9 @@ import csv
 import io
 import json
 import math
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from ..outputs.text import aligned, utc_minute
 from . import actions as A
 from . import outliers as O
 from .distributions import Key
@@ -65,24 +65,12 @@ def _json_num(v: float | None) -> float | str | None:
     return round(v, 3)
 
 
-def _utc(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
-
-
 def _sorted_keys(an: Analysis) -> list[Key]:
     return sorted(an.dists, key=lambda k: (k.entry, k.kind != "phase", k.phase, k.name))
 
 
 def _aligned(rows: list[list[str]], left: int) -> list[str]:
-    """Columns padded to their widest cell; the first ``left`` columns flush left, numbers right."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, r in enumerate(rows):
-        cells = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        out.append("  ".join(cells).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
+    return [line.rstrip() for line in aligned(rows, left)]  # an empty last cell leaves no trailing blanks
 
 
 def summary(an: Analysis) -> str:
@@ -96,7 +84,7 @@ def summary(an: Analysis) -> str:
     lo = d.since if d.since is not None else d.first_end
     hi = d.until if d.until is not None else d.last_end
     if lo is not None and hi is not None:
-        text += f" (pilots that ended {_utc(lo)} – {_utc(hi)} UTC)"
+        text += f" (pilots that ended {utc_minute(lo)} – {utc_minute(hi)} UTC)"
     return text
 
 

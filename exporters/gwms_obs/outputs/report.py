@@ -7,12 +7,12 @@ import io
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import catalogue
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Accuracy, Category, Outcome, Resource
+from .text import aligned, utc_minute
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -140,12 +140,7 @@ class Report:
                     f"{100 * sum(self.approximate.values()) / gt:.0f}%" if gt and res == Resource.CPU else "",
                 ]
             )
-            widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-            for i, row in enumerate(table):
-                cols = zip(row, widths, strict=True)
-                out.append("  ".join(x.ljust(w) if j < 2 else x.rjust(w) for j, (x, w) in enumerate(cols)))
-                if i == 0 or i == len(table) - 2:
-                    out.append("  ".join("-" * w for w in widths))
+            out += aligned(table, 2, rules_after=(0, len(table) - 2))  # a rule under the head, one over TOTAL
             out.append("")
         if self.accuracy:
             out.append("pilots by accuracy: " + ", ".join(f"{k} {v}" for k, v in sorted(self.accuracy.items())))
@@ -165,7 +160,7 @@ class Report:
         hi = self.until if self.until is not None else self.last_end
         if lo is None or hi is None:
             return ""
-        text = f"pilots that ended {_utc(lo)} – {_utc(hi)} UTC"
+        text = f"pilots that ended {utc_minute(lo)} – {utc_minute(hi)} UTC"
         derived = [n for n, given in (("first", self.since), ("last", self.until)) if given is None]
         if derived:
             text += f" ({' and '.join(derived)} pilot end in the logs)"
@@ -181,10 +176,10 @@ class Report:
         if self.since is None and self.until is None:
             return "no pilot in the logs"
         if self.until is None:
-            return f"no pilot ended at or after {_utc(self.since or 0.0)} UTC"
+            return f"no pilot ended at or after {utc_minute(self.since or 0.0)} UTC"
         if self.since is None:
-            return f"no pilot ended before {_utc(self.until)} UTC"
-        return f"no pilot ended between {_utc(self.since)} and {_utc(self.until)} UTC"
+            return f"no pilot ended before {utc_minute(self.until)} UTC"
+        return f"no pilot ended between {utc_minute(self.since)} and {utc_minute(self.until)} UTC"
 
     def figure(self, max_entries: int = MAX_PLOT_ENTRIES) -> Figure | None:
         """The operator's chart, or None when there is nothing to draw (see :meth:`plot_problem`).
@@ -293,10 +288,6 @@ class Report:
             return False
         fig.savefig(path, dpi=100)
         return True
-
-
-def _utc(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _waste_key(entry: str, hours: dict[str, float]) -> tuple[float, float, str]:
