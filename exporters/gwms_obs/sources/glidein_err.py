@@ -97,13 +97,17 @@ def _value(raw: bytes) -> classad.Value:
     return classad.parse_value(raw.decode("utf-8", "replace"))
 
 
+def _digit_run(raw: bytes) -> int | None:
+    """A plain digit run as int, skipping the decode and the classad regexes (most values); else None."""
+    return int(raw) if raw.isdigit() and len(raw) <= 19 else None  # what classad's _INT accepts, unsigned
+
+
 def _iv(raw: bytes | None) -> int | None:
-    """``_int(parse_value(raw))``; digit runs (most values) skip the decode and the regexes."""
+    """``_int(parse_value(raw))``, digit runs first."""
     if raw is None:
         return None
-    if raw.isdigit() and len(raw) <= 19:  # what classad's _INT accepts, unsigned
-        return int(raw)
-    return _int(_value(raw))
+    v = _digit_run(raw)
+    return v if v is not None else _int(_value(raw))
 
 
 def _amount(
@@ -116,11 +120,10 @@ def _amount(
     raw = ad.get(name)
     if raw is None:
         return None
-    if raw.isdigit() and len(raw) <= 19:
-        v: classad.Value = int(raw)
-    elif raw[-2:] == b".0" and raw[:-2].isdigit() and len(raw) <= 21:  # how HTCondor writes CPU times
-        v = int(raw[:-2])
-    else:
+    v: classad.Value = _digit_run(raw)
+    if v is None and raw[-2:] == b".0":  # how HTCondor writes CPU times
+        v = _digit_run(raw[:-2])
+    if v is None:
         v = _value(raw)
         if v is None or (expr_ok and isinstance(v, classad.Expr)):
             return None
