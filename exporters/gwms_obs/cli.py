@@ -115,7 +115,9 @@ def cmd_export(a: argparse.Namespace) -> int:
             log.error("config: %s", p)
         return 2
     try:
-        ingest = Ingest(cfg.ingest(reset_checkpoint=a.reset_checkpoint), progress=True)
+        ingest = Ingest(
+            dataclasses.replace(cfg.ingest(reset_checkpoint=a.reset_checkpoint), workers=a.workers), progress=True
+        )
     except CheckpointError as e:  # refused rather than re-count: the message says what to do
         log.error("%s", e)
         return 2
@@ -215,7 +217,9 @@ def cmd_report(a: argparse.Namespace) -> int:
         return 2
     rep = Report(since=a.since, until=a.until)
     ingest = Ingest(
-        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds), sink=rep.add, progress=True
+        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
+        sink=rep.add,
+        progress=True,
     )
     res = ingest.scan()
     text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
@@ -402,6 +406,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
             jaeger_limit=a.limit,
             lost_after_seconds=a.lost_after_seconds,
             progress=True,
+            workers=a.workers,
         )
     except JaegerError as e:
         log.error("cannot read Jaeger: %s", e)
@@ -448,6 +453,12 @@ def _factory_window(p: argparse.ArgumentParser, factory_help: str, format_help: 
         type=_seconds,
         default=3600.0,
         help="a pilot with no .out this long after it ended is lost (default 3600)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="processes that read the pilots' files of a large tree, >= 1 "
+        "(default: the cores this process may use, at most 4; the numbers are the same with any)",
     )
 
 
@@ -506,6 +517,13 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--traces-outbox", help="directory of spools waiting to be sent (default <checkpoint>.traces)")
     e.add_argument(
         "--traces-drain-seconds", type=_seconds, default=30.0, help="with --once: wait this long for sends (default 30)"
+    )
+    e.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="processes that read the pilots' files of a backfill (a first scan of thousands), >= 1 "
+        "(default 1: the factory's host keeps its cores; the numbers are the same with any)",
     )
     e.set_defaults(func=cmd_export)
 

@@ -67,21 +67,45 @@ class IngestConfig:
     # One-shot (report): the tree is final; nothing waits for a later scan.
     final: bool = False
     limits: plausible.Limits = plausible.DEFAULT_LIMITS  # bounds on what pilots say of themselves
+    # Processes that read the pilots' files of a backfill (a scan with thousands of pilots
+    # to read, ingest/glidein_files.POOL_MIN_PILOTS); 1: all in this process. The numbers
+    # are the same with any value.
+    workers: int = 1
 
     @property
     def monitor(self) -> str:
         return self.monitor_dir or os.path.join(self.factory_dir, "monitor")
 
     @classmethod
-    def one_shot(cls, factory_dir: str, monitor_dir: str | None, lost_after_seconds: float) -> IngestConfig:
-        """How ``report`` and ``analyze`` read a tree: as it is, nothing waits for a next scan."""
+    def one_shot(
+        cls, factory_dir: str, monitor_dir: str | None, lost_after_seconds: float, workers: int | None = None
+    ) -> IngestConfig:
+        """How ``report`` and ``analyze`` read a tree: as it is, nothing waits for a next scan.
+
+        ``workers`` None: :func:`default_workers` (someone waits for the answer).
+        """
         return cls(
             factory_dir=factory_dir,
             monitor_dir=monitor_dir,
             settle_seconds=0.0,
             final=True,
             lost_after_seconds=lost_after_seconds,
+            workers=default_workers() if workers is None else workers,
         )
+
+
+# report's and analyze's default: the cores this process may use, at most this many
+# (the factory runs on the same host; past a few workers the merge here is the limit).
+MAX_DEFAULT_WORKERS = 4
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its affinity, a container's cpuset), at most MAX_DEFAULT_WORKERS."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_DEFAULT_WORKERS))
 
 
 # The day in a completed_jobs or event log's name.

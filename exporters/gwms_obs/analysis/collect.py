@@ -194,6 +194,7 @@ def collect(
     jaeger_limit: int = 1000,
     lost_after_seconds: float = 3600.0,
     progress: bool = False,
+    workers: int | None = None,
 ) -> tuple[Dataset, Ingest, ScanResult]:
     """Read the tree (and Jaeger) once; the Ingest and its scan are returned for errors and failed sources.
 
@@ -201,7 +202,7 @@ def collect(
     """
     c = Collector(since, until)
     ingest = Ingest(
-        IngestConfig.one_shot(factory_dir, monitor_dir, lost_after_seconds),  # as report reads it
+        IngestConfig.one_shot(factory_dir, monitor_dir, lost_after_seconds, workers),  # as report reads it
         sink=c.account,
         spool_sink=c.spool,
         progress=progress,

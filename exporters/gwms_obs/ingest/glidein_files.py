@@ -13,15 +13,18 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from ..accounting import plausible
-from ..accounting.pilot import EntryDefaults, from_glidein
+from ..accounting.pilot import EntryDefaults
 from ..catalogue import Source
-from ..model import GlideinErr, GlideinOut
-from ..sources import glidein_err, glidein_out, layout
-from ..sources.budget import Budget
+from ..model import StatsFormat
+from ..sources import layout
+from . import pool
 from .books import Books, Listing, key_str
 from .stage import Scan, Stage
 
@@ -29,6 +32,13 @@ log = logging.getLogger("gwms_obs.pipeline")
 
 # A pilot file at least this large is marked in flight while read (one small write and unlink).
 INFLIGHT_MIN_BYTES = 1 << 20
+# A scan with at least this many pilots to read (a backfill) reads them in ``workers``
+# processes; fewer (the exporter's steady state: a few new pilots a scan) are read here.
+POOL_MIN_PILOTS = 2000
+MIN_CHUNK, MAX_CHUNK = 32, 256  # pilots per chunk a worker reads: small enough to balance the workers
+AHEAD = 4  # chunks in flight per worker: the workers never wait for the merge, memory stays bounded
+
+Ready = tuple[str, layout.PilotFiles, os.stat_result]  # a settled pilot to read: key, files, the .out's stat
 
 
 class GlideinFilesStage(Stage):
@@ -46,6 +56,8 @@ class GlideinFilesStage(Stage):
         self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
         self.unmapped_since: dict[str, float] = {}  # key -> first seen with no frontend name for its user
         self.deferred: list[layout.PilotFiles] = []  # settled, waiting for this scan's completed_jobs lines
+        self._bar: Any = None  # the progress bar of a long scan
+        self._last_save = 0.0  # when a long scan last saved the checkpoint
         books.on_counted.append(self._forget)
 
     def _forget(self, ks: str) -> None:
@@ -80,7 +92,7 @@ class GlideinFilesStage(Stage):
             return None  # deleted since the listing
         sig: tuple[float, ...] = (st.st_size, st.st_mtime)
         young = now - st.st_mtime < cfg.settle_seconds
-        if not young and p.has_err:
+        if not young and p.has_err and not cfg.final:  # a final tree has settled: no .err stat
             with contextlib.suppress(OSError):
                 est = os.stat(p.err)
                 sig += (est.st_size, est.st_mtime)
@@ -104,28 +116,46 @@ class GlideinFilesStage(Stage):
             b.health.files[Source.GLIDEIN_OUT] = len(pilots)
         if todo:
             b.health.backlog.setdefault(Source.GLIDEIN_OUT, scan.t0)
-        bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
-        last_save = now
+        self._bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
+        self._last_save = now
         deferred: list[layout.PilotFiles] = []
+        ready = self._ready(todo, now, last_call, deferred)
+        if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
+            self._read_pool(ready, scan, len(todo))
+        else:
+            for ks, p, st in ready:
+                self._read_pilot(p, ks, st, scan)
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        return deferred
+
+    def _ready(
+        self, todo: list[tuple[str, layout.PilotFiles]], now: float, last_call: bool, deferred: list[layout.PilotFiles]
+    ) -> Iterator[Ready]:
+        """The pilots to read now, in the listing's order (the others wait, or go to ``deferred``)."""
+        b = self.books
         for ks, p in todo:
-            if bar is not None:
-                bar.update(1)
             st = self._settled(p, ks, now)
-            if st is None:
-                continue  # still arriving: the next scan takes it
-            if b.client_of(p.username) is None:
+            if st is not None and b.client_of(p.username) is None:
                 if not last_call:
                     deferred.append(p)  # the completed_jobs lines read next may name its frontend
-                    continue
-                if not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
-                    continue  # the factory names the frontend in its next completed_jobs lines
-            self._read_pilot(p, ks, st, scan)
-            if b.clock() - last_save > 60:
-                b.save()
-                last_save = b.clock()
-        if bar is not None:
-            bar.close()
-        return deferred
+                    st = None
+                elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
+                    st = None  # the factory names the frontend in its next completed_jobs lines
+            if st is None:  # still arriving: the next scan takes it
+                self._tick(save=False)
+                continue
+            yield ks, p, st
+
+    def _tick(self, save: bool = True) -> None:
+        """One pilot done: the progress bar, and the checkpoint every minute of a long scan."""
+        if self._bar is not None:
+            self._bar.update(1)
+        b = self.books
+        if save and b.clock() - self._last_save > 60:
+            b.save()
+            self._last_save = b.clock()
 
     def _backlog(self, present: dict[str, layout.PilotFiles]) -> None:
         """The .out lag: the oldest .out still waiting (to settle, or for its frontend's name)."""
@@ -139,7 +169,7 @@ class GlideinFilesStage(Stage):
                 b.health.backlog.pop(Source.GLIDEIN_OUT, None)
 
     def _read_pilot(self, p: layout.PilotFiles, ks: str, st: os.stat_result, scan: Scan) -> None:
-        """Read and account one settled pilot; a file that makes the reader fail is quarantined.
+        """Read and account one settled pilot here; a file that makes the reader fail is quarantined.
 
         Quarantined (``bad_out``, checkpointed): never read again, so a file
         that breaks the reader cannot do it on every scan. A large file is
@@ -149,14 +179,131 @@ class GlideinFilesStage(Stage):
         """
         inflight = st.st_size >= INFLIGHT_MIN_BYTES and self._inflight(ks)
         try:
-            self._account_pilot(p, ks, st, scan)
-        except Exception as e:  # one hostile file must not stop the scan
-            log.error("%s: reading failed, quarantined: %s: %s", p.out, type(e).__name__, e, exc_info=True)
-            self.books.errors.record(Source.GLIDEIN_OUT, "quarantined", p.out, None, f"{type(e).__name__}: {e}")
-            self._mark_bad(ks)
+            r = pool.read_pilot(_task(p, st), self._context(self.books.clock(), self.books.defaults))
+            self._apply(p, ks, st.st_size, r, scan)
         finally:
             if inflight:
                 self._inflight(None)
+        self._tick()
+
+    # --- reading across cores (a backfill) ------------------------------------------------------
+    def _read_pool(self, ready: Iterator[Ready], scan: Scan, n: int) -> None:
+        """Read ``ready`` in worker processes, chunks of one entry each; apply them here, in order.
+
+        A pilot is applied (counted, ``seen``, in the next checkpoint) only
+        here, so a kill mid-backfill loses none counted and counts none twice.
+        A large .out is read here, marked in flight, as by the serial path; a
+        chunk whose worker failed is read here; once the pool is broken (a
+        worker killed: the OOM killer), every pilot not yet applied is.
+        """
+        b = self.books
+        workers = b.cfg.workers
+        size = max(MIN_CHUNK, min(MAX_CHUNK, n // (workers * 16)))
+        window: deque[tuple[list[Ready], Future[list[pool.Read]] | None]] = deque()
+        broken = False
+        ex: ProcessPoolExecutor | None = None  # started with the first chunk (all may wait for names)
+        try:
+            for chunk, here in _chunks(ready, size):
+                fut = None
+                if not here and not broken:
+                    entry = chunk[0][1].entry
+                    d = b.defaults.get(entry)
+                    ctx = self._context(b.clock(), {entry: d} if d is not None else {})
+                    try:
+                        ex = ex or pool.executor(workers)
+                        fut = ex.submit(pool.read_chunk, ctx, [_task(p, st) for _, p, st in chunk])
+                    except (BrokenProcessPool, RuntimeError, OSError) as e:  # OSError: no process to start
+                        broken = self._pool_broke(e)
+                window.append((chunk, fut))
+                while len(window) > workers * AHEAD:
+                    broken = self._merge(*window.popleft(), scan) or broken
+            while window:
+                broken = self._merge(*window.popleft(), scan) or broken
+        finally:
+            if ex is not None:
+                ex.shutdown(wait=True, cancel_futures=True)
+
+    def _merge(self, chunk: list[Ready], fut: Future[list[pool.Read]] | None, scan: Scan) -> bool:
+        """Apply one chunk, in order; True when the pool turned out broken."""
+        broken = False
+        reads: list[pool.Read] | None = None
+        if fut is not None:
+            try:
+                reads = fut.result()
+            except BrokenProcessPool as e:
+                broken = self._pool_broke(e)
+            except Exception as e:  # the chunk's results did not come back: read it here
+                log.error("backfill: a worker failed on %s: %s: %s; read here", chunk[0][1].out, type(e).__name__, e)
+        if reads is None or len(reads) != len(chunk):
+            for ks, p, st in chunk:
+                self._read_pilot(p, ks, st, scan)
+            return broken
+        for (ks, p, st), r in zip(chunk, reads, strict=True):
+            self._apply(p, ks, st.st_size, r, scan)
+            self._tick()
+        return broken
+
+    def _pool_broke(self, e: BaseException) -> bool:
+        log.error("backfill: the worker pool broke (%s: %s); the rest is read in this process", type(e).__name__, e)
+        return True
+
+    def _context(self, now: float, defaults: dict[str, EntryDefaults]) -> pool.Context:
+        cfg = self.books.cfg
+        return pool.Context(
+            root=cfg.factory_dir,
+            max_file_bytes=cfg.max_file_bytes,
+            limits=cfg.limits,
+            rules=cfg.rules,
+            now=now,
+            spools=self.books.spool_sink is not None,
+            defaults=defaults,
+        )
+
+    def _apply(self, p: layout.PilotFiles, ks: str, size: int, r: pool.Read, scan: Scan) -> None:
+        """What reading one pilot found, into the books; a failure quarantines the file."""
+        try:
+            self._account(p, ks, size, r, scan)
+        except Exception as e:  # one hostile file must not stop the scan
+            r.failure, r.trace = f"{type(e).__name__}: {e}", traceback.format_exc()
+        if r.failure is not None:
+            log.error("%s: reading failed, quarantined: %s\n%s", p.out, r.failure, r.trace.rstrip())
+            self.books.errors.record(Source.GLIDEIN_OUT, "quarantined", p.out, None, r.failure)
+            self._mark_bad(ks)
+
+    def _account(self, p: layout.PilotFiles, ks: str, size: int, r: pool.Read, scan: Scan) -> None:
+        b = self.books
+        record = b.errors.record
+        records = r.records
+        if r.spool is not None:  # where the serial reader met it, among the records
+            for x in records[: r.spool_at]:
+                record(*x)
+            records = records[r.spool_at :]
+            if b.spool_sink is not None:
+                try:
+                    b.spool_sink(r.spool, p.err)
+                except Exception:  # tracing must never cost the accounting of a pilot
+                    log.exception("trace spool of %s not handled", p.err)
+        for x in records:
+            record(*x)
+        h = b.health
+        if r.out_bytes:
+            h.bytes_read[Source.GLIDEIN_OUT] += size
+        if r.err_size is not None:
+            h.bytes_read[Source.GLIDEIN_ERR] += r.err_size
+        if r.err_read:
+            h.records[Source.GLIDEIN_ERR] += 1
+        if r.out_read:
+            h.records[Source.GLIDEIN_OUT] += 1
+        if r.stats_format in (StatsFormat.REAL, StatsFormat.LEGACY):
+            b.evidence_of(p.entry).note(p.cluster, raw=r.stats_format is StatsFormat.REAL)
+        if r.failure is not None:
+            return
+        acc = r.acc
+        if acc is None:
+            self._mark_bad(ks)  # unreadable, implausible or timeless: the factory's own records count it
+            return
+        acc.client = b.client_label(p.username, Source.GLIDEIN_OUT, p.out)
+        b.account(acc, scan.result, Source.GLIDEIN_OUT)
 
     def _inflight_path(self) -> str | None:
         cp = self.books.cfg.checkpoint
@@ -200,68 +347,37 @@ class GlideinFilesStage(Stage):
     def restore(self, data: dict[str, Any]) -> None:
         self._quarantine_inflight()
 
-    def _account_pilot(self, p: layout.PilotFiles, ks: str, st: os.stat_result, scan: Scan) -> None:
-        b = self.books
-        # One budget for the pilot's two files: no file of a pilot may cost more than a real one.
-        budget = Budget()
-        root = b.cfg.factory_dir
-        out = glidein_out.read_out(p.out, b.errors, b.cfg.max_file_bytes, root=root, budget=budget)
-        b.health.bytes_read[Source.GLIDEIN_OUT] += st.st_size
-        if out is None:
-            self._mark_bad(ks)  # counted as a parse error; its line or event log may still count it
-            return
-        err = None
-        if p.has_err:  # known from the directory listing: no extra stat per pilot
-            err = glidein_err.read_err(p.err, b.errors, detail=False, root=root, budget=budget)
-            if err is not None and err.trace_spool is not None and b.spool_sink is not None:
-                try:
-                    b.spool_sink(err.trace_spool, p.err)
-                except Exception:  # tracing must never cost the accounting of a pilot
-                    log.exception("trace spool of %s not handled", p.err)
-            with contextlib.suppress(OSError):
-                b.health.bytes_read[Source.GLIDEIN_ERR] += os.path.getsize(p.err)
-            if err is not None:
-                b.health.records[Source.GLIDEIN_ERR] += 1
-        b.health.records[Source.GLIDEIN_OUT] += 1
-        d = b.defaults.get(p.entry)
-        verdict = plausible.check_glidein(out, err, b.bounds(p.entry, st.st_mtime))
-        if verdict.problems:
-            b.errors.record(Source.GLIDEIN_OUT, plausible.REASON, p.out, None, "; ".join(verdict.problems))
-        self._check_labels(p, out, err, d)
-        if not verdict.believed:
-            self._mark_bad(ks)  # the factory's own records count it (its line, else the event log)
-            return
-        b.evidence_of(p.entry).learn(out, p.cluster)
-        acc = from_glidein(out, err, d, entry=p.entry, client=out.client, end_hint=st.st_mtime, rules=b.cfg.rules)
-        if acc is None:
-            b.errors.record(Source.GLIDEIN_OUT, "no_times", p.out)
-            self._mark_bad(ks)
-            return
-        # Labels from the factory (the file's place), not from what the pilot wrote;
-        # the path's entry/cluster/proc are the key the other sources use.
-        acc.entry, acc.cluster, acc.proc = p.entry, p.cluster, p.proc
-        acc.client = b.client_label(p.username, Source.GLIDEIN_OUT, p.out)
-        b.account(acc, scan.result, Source.GLIDEIN_OUT)
-
-    def _check_labels(
-        self, p: layout.PilotFiles, out: GlideinOut, err: GlideinErr | None, d: EntryDefaults | None
-    ) -> None:
-        """Count what the pilot says about where it ran that the factory contradicts (never a label)."""
-        said = []
-        if out.entry is not None and out.entry != p.entry:
-            said.append(f"entry {out.entry!r} in {p.entry!r}")
-        if err is not None and err.site and d is not None and d.site and err.site != d.site:
-            said.append(f"GLIDEIN_Site {err.site!r}, entry's {d.site!r}")
-        if said:
-            self.books.errors.record(
-                Source.GLIDEIN_OUT, "label_mismatch", p.out, None, "; ".join(s[:300] for s in said)
-            )
-
     def _mark_bad(self, ks: str) -> None:
         b = self.books
         with b.lock:
             b.bad_out[ks] = b.clock()
             self.unsettled.pop(ks, None)
+
+
+def _task(p: layout.PilotFiles, st: os.stat_result) -> pool.Task:
+    return (p.out, p.err, p.has_err, p.entry, p.cluster, p.proc, st.st_mtime)
+
+
+def _chunks(ready: Iterator[Ready], size: int) -> Iterator[tuple[list[Ready], bool]]:
+    """``ready`` in order, cut in chunks of one entry and at most ``size`` pilots; (chunk, read here).
+
+    A .out large enough to be marked in flight is a chunk of its own, read here.
+    """
+    chunk: list[Ready] = []
+    for item in ready:
+        p, st = item[1], item[2]
+        if st.st_size >= INFLIGHT_MIN_BYTES:
+            if chunk:
+                yield chunk, False
+                chunk = []
+            yield [item], True
+            continue
+        if chunk and (len(chunk) >= size or p.entry != chunk[0][1].entry):
+            yield chunk, False
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk, False
 
 
 def _progress(total: int, unit: str) -> Any:

@@ -1,0 +1,172 @@
+"""The pure part of reading one pilot's files, and the process pool that runs it across cores.
+
+:func:`read_pilot` does everything of a pilot's accounting that depends only
+on its two files and the entry's configuration: read and parse the .out and
+the .err, check plausibility, build the :class:`~gwms_obs.accounting.pilot.PilotAccount`.
+What it found comes back as a small picklable :class:`Read`; everything
+stateful (the format evidence, the frontend's name, the ledger, ``seen``,
+the health counters, the span spool, the checkpoint) is applied by
+:class:`~gwms_obs.ingest.glidein_files.GlideinFilesStage` in the parent, in
+the listing's order, for the serial path and the pool alike: one code path,
+so the daemon and ``report`` compute the same numbers with any ``workers``.
+
+A backfill (a first scan of a large history) sends chunks of pilots to
+:func:`read_chunk` in worker processes. A chunk holds pilots of one entry
+(a big entry is split in several), and each worker gets all it needs in its
+arguments (:class:`Context`): no state is inherited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from ..accounting import plausible
+from ..accounting.partition import Rules
+from ..accounting.pilot import EntryDefaults, PilotAccount, from_glidein
+from ..catalogue import Source
+from ..model import GlideinErr, GlideinOut, StatsFormat
+from ..parse_errors import ParseErrors
+from ..sources import glidein_err, glidein_out
+from ..sources.budget import Budget
+
+# One skipped piece of input, as ParseErrors.record takes it.
+Record = tuple[str, str, str, int | None, str]
+# One pilot to read: .out path, .err path, .err listed, entry, cluster, proc, the .out's mtime.
+Task = tuple[str, str, bool, str, int, int, float]
+
+# What ParseErrors logs of a detail; the rest need not cross a pipe.
+_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What reading a pilot needs besides its files: the same for every pilot of a scan."""
+
+    root: str
+    max_file_bytes: int
+    limits: plausible.Limits
+    rules: Rules
+    now: float  # the factory's clock: the latest time a pilot may report (plus skew)
+    spools: bool  # return the .err's span spool (someone takes it)
+    defaults: dict[str, EntryDefaults]  # entry -> its descript.xml (only the entries read)
+
+
+class _Recorder(ParseErrors):
+    """Keeps the records for the parent to count and log (a worker logs nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[Record] = []
+
+    def record(self, source: str, reason: str, path: str, offset: int | None = None, detail: str = "") -> None:
+        self.records.append((source, reason, path, offset, detail[:_DETAIL_CHARS]))
+
+
+@dataclass(slots=True)
+class Read:
+    """What reading one pilot found, for the parent to apply (small, picklable)."""
+
+    records: list[Record]  # parse errors, in the order met
+    spool_at: int = 0  # how many of them came before the span spool was found
+    spool: bytes | None = None  # the .err's span spool, for the spool sink
+    out_bytes: bool = False  # the .out's reader returned (its bytes count as read)
+    out_read: bool = False  # the .out and .err were parsed (the .out's record count)
+    err_read: bool = False  # the .err was parsed
+    err_size: int | None = None  # the .err's size, when it was looked at
+    stats_format: StatsFormat | None = None  # set when the .out is believed: the entry's format evidence
+    acc: PilotAccount | None = None  # None: not counted from its files (bad, or failed)
+    failure: str | None = None  # the exception that stopped the reader ("Type: message")
+    trace: str = ""  # and its traceback, for the log
+
+
+def read_pilot(t: Task, ctx: Context) -> Read:
+    """Read one settled pilot; never raises (a failure is returned, for quarantine)."""
+    errors = _Recorder()
+    r = Read(errors.records)
+    try:
+        _read(t, ctx, errors, r)
+    except Exception as e:  # one hostile file must not stop the scan (nor the worker)
+        r.acc = None
+        r.failure, r.trace = f"{type(e).__name__}: {e}", traceback.format_exc()
+    return r
+
+
+def _read(t: Task, ctx: Context, errors: _Recorder, r: Read) -> None:
+    out_path, err_path, has_err, entry, cluster, proc, mtime = t
+    # One budget for the pilot's two files: no file of a pilot may cost more than a real one.
+    budget = Budget()
+    out = glidein_out.read_out(out_path, errors, ctx.max_file_bytes, root=ctx.root, budget=budget)
+    r.out_bytes = True
+    if out is None:
+        return  # counted as a parse error; its line or event log may still count it
+    err = None
+    if has_err:  # known from the directory listing: no extra stat per pilot
+        err = glidein_err.read_err(err_path, errors, detail=False, root=ctx.root, budget=budget)
+        if err is not None and err.trace_spool is not None and ctx.spools:
+            r.spool, r.spool_at = err.trace_spool, len(errors.records)
+        with contextlib.suppress(OSError):
+            r.err_size = os.path.getsize(err_path)
+        r.err_read = err is not None
+    r.out_read = True
+    d = ctx.defaults.get(entry)
+    b = plausible.bounds(d, ctx.limits, max(ctx.now, mtime))
+    verdict = plausible.check_glidein(out, err, b)
+    if verdict.problems:
+        errors.record(Source.GLIDEIN_OUT, plausible.REASON, out_path, None, "; ".join(verdict.problems))
+    _check_labels(out_path, entry, out, err, d, errors)
+    if not verdict.believed:
+        return  # the factory's own records count it (its line, else the event log)
+    r.stats_format = out.stats_format
+    acc = from_glidein(out, err, d, entry=entry, client=out.client, end_hint=mtime, rules=ctx.rules)
+    if acc is None:
+        errors.record(Source.GLIDEIN_OUT, "no_times", out_path)
+        return
+    # Labels from the factory (the file's place), not from what the pilot wrote;
+    # the path's entry/cluster/proc are the key the other sources use.
+    acc.entry, acc.cluster, acc.proc = entry, cluster, proc
+    r.acc = acc
+
+
+def _check_labels(
+    path: str, entry: str, out: GlideinOut, err: GlideinErr | None, d: EntryDefaults | None, errors: ParseErrors
+) -> None:
+    """Count what the pilot says about where it ran that the factory contradicts (never a label)."""
+    said = []
+    if out.entry is not None and out.entry != entry:
+        said.append(f"entry {out.entry!r} in {entry!r}")
+    if err is not None and err.site and d is not None and d.site and err.site != d.site:
+        said.append(f"GLIDEIN_Site {err.site!r}, entry's {d.site!r}")
+    if said:
+        errors.record(Source.GLIDEIN_OUT, "label_mismatch", path, None, "; ".join(s[:300] for s in said))
+
+
+def read_chunk(ctx: Context, tasks: list[Task]) -> list[Read]:
+    """A worker's job: one chunk of pilots, in order."""
+    return [read_pilot(t, ctx) for t in tasks]
+
+
+def _worker_init() -> None:
+    # Ctrl-C is the parent's to handle: it stops the pool; a worker must not print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_method() -> str:
+    """fork in a single-threaded process (report, analyze): fastest, nothing to import again;
+    forkserver when other threads run (the exporter's HTTP server): a fork could copy a lock
+    one of them holds."""
+    return "fork" if threading.active_count() == 1 else "forkserver"
+
+
+def executor(workers: int, method: str | None = None) -> ProcessPoolExecutor:
+    method = method or start_method()
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__])  # imported once, in the server, not per worker
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
