@@ -14,12 +14,13 @@ from xml.etree.ElementTree import Element
 from gwms_obs.catalogue import Source
 from gwms_obs.model import GlideinErr, Job, ScriptTiming
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import classad, condor_sections, files
+from gwms_obs.sources import classad, condor_sections, files, native
 from gwms_obs.sources.budget import REASON as BUDGET
 from gwms_obs.sources.budget import Budget, BudgetExceeded
 from gwms_obs.sources.glidein_out import (
     MAX_LINE,
     Scanner,
+    budget_allows,
     hostile_xml,
     iso_epoch,
     parse_xml,
@@ -486,6 +487,26 @@ def parse_err(
     if not data:
         return err
     budget = Budget() if budget is None else budget
+    if native.core is not None and not detail and budget_allows(budget):
+        found = native.core.parse_err(
+            data,
+            Job,
+            max_section_bytes,
+            C.SPOOL_MAX_BYTES,
+            budget.max_sections - budget.sections,
+            budget.max_ads - budget.ads,
+            budget.max_decoded_bytes - budget.decoded_bytes,
+        )
+        if found is not None:
+            jobs, err.gpus, config, err.trace_spool, sections, ads, decoded = found
+            err.jobs = jobs
+            if config is not None:
+                _config_values(err, dict(config))
+            # Charged as the Python reader would have: within the limits (the fast path checked).
+            budget.sections += sections
+            budget.ads += ads
+            budget.decoded_bytes += decoded
+            return err
     sc = Scanner(data, path, errors, Source.GLIDEIN_ERR.value)
     if len(data) > MAX_LINE:
         sc.check_long_lines()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 from xml.etree.ElementTree import Element, ParseError, XMLParser
 
 from defusedxml import DefusedXmlException
@@ -25,7 +26,7 @@ from defusedxml.ElementTree import fromstring as defused_fromstring
 from gwms_obs.catalogue import Source
 from gwms_obs.model import GlideinOut, SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
+from gwms_obs.sources import files, native
 from gwms_obs.sources.budget import REASON as BUDGET
 from gwms_obs.sources.budget import Budget, BudgetExceeded
 
@@ -360,12 +361,67 @@ def parse_out(data: bytes, path: str, errors: ParseErrors, *, budget: Budget | N
     if not data:
         return out
     budget = Budget() if budget is None else budget
+    if native.core is not None and budget_allows(budget):
+        fields = native.core.parse_out(data)
+        if fields is not None:
+            return _from_native(path, fields)
     sc = Scanner(data, path, errors, Source.GLIDEIN_OUT.value)
     try:
         _parse(sc, out, budget)
     except BudgetExceeded as e:
         sc.record(BUDGET, None, str(e))
     return out
+
+
+def budget_allows(budget: Budget) -> bool:
+    """Whether the budget allows a read at all (else the Python reader records why)."""
+    try:
+        budget.cpu()
+    except BudgetExceeded:
+        return False
+    return True
+
+
+_FORMATS = (StatsFormat.ABSENT, StatsFormat.EMPTY, StatsFormat.LEGACY, StatsFormat.REAL)
+
+
+def _from_native(path: str, t: tuple[Any, ...]) -> GlideinOut:
+    """A GlideinOut from the fields gwms_obs_native.parse_out found (in native/src/lib.rs's order)."""
+    (cluster, proc, schedd, uuid, factory, glidein_name, entry, client, client_group) = t[:9]
+    (startup, val_end, val_dur, started, c_start, c_end, c_dur, g_end, g_dur, exit_code, claims) = t[9:20]
+    fmt, stats, real_total, normalization, cpus, memory_mb, metrics, status = t[20:]
+    return GlideinOut(
+        path=path,
+        cluster=cluster,
+        proc=proc,
+        schedd=schedd,
+        uuid=uuid,
+        factory=factory,
+        glidein_name=glidein_name,
+        entry=entry,
+        client=client,
+        client_group=client_group,
+        startup_time=startup,
+        validation_end=val_end,
+        validation_duration=val_dur,
+        condor_started=started,
+        condor_start=c_start,
+        condor_end=c_end,
+        condor_duration=c_dur,
+        glidein_end=g_end,
+        glidein_duration=g_dur,
+        exit_code=exit_code,
+        activations_claims=claims,
+        stats_format=_FORMATS[fmt],
+        stats={name: SlotStat(jobs, secs) for name, jobs, secs in stats},
+        stats_real_total=None if real_total is None else SlotStat(*real_total),
+        normalization=normalization,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        metrics=metrics,
+        status=status,
+        failure=metrics.get("failure"),
+    )
 
 
 def _parse(sc: Scanner, out: GlideinOut, budget: Budget) -> None:

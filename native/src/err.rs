@@ -1,0 +1,503 @@
+//! Fast path of `gwms_obs.sources.glidein_err.parse_err(detail=False)` (a glidein's stderr):
+//! the GPU line, the glidein_config keys the accounting reads, and the framed
+//! sections: StartdHistoryLog ads decoded into jobs, the trace spool kept.
+
+use crate::classad::{self, digit_run, int_value, Value};
+use crate::scan::{find, find_byte, lines_shorter_than, num, rfind_byte, split_lines, strip, Fallback, Lines, R};
+
+const MAX_LINE: usize = 64 << 10;
+const MAX_CONFIG: usize = 4 << 20;
+const MAX_GPU_LINES: usize = 100;
+const MAX_ADS_PER_SECTION: usize = 100_000;
+const MAX_ATTR_VALUE: usize = 64 << 10;
+const MAX_USAGE_MB: f64 = (1u64 << 30) as f64;
+const MAX_CPU_SECONDS: f64 = 100.0 * 365.0 * 86400.0;
+const FRAME: &[u8] = b"======== gzip | uuencode =============";
+const CONFIG_BEGIN: &[u8] = b"-------- glidein_config in condor_startup.sh ----------";
+const HISTORY: &[u8] = b"StartdHistoryLog";
+pub const SPOOL: &[u8] = b"GWMSTraceSpool";
+const USED_KEYS: [&[u8]; 4] = [b"GLIDEIN_CPUS", b"MEMORY", b"GLIDEIN_Site", b"GLIDEIN_Resource_Slots"];
+
+/// What the Python reader's budget has left for this file.
+pub struct Limits {
+    pub max_section_bytes: usize,
+    pub spool_max_bytes: usize,
+    pub sections_left: usize,
+    pub ads_left: usize,
+    pub decoded_left: usize,
+}
+
+pub struct JobRec<'a> {
+    pub start: i128,
+    pub end: Option<i128>,
+    pub cpus: i128,
+    pub memory_mb: i128,
+    pub gpus: i128,
+    pub exited: bool,
+    pub exit_code: Option<i128>,
+    pub exit_by_signal: bool,
+    pub exit_signal: Option<i128>,
+    pub job_status: Option<i128>,
+    pub global_job_id: Option<&'a [u8]>, // UTF-8 checked
+    pub memory_usage_mb: Option<i128>,
+    pub cpu_seconds: Option<f64>,
+}
+
+pub struct Err<'a> {
+    pub gpus: Option<u64>,
+    pub config: Option<Vec<(&'a str, &'a str)>>, // in order; a repeated key: the last wins
+    pub jobs: Option<Vec<JobRec<'static>>>,
+    pub gids: Vec<Option<Vec<u8>>>, // GlobalJobId per job (decoded sections do not outlive the parse)
+    pub spool: Option<Vec<u8>>,
+    pub sections: usize,
+    pub ads: usize,
+    pub decoded: usize,
+}
+
+fn gpus(data: &[u8]) -> R<Option<u64>> {
+    let mut lines = Lines::new(data, b"condor_gpu_discovery", 0, data.len(), MAX_LINE);
+    let mut n = 0;
+    while let Some((off, line)) = lines.next_line()? {
+        if n >= MAX_GPU_LINES {
+            break;
+        }
+        n += 1;
+        let lo = off.saturating_sub(200);
+        let ls = match rfind_byte(data, b'\n', lo, off) {
+            Some(i) => i + 1,
+            None if lo == 0 => 0,
+            None => return Err(Fallback), // the Python reader then looks from the file's start
+        };
+        let full = &data[ls..off + line.len()];
+        // [^\n]*?condor_gpu_discovery\)? found (\d+) GPUs
+        let mut q = 0;
+        while let Some(i) = find(full, b"condor_gpu_discovery", q, full.len()) {
+            let mut p = i + 20;
+            if full.get(p) == Some(&b')') {
+                p += 1;
+            }
+            for p in [p, i + 20] {
+                if full[p..].starts_with(b" found ") {
+                    let d = crate::scan::digits(full, p + 7);
+                    if d > 0 && full[p + 7 + d..].starts_with(b" GPUs") {
+                        return Ok(Some(num(&full[p + 7..p + 7 + d], 18)?));
+                    }
+                }
+            }
+            q = i + 1;
+        }
+        if find(full, b"No GPUs found with condor_gpu_discovery", 0, full.len()).is_some() {
+            return Ok(Some(0));
+        }
+    }
+    Ok(None)
+}
+
+/// `_dashes`: the first line of only dashes (and an optional CR) in [start, stop).
+fn dashes(data: &[u8], start: usize, stop: usize) -> Option<usize> {
+    let stop = stop.min(data.len());
+    let is_dash_line = |l: usize| -> bool {
+        let d = data[l.min(stop)..stop].iter().take_while(|&&c| c == b'-').count();
+        if d == 0 {
+            return false;
+        }
+        let mut p = l + d;
+        if p < stop && data[p] == b'\r' {
+            p += 1;
+        }
+        p == stop || data[p] == b'\n'
+    };
+    if start < stop && is_dash_line(start) {
+        return Some(start);
+    }
+    let mut i = start;
+    while let Some(j) = find(data, b"\n-", i, stop) {
+        if is_dash_line(j + 1) {
+            return Some(j + 1);
+        }
+        i = j + 1;
+    }
+    None
+}
+
+fn config(data: &[u8]) -> R<Option<Vec<(&str, &str)>>> {
+    let Some(begin) = find(data, CONFIG_BEGIN, 0, data.len()) else { return Ok(None) };
+    let body = find_byte(data, b'\n', begin, data.len()).ok_or(Fallback)? + 1;
+    let end = dashes(data, body, body + MAX_CONFIG).ok_or(Fallback)?; // truncated or too large
+    let stop = if end > body && data[end - 1] == b'\n' { end - 1 } else { end };
+    let mut out = Vec::new();
+    // ^(GLIDEIN_CPUS|MEMORY|GLIDEIN_Site|GLIDEIN_Resource_Slots) ([^\n]*)$ in [body, stop)
+    let mut l = body;
+    while l < stop {
+        let e = find_byte(data, b'\n', l, stop).unwrap_or(stop);
+        let line = &data[l..e];
+        for k in USED_KEYS {
+            if line.starts_with(k) && line.get(k.len()) == Some(&b' ') {
+                let v = &line[k.len() + 1..];
+                let key = std::str::from_utf8(k).map_err(|_| Fallback)?;
+                out.push((key, std::str::from_utf8(v).map_err(|_| Fallback)?));
+                break;
+            }
+        }
+        l = e + 1;
+    }
+    Ok(Some(out))
+}
+
+const B64_INVALID: u8 = 0xff;
+const B64: [u8; 256] = {
+    let mut t = [B64_INVALID; 256];
+    let mut i = 0;
+    while i < 26 {
+        t[b'A' as usize + i] = i as u8;
+        t[b'a' as usize + i] = 26 + i as u8;
+        i += 1;
+    }
+    let mut d = 0;
+    while d < 10 {
+        t[b'0' as usize + d] = 52 + d as u8;
+        d += 1;
+    }
+    t[b'+' as usize] = 62;
+    t[b'/' as usize] = 63;
+    t
+};
+
+/// `binascii.a2b_base64` for the shape a glidein writes (base64 lines, padding only at
+/// the very end); any other shape is the Python reader's.
+fn b64_decode(payload: &[u8]) -> R<Vec<u8>> {
+    let body = strip_trailing_newlines(payload);
+    let pad = body.iter().rev().take_while(|&&c| c == b'=').count();
+    if pad > 2 {
+        return Err(Fallback);
+    }
+    let body = &body[..body.len() - pad];
+    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 3);
+    let (mut acc, mut n) = (0u32, 0u32); // n: sextets in acc
+    let mut total = pad;
+    for line in split_lines(body) {
+        total += line.len();
+        for &c in line {
+            let v = B64[c as usize];
+            if v == B64_INVALID {
+                return Err(Fallback);
+            }
+            acc = (acc << 6) | u32::from(v);
+            n += 1;
+            if n == 4 {
+                out.extend_from_slice(&[(acc >> 16) as u8, (acc >> 8) as u8, acc as u8]);
+                acc = 0;
+                n = 0;
+            }
+        }
+    }
+    if total % 4 != 0 || (pad > 0 && n + pad as u32 != 4) {
+        return Err(Fallback);
+    }
+    match n {
+        2 => out.push((acc >> 4) as u8),
+        3 => out.extend_from_slice(&[(acc >> 10) as u8, (acc >> 2) as u8]),
+        _ => {}
+    }
+    Ok(out)
+}
+
+fn strip_trailing_newlines(s: &[u8]) -> &[u8] {
+    let n = s.iter().rev().take_while(|&&c| c == b'\n').count();
+    &s[..s.len() - n]
+}
+
+fn gunzip(raw: &[u8], limit: usize) -> R<Vec<u8>> {
+    if raw.len() < 18 {
+        return Err(Fallback); // no room for a gzip header and trailer: the Python reader's error
+    }
+    // The trailer's ISIZE (length mod 2^32) sizes the output: one inflate call, no regrowth.
+    let isize = u32::from_le_bytes(raw[raw.len() - 4..].try_into().map_err(|_| Fallback)?) as usize;
+    if isize > limit {
+        return Err(Fallback);
+    }
+    let mut d = flate2::Decompress::new_gzip(15);
+    let mut out = Vec::with_capacity(isize + 1);
+    let status = d.decompress_vec(raw, &mut out, flate2::FlushDecompress::Finish).map_err(|_| Fallback)?;
+    // The stream must end exactly at the input's end (what follows a member is the Python reader's).
+    if status != flate2::Status::StreamEnd || d.total_in() as usize != raw.len() || out.len() > limit {
+        return Err(Fallback);
+    }
+    Ok(out)
+}
+
+/// The ads of a history: runs of lines between banner (`***`) or blank lines.
+fn ads(text: &[u8]) -> impl Iterator<Item = Vec<&[u8]>> {
+    let mut lines = split_lines(text);
+    std::iter::from_fn(move || {
+        let mut ad = Vec::new();
+        for line in lines.by_ref() {
+            let sep = line.starts_with(b"***") || line.iter().all(|&c| c == b' ' || c == b'\t');
+            if sep {
+                if !ad.is_empty() {
+                    return Some(ad);
+                }
+            } else {
+                ad.push(line);
+            }
+        }
+        (!ad.is_empty()).then_some(ad)
+    })
+}
+
+const ATTRS: [&[u8]; 21] = [
+    b"JobCurrentStartDate",
+    b"JobStartDate",
+    b"JobStatus",
+    b"CompletionDate",
+    b"LastVacateTime",
+    b"EnteredCurrentStatus",
+    b"ExitCode",
+    b"ExitBySignal",
+    b"ExitSignal",
+    b"GlobalJobId",
+    b"CpusProvisioned",
+    b"RequestCpus",
+    b"MemoryProvisioned",
+    b"RequestMemory",
+    b"GPUsProvisioned",
+    b"RequestGPUs",
+    b"MemoryUsage",
+    b"ProportionalSetSizeKb",
+    b"ResidentSetSize",
+    b"RemoteUserCpu",
+    b"RemoteSysCpu",
+];
+const A_CURSTART: usize = 0;
+const A_START: usize = 1;
+const A_STATUS: usize = 2;
+const A_COMPLETION: usize = 3;
+const A_VACATE: usize = 4;
+const A_ENTERED: usize = 5;
+const A_EXITCODE: usize = 6;
+const A_BYSIGNAL: usize = 7;
+const A_SIGNAL: usize = 8;
+const A_GID: usize = 9;
+const A_CPUSP: usize = 10;
+const A_CPUSR: usize = 11;
+const A_MEMP: usize = 12;
+const A_MEMR: usize = 13;
+const A_GPUSP: usize = 14;
+const A_GPUSR: usize = 15;
+const A_MEMUSE: usize = 16;
+const A_PSS: usize = 17;
+const A_RSS: usize = 18;
+const A_UCPU: usize = 19;
+const A_SCPU: usize = 20;
+
+fn pick<'a>(ad: &[&'a [u8]]) -> [Option<&'a [u8]>; 21] {
+    let mut got: [Option<&'a [u8]>; 21] = [None; 21];
+    for line in ad {
+        // "Name = value": the name is the line up to its first space (no ATTRS name has one)
+        let Some(sp) = memchr::memchr(b' ', line) else { continue };
+        if !line[sp..].starts_with(b" = ") {
+            continue;
+        }
+        let name = &line[..sp];
+        if let Some(k) = ATTRS.iter().position(|a| *a == name) {
+            if got[k].is_none() {
+                got[k] = Some(&line[sp + 3..]);
+            }
+        }
+    }
+    got
+}
+
+fn first_int(got: &[Option<&[u8]>; 21], names: &[usize], minimum: i128) -> R<Option<i128>> {
+    for &k in names {
+        if let Some(raw) = got[k] {
+            if let Some(v) = int_value(raw)? {
+                if v >= minimum {
+                    return Ok(Some(v));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// `_amount`: a usage value in [0, cap]; anything the Python reader calls a problem falls back.
+fn amount(got: &[Option<&[u8]>; 21], k: usize, cap: f64, expr_ok: bool) -> R<Option<f64>> {
+    let Some(raw) = got[k] else { return Ok(None) };
+    let mut v = digit_run(raw).map(Value::Int);
+    if v.is_none() && raw.ends_with(b".0") {
+        v = digit_run(&raw[..raw.len() - 2]).map(Value::Int);
+    }
+    let v = match v {
+        Some(v) => v,
+        None => match classad::parse_value(raw)? {
+            Value::Undefined => return Ok(None),
+            Value::Expr if expr_ok => return Ok(None),
+            other => other,
+        },
+    };
+    let f = match v {
+        Value::Int(i) => i as f64,
+        Value::Real(f) => f,
+        _ => return Err(Fallback),
+    };
+    if !(0.0..=cap).contains(&f) {
+        return Err(Fallback);
+    }
+    Ok(Some(f))
+}
+
+fn job<'a>(got: &[Option<&'a [u8]>; 21]) -> R<JobRec<'a>> {
+    let start = first_int(got, &[A_CURSTART, A_START], 1)?.ok_or(Fallback)?; // no start: "no_start"
+    let mut mem = amount(got, A_MEMUSE, MAX_USAGE_MB, true)?;
+    if mem.is_none() {
+        let mut kib = amount(got, A_PSS, MAX_USAGE_MB * 1024.0, false)?;
+        if kib.is_none() {
+            kib = amount(got, A_RSS, MAX_USAGE_MB * 1024.0, false)?;
+        }
+        mem = kib.map(|k| ((k + 1023.0) / 1024.0).floor());
+    }
+    let user = amount(got, A_UCPU, MAX_CPU_SECONDS, false)?;
+    let sys = amount(got, A_SCPU, MAX_CPU_SECONDS, false)?;
+    let cpu = if user.is_none() && sys.is_none() { None } else { Some(user.unwrap_or(0.0) + sys.unwrap_or(0.0)) };
+    let iv = |k: usize| -> R<Option<i128>> { got[k].map_or(Ok(None), int_value) };
+    let status = iv(A_STATUS)?;
+    let mut end = first_int(got, &[A_COMPLETION, A_VACATE], 1)?;
+    if end.is_none() && matches!(status, Some(3 | 4)) {
+        end = first_int(got, &[A_ENTERED], 1)?;
+    }
+    let exit_code = iv(A_EXITCODE)?;
+    let by_signal = got[A_BYSIGNAL].is_some_and(|r| strip(r).eq_ignore_ascii_case(b"true"));
+    let gid = match got[A_GID] {
+        None => None,
+        Some(raw) if raw.len() > 1 && raw[0] == b'"' && raw[raw.len() - 1] == b'"' && !raw.contains(&b'\\') => {
+            std::str::from_utf8(&raw[1..raw.len() - 1]).map_err(|_| Fallback)?;
+            Some(&raw[1..raw.len() - 1])
+        }
+        Some(raw) => match classad::parse_value(raw)? {
+            Value::Str(s) => Some(s),
+            _ => None,
+        },
+    };
+    Ok(JobRec {
+        start,
+        end,
+        cpus: first_int(got, &[A_CPUSP, A_CPUSR], 1)?.unwrap_or(1),
+        memory_mb: first_int(got, &[A_MEMP, A_MEMR], 0)?.unwrap_or(0),
+        gpus: first_int(got, &[A_GPUSP, A_GPUSR], 0)?.unwrap_or(0),
+        exited: (exit_code.is_some() || by_signal) && end.is_some(),
+        exit_code,
+        exit_by_signal: by_signal,
+        exit_signal: iv(A_SIGNAL)?,
+        job_status: status,
+        global_job_id: gid,
+        memory_usage_mb: mem.map(|m| m as i128),
+        cpu_seconds: cpu,
+    })
+}
+
+/// A decoded history's jobs, each with its GlobalJobId copied out.
+fn history(text: &[u8], limits: &Limits, ads_so_far: &mut usize) -> R<Vec<(JobRec<'static>, Option<Vec<u8>>)>> {
+    if memchr::memchr3(b'\r', 0x0b, 0x0c, text).is_some() || !lines_shorter_than(text, MAX_ATTR_VALUE) {
+        return Err(Fallback);
+    }
+    let mut jobs = Vec::new();
+    for (n, ad) in ads(text).enumerate() {
+        if n >= MAX_ADS_PER_SECTION {
+            return Err(Fallback); // too_many_ads
+        }
+        *ads_so_far += 1;
+        if *ads_so_far > limits.ads_left {
+            return Err(Fallback); // the file's budget of ads
+        }
+        let got = pick(&ad);
+        let j = job(&got)?;
+        let gid = j.global_job_id.map(<[u8]>::to_vec);
+        jobs.push((JobRec { global_job_id: None, ..j }, gid));
+    }
+    Ok(jobs)
+}
+
+pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
+    if data.is_empty() {
+        return Err(Fallback); // nothing to gain
+    }
+    if data.len() > MAX_LINE && !lines_shorter_than(data, MAX_LINE + 1) {
+        return Err(Fallback);
+    }
+    let mut out = Err {
+        gpus: gpus(data)?,
+        config: config(data)?,
+        jobs: None,
+        gids: Vec::new(),
+        spool: None,
+        sections: 0,
+        ads: 0,
+        decoded: 0,
+    };
+    let mut spool: Vec<u8> = Vec::new();
+    let mut has_spool = false;
+    let mut pos = 0;
+    while let Some(f) = find(data, FRAME, pos, data.len()) {
+        out.sections += 1;
+        if out.sections > limits.sections_left {
+            return Err(Fallback);
+        }
+        let line_start = if f > 0 { rfind_byte(data, b'\n', 0, f.saturating_sub(1)).map_or(0, |i| i + 1) } else { 0 };
+        let name_bytes = &data[line_start..(f.saturating_sub(1)).max(line_start)];
+        let name_bytes = &name_bytes[name_bytes.len().saturating_sub(200)..];
+        if name_bytes.iter().any(|&c| c >= 0x80 || (c < 0x20 && c != b'\t' && c != b'\r')) {
+            return Err(Fallback);
+        }
+        let name = {
+            let a = name_bytes.iter().position(|c| !matches!(c, b' ' | b'\t' | b'\r')).unwrap_or(name_bytes.len());
+            let b = name_bytes.iter().rposition(|c| !matches!(c, b' ' | b'\t' | b'\r')).map_or(a, |i| i + 1);
+            &name_bytes[a..b.max(a)]
+        };
+        let after = f + FRAME.len();
+        let mut hdr = after;
+        while matches!(data.get(hdr), Some(b'\n' | b'\r')) {
+            hdr += 1;
+        }
+        if !data[hdr..].starts_with(b"begin-base64 ") {
+            return Err(Fallback);
+        }
+        let body_start = find_byte(data, b'\n', hdr, data.len()).ok_or(Fallback)?;
+        let mut end = find(data, b"\n====", body_start, data.len());
+        while let Some(e) = end {
+            if matches!(data.get(e + 5), None | Some(b'\n' | b'\r')) {
+                break;
+            }
+            end = find(data, b"\n====", e + 1, data.len());
+        }
+        let end = end.ok_or(Fallback)?;
+        if find(data, FRAME, body_start, end).is_some() {
+            return Err(Fallback);
+        }
+        pos = end + 5;
+        let is_trace = name == SPOOL;
+        if name != HISTORY && !is_trace {
+            continue;
+        }
+        let limit = if is_trace { limits.spool_max_bytes.min(limits.max_section_bytes) } else { limits.max_section_bytes };
+        let allowed = limit.min(limits.decoded_left.saturating_sub(out.decoded));
+        let payload = &data[body_start + 1..end];
+        let content = gunzip(&b64_decode(payload)?, allowed)?;
+        out.decoded += content.len();
+        if is_trace {
+            spool.extend_from_slice(&content);
+            has_spool = true;
+        } else {
+            let found = history(&content, limits, &mut out.ads)?;
+            let jobs = out.jobs.get_or_insert_with(Vec::new);
+            for (j, gid) in found {
+                jobs.push(j);
+                out.gids.push(gid);
+            }
+        }
+    }
+    if has_spool {
+        out.spool = Some(spool);
+    }
+    Ok(out)
+}

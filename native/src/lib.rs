@@ -1,0 +1,138 @@
+//! gwms_obs_native: the compiled fast path of gwms-obs's hot readers.
+//!
+//! Each function returns None when the input is anything but ordinary (a
+//! parse error the Python reader would record, or a construct this code does
+//! not model exactly); the Python reader, which stays the reference, then
+//! reads the input instead. tests/test_native.py holds the two equal on
+//! generated and hostile input.
+
+use pyo3::prelude::*;
+use pyo3::BoundObject;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+mod classad;
+mod completed;
+mod err;
+mod out;
+mod scan;
+mod xml;
+
+/// Bumped whenever a function's arguments or results change shape: the Python
+/// side refuses a module of another ABI (a stale build) and reads in Python.
+const ABI: u32 = 1;
+
+fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, PyAny>> {
+    v.into_pyobject(py).map(BoundObject::into_any).map(BoundObject::into_bound).map_err(Into::into)
+}
+
+/// The fields of a `GlideinOut` (see gwms_obs.sources.native), or None.
+#[pyfunction]
+fn parse_out<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let Ok(o) = out::parse(data) else { return Ok(None) };
+    let epoch = |v: Option<u64>| v.map(|v| v as f64);
+    let stats = PyList::empty(py);
+    for (name, jobs, secs) in &o.stats {
+        stats.append((*name, *jobs, *secs))?;
+    }
+    let metrics = PyDict::new(py);
+    for (k, v) in &o.metrics {
+        metrics.set_item(k, v)?;
+    }
+    let items: Vec<Bound<'py, PyAny>> = vec![
+        obj(py, o.cluster)?,
+        obj(py, o.proc_)?,
+        obj(py, o.header[0])?,
+        obj(py, o.header[1])?,
+        obj(py, o.header[2])?,
+        obj(py, o.header[3])?,
+        obj(py, o.header[4])?,
+        obj(py, o.header[5])?,
+        obj(py, o.header[6])?,
+        obj(py, epoch(o.startup_time))?,
+        obj(py, epoch(o.validation_end))?,
+        obj(py, o.validation_duration)?,
+        obj(py, o.condor_started)?,
+        obj(py, epoch(o.condor_start))?,
+        obj(py, epoch(o.condor_end))?,
+        obj(py, o.condor_duration)?,
+        obj(py, epoch(o.glidein_end))?,
+        obj(py, o.glidein_duration)?,
+        obj(py, o.exit_code)?,
+        obj(py, o.activations_claims)?,
+        obj(py, o.stats_format)?,
+        stats.into_any(),
+        obj(py, o.stats_real_total)?,
+        obj(py, o.normalization)?,
+        obj(py, o.cpus)?,
+        obj(py, o.memory_mb)?,
+        metrics.into_any(),
+        obj(py, o.status.as_deref())?,
+    ];
+    PyTuple::new(py, items).map(Some)
+}
+
+/// (jobs | None, gpus, config pairs | None, trace spool | None, sections, ads, decoded bytes), or None.
+/// ``job`` is the Job class, called with the fields in its order.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+fn parse_err<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    job: &Bound<'py, PyAny>,
+    max_section_bytes: usize,
+    spool_max_bytes: usize,
+    sections_left: usize,
+    ads_left: usize,
+    decoded_left: usize,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let limits = err::Limits { max_section_bytes, spool_max_bytes, sections_left, ads_left, decoded_left };
+    let Ok(e) = err::parse(data, &limits) else { return Ok(None) };
+    let jobs = match &e.jobs {
+        None => None,
+        Some(js) => {
+            let list = PyList::empty(py);
+            for (j, gid) in js.iter().zip(&e.gids) {
+                let gid = gid.as_deref().map(|g| std::str::from_utf8(g).unwrap_or_default());
+                let args: Vec<Bound<'py, PyAny>> = vec![
+                    obj(py, j.start as f64)?,
+                    obj(py, j.end.map(|v| v as f64))?,
+                    obj(py, j.cpus)?,
+                    obj(py, j.memory_mb)?,
+                    obj(py, j.gpus)?,
+                    obj(py, j.exited)?,
+                    obj(py, j.exit_code)?,
+                    obj(py, j.exit_by_signal)?,
+                    obj(py, j.exit_signal)?,
+                    obj(py, j.job_status)?,
+                    obj(py, gid)?,
+                    obj(py, j.memory_usage_mb)?,
+                    obj(py, j.cpu_seconds)?,
+                ];
+                list.append(job.call1(PyTuple::new(py, args)?)?)?;
+            }
+            Some(list)
+        }
+    };
+    let config = e.config.map(|pairs| pairs.into_iter().collect::<Vec<_>>());
+    let spool = e.spool.as_deref().map(|s| PyBytes::new(py, s));
+    let items: Vec<Bound<'py, PyAny>> = vec![
+        obj(py, jobs)?,
+        obj(py, e.gpus)?,
+        obj(py, config)?,
+        obj(py, spool)?,
+        obj(py, e.sections)?,
+        obj(py, e.ads)?,
+        obj(py, e.decoded)?,
+    ];
+    PyTuple::new(py, items).map(Some)
+}
+
+#[pymodule]
+fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("ABI", ABI)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(parse_out, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_err, m)?)?;
+    m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
+    Ok(())
+}
