@@ -40,6 +40,19 @@ DASHBOARD_LINTER := $(TOOLS_BIN)/dashboard-linter-$(DASHBOARD_LINTER_VERSION)
 export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
+# The compiled fast path of the readers (native/: Rust through PyO3, see
+# exporters/gwms_obs/sources/native.py): one abi3 manylinux_2_28 wheel, linked
+# against glibc 2.28 with zig so EL8/EL9 and Debian hosts take the very wheel the
+# tests ran. Built by hash of its inputs under the cache dir (a change rebuilds,
+# nothing else does); cargo is the machine's Rust toolchain (~/.cargo/bin).
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+export CARGO_TARGET_DIR := $(CACHE_DIR)/cargo-target
+NATIVE_INPUTS := $(sort $(wildcard native/src/*.rs)) native/Cargo.toml native/Cargo.lock native/pyproject.toml
+NATIVE_HASH := $(shell cat $(NATIVE_INPUTS) | sha256sum | cut -c1-12)
+NATIVE_DIR := $(CACHE_DIR)/native/$(NATIVE_HASH)
+NATIVE_STAMP := $(VENV)/.native-$(NATIVE_HASH)
+# tools/wheelhouse.py puts this wheel beside the exporter's
+export GWMS_OBS_NATIVE_WHEELS := $(NATIVE_DIR)
 # Compose v2 (not packaged in Debian), built from the Go module proxy like Jaeger and
 # installed as the docker CLI plugin; tools/images.py builds the offline images.
 COMPOSE_VERSION := v2.40.3
@@ -51,7 +64,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts
+.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -65,7 +78,19 @@ $(BIN)/.stamp: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
 	$(BIN)/python -c "import gwms_obs, prometheus_client, opentelemetry.sdk, hypothesis"
 	touch $@
-venv: $(BIN)/.stamp
+venv: $(BIN)/.stamp $(NATIVE_STAMP)
+
+$(NATIVE_DIR)/.built: $(BIN)/.stamp
+	@command -v cargo >/dev/null || { echo "native/: cargo (a Rust toolchain) is needed to build the readers' fast path" >&2; exit 1; }
+	rm -rf $(NATIVE_DIR).tmp
+	cd native && VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH \
+	  maturin build --release --locked --zig --compatibility manylinux_2_28 -o $(NATIVE_DIR).tmp
+	rm -rf $(NATIVE_DIR) && mv $(NATIVE_DIR).tmp $(NATIVE_DIR) && touch $@
+$(NATIVE_STAMP): $(NATIVE_DIR)/.built
+	$(BIN)/pip install -q --no-deps --force-reinstall $(NATIVE_DIR)/*.whl
+	rm -f $(VENV)/.native-* && touch $@
+	$(BIN)/python -c "from gwms_obs.sources import native; d = native.describe(); print('readers:', d); assert native.core, d"
+native: $(NATIVE_STAMP)
 
 $(SAMPLE)/.done: $(BIN)/.stamp
 	rm -rf $(SAMPLE) $(SAMPLE).checkpoint.json
@@ -103,7 +128,7 @@ prereqs:
 # prereqs first: a missing package fails here, not as skips after the Go builds.
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
 test: prereqs lint typecheck otelcol jaeger dashboard-linter compose-plugin
-	GWMS_OBS_STRICT_SKIPS=1 $(BIN)/pytest -q -p no:cacheprovider -rs
+	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
 # install refuses; build the pinned module from the proxy as the main module.

@@ -1,7 +1,8 @@
 """Build the exporter's wheelhouse for air-gapped hosts: ``python -m tools.wheelhouse OUTDIR``.
 
 One file, ``gwms-obs-<version>-wheelhouse.tar.gz``, holding the gwms-obs wheel
-built from this repository and the wheels of all its dependencies, under a
+built from this repository, the wheels of all its dependencies and the compiled
+readers' manylinux wheel (``make native``; installed where it fits), under a
 top directory ``gwms-obs-<version>/``. The Ansible role gwms_exporter installs
 it (checked against the sha256 printed here and written next to it as
 ``<file>.sha256``) and runs ``pip install --no-index --find-links`` on it, so
@@ -12,6 +13,7 @@ tree: it is a build tool, run by ``make wheelhouse`` and the deploy test.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +31,22 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def native_wheels() -> list[Path]:
+    """The compiled readers' wheel(s) that ``make native`` built (``GWMS_OBS_NATIVE_WHEELS``).
+
+    Optional on a host (no wheel fits: the readers run in pure Python), so a
+    wheelhouse without it is still whole; the Makefile always names it.
+    """
+    where = os.environ.get("GWMS_OBS_NATIVE_WHEELS")
+    if not where:
+        print("wheelhouse: GWMS_OBS_NATIVE_WHEELS unset: no compiled readers (pure Python)", file=sys.stderr)
+        return []
+    found = sorted(Path(where).glob("gwms_obs_native-*.whl"))
+    if not found:
+        raise SystemExit(f"wheelhouse: no gwms_obs_native wheel in {where}: run `make native`")
+    return found
 
 
 def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
@@ -52,6 +70,8 @@ def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
             check=True,
             timeout=900,
         )
+        for wheel in native_wheels():
+            shutil.copy2(wheel, wheels / wheel.name)
         # sorted members owned by root: nothing of the build machine leaks into the host
         with tarfile.open(f"{out}.tmp", "w:gz", format=tarfile.PAX_FORMAT) as tar:
             for path in [wheels, *sorted(wheels.iterdir())]:

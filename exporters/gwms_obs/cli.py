@@ -19,6 +19,7 @@ from typing import Any
 from . import __version__
 from .config import ConfigError, ExportConfig, check, dir_problems, load, parse_listen
 from .parse_errors import ParseErrors
+from .sources import native
 
 log = logging.getLogger("gwms_obs")
 
@@ -134,6 +135,7 @@ def cmd_export(a: argparse.Namespace) -> int:
         log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
         return 2
     log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
+    log.info("readers: %s", native.describe())
     if forwarder is not None:
         ingest.spool_sink = forwarder
         forwarder.start()
@@ -475,7 +477,7 @@ def _sub(sub: Any, name: str, help: str, example: str) -> argparse.ArgumentParse
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gwms-obs", description="Observability for the GlideinWMS pilot factory.")
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__} (readers: {native.describe()})")
     # No default here: main() reads $GWMS_OBS_LOG_LEVEL only when the flag is absent, and names it when it is bad.
     p.add_argument(
         "--log-level",

@@ -1,0 +1,291 @@
+"""The compiled readers (gwms_obs_native) against the Python readers, their oracle.
+
+The native functions are a fast path: for any input they either give up
+(None: the Python reader reads it) or give exactly what the Python reader
+gives — and then the Python reader records no parse error for it, since
+anything it would record is meant to send the file to the Python path. These
+properties are checked on the simulator's files, on the real production .out,
+and on hypothesis-mutated and hostile variants of them.
+
+``make test`` sets GWMS_OBS_REQUIRE_NATIVE=1: there a missing module fails
+instead of skipping, so CI always runs these against the built wheel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gwms_obs.model import GlideinErr, GlideinOut, Job
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.simulate.factory import simulate
+from gwms_obs.sources import condor_sections, glidein_err, glidein_out, native
+from gwms_obs.sources.budget import Budget
+
+REAL_OUT = Path(__file__).resolve().parents[2] / "shared/reference/glideinwms/glideFactoryLogParser_glidein_stdout.out"
+
+if native.core is None:
+    if os.environ.get("GWMS_OBS_REQUIRE_NATIVE") == "1":
+        raise RuntimeError(f"gwms_obs_native is required here (make native): {native.describe()}")
+    pytest.skip(f"no compiled readers: {native.describe()}", allow_module_level=True)
+
+CORE = native.core
+
+
+def python_out(data: bytes) -> tuple[GlideinOut, ParseErrors]:
+    errors = ParseErrors()
+    native.core = None
+    try:
+        return glidein_out.parse_out(data, "job.1.0.out", errors), errors
+    finally:
+        native.core = CORE
+
+
+def python_err(data: bytes) -> tuple[GlideinErr, ParseErrors]:
+    errors = ParseErrors()
+    native.core = None
+    try:
+        return glidein_err.parse_err(data, "job.1.0.err", errors, detail=False), errors
+    finally:
+        native.core = CORE
+
+
+def check_out(data: bytes) -> bool:
+    """The property for one .out; True when the fast path took it."""
+    want, errors = python_out(data)
+    if CORE.parse_out(data) is None:
+        return False
+    got = glidein_out.parse_out(data, "job.1.0.out", ParseErrors())
+    assert got == want
+    assert errors.total() == 0, "the fast path took a file the Python reader finds fault with"
+    return True
+
+
+def native_err(data: bytes) -> GlideinErr | None:
+    budget = Budget()
+    found = CORE.parse_err(data, Job, 64 << 20, 16 << 20, budget.max_sections, budget.max_ads, budget.max_decoded_bytes)
+    if found is None:
+        return None
+    return glidein_err.parse_err(data, "job.1.0.err", ParseErrors(), detail=False)
+
+
+def check_err(data: bytes) -> bool:
+    want, errors = python_err(data)
+    got = native_err(data)
+    if got is None:
+        return False
+    assert got == want
+    assert errors.total() == 0, "the fast path took a file the Python reader finds fault with"
+    return True
+
+
+@pytest.fixture(scope="module")
+def factory(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[bytes, bytes | None]]:
+    root = tmp_path_factory.mktemp("native")
+    simulate(root, 300, seed=5)
+    pairs = []
+    for out in sorted(root.glob("client/user_*/glidein_*/entry_*/job.*.out")):
+        err = out.with_suffix(".err")
+        pairs.append((out.read_bytes(), err.read_bytes() if err.exists() else None))
+    assert len(pairs) > 200
+    return pairs
+
+
+def test_every_simulated_pilot_takes_the_fast_path_with_equal_results(
+    factory: list[tuple[bytes, bytes | None]],
+) -> None:
+    outs = sum(check_out(o) for o, _ in factory)
+    errs = [e for _, e in factory if e is not None]
+    assert outs == len(factory)
+    assert sum(check_err(e) for e in errs) == len(errs)
+    # the histories were decoded: not a fast path that skips the work
+    assert sum(len(native_err(e).jobs or []) for e in errs) > 1000  # type: ignore[union-attr]
+
+
+def test_the_real_production_out() -> None:
+    assert check_out(REAL_OUT.read_bytes())
+
+
+# --- mutated files -------------------------------------------------------------------------------
+NASTY = [
+    b"&",
+    b"&amp;",
+    b"<!DOCTYPE x>",
+    b"\r",
+    b"\x00",
+    b"\xff\xfe",
+    b"\xc3\xa9",
+    b"(" + b"9" * 25 + b")",
+    b"9" * 25,
+    b"=== Stats of main ===\n",
+    b"=== End Stats of main ===\n",
+    b'<metric name="failure">WN_RESOURCE</metric>',
+    b"</result>",
+    b"<status>",
+    b"\n\n",
+    b"condorg_cluster = '12x'\n",
+    b"Setting GLIDEIN_CPUS=" + b"1" * 20 + b"\n",
+    b"Total goodZ jobs 3 (1%) utilization 77\n",
+    b"(Real) Total jobs 2 utilization 5\n",
+    b"x" * 70_000,
+    b"-------- glidein_config in condor_startup.sh ----------\n",
+    b"condor_gpu_discovery found 4 GPUs\n",
+    b"======== gzip | uuencode =============\n",
+    b"begin-base64 644 -\nH4sI\n====\n",
+    b"\n====\n",
+]
+
+mutation = st.tuples(
+    st.sampled_from(["insert", "delete", "replace", "truncate"]),
+    st.floats(0, 1),
+    st.one_of(st.sampled_from(NASTY), st.binary(max_size=40)),
+    st.integers(1, 400),
+)
+
+
+def mutate(data: bytes, muts: list[tuple[str, float, bytes, int]]) -> bytes:
+    for kind, where, blob, span in muts:
+        i = int(where * len(data))
+        if kind == "insert":
+            data = data[:i] + blob + data[i:]
+        elif kind == "delete":
+            data = data[:i] + data[i + span :]
+        elif kind == "replace":
+            data = data[:i] + blob + data[i + len(blob) :]
+        else:
+            data = data[:i]
+    return data
+
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FAST
+@given(pick=st.integers(0, 10**6), muts=st.lists(mutation, min_size=1, max_size=4))
+def test_mutated_out_files(factory: list[tuple[bytes, bytes | None]], pick: int, muts: list) -> None:  # type: ignore[type-arg]
+    data = REAL_OUT.read_bytes() if pick % 7 == 0 else factory[pick % len(factory)][0]
+    check_out(mutate(data, muts))
+
+
+@FAST
+@given(pick=st.integers(0, 10**6), muts=st.lists(mutation, min_size=1, max_size=4))
+def test_mutated_err_files(factory: list[tuple[bytes, bytes | None]], pick: int, muts: list) -> None:  # type: ignore[type-arg]
+    errs = [e for _, e in factory if e is not None]
+    check_err(mutate(errs[pick % len(errs)], muts))
+
+
+# Values of the attributes a job is made of: what HTCondor writes, and what a worker node could.
+VALUES = [
+    "0",
+    "7",
+    "1700000000",
+    "9999999999999999999",
+    "99999999999999999999",
+    "-3",
+    "+4",
+    "1.5",
+    "1700000000.0",
+    "-0.5",
+    ".5",
+    "1e3",
+    "1e400",
+    "3.0e",
+    "true",
+    "FALSE",
+    "undefined",
+    "UNDEFINED",
+    '"text"',
+    '"a\\"b"',
+    '"unterminated',
+    '"a" + "b"',
+    "ifthenelse(MemoryUsage > 0, 1, 2)",
+    "((ResidentSetSize + 1023) / 1024)",
+    " 12 ",
+    "",
+    "\t5",
+    "١٢",
+    "１２",
+    "12\x0b",
+]
+ATTRS = [
+    "JobCurrentStartDate",
+    "JobStartDate",
+    "JobStatus",
+    "CompletionDate",
+    "LastVacateTime",
+    "EnteredCurrentStatus",
+    "ExitCode",
+    "ExitBySignal",
+    "ExitSignal",
+    "GlobalJobId",
+    "CpusProvisioned",
+    "RequestCpus",
+    "MemoryProvisioned",
+    "RequestMemory",
+    "GPUsProvisioned",
+    "RequestGPUs",
+    "MemoryUsage",
+    "ProportionalSetSizeKb",
+    "ResidentSetSize",
+    "RemoteUserCpu",
+    "RemoteSysCpu",
+    "Owner",
+]
+ad_line = st.tuples(st.sampled_from(ATTRS), st.one_of(st.sampled_from(VALUES), st.text(max_size=12)))
+separator = st.sampled_from(["*** Offset = 0 ClusterId = 1", "", "   ", "\t", "**", "* x"])
+history = st.lists(st.one_of(ad_line, separator), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=history, start=st.booleans())
+def test_generated_histories(lines: list, start: bool) -> None:  # type: ignore[type-arg]
+    text = "\n".join(f"{x[0]} = {x[1]}" if isinstance(x, tuple) else x for x in lines)
+    if start:
+        text = "JobCurrentStartDate = 1700000000\n" + text
+    err = b"some stderr line\n" + condor_sections.encode("StartdHistoryLog", text.encode("utf-8", "surrogatepass"))
+    check_err(err)
+
+
+def test_garden_variety_history_takes_the_fast_path() -> None:
+    text = (
+        "JobCurrentStartDate = 1700000000\nCompletionDate = 1700003600\nJobStatus = 4\nExitCode = 0\n"
+        'GlobalJobId = "schedd#1.0#1"\nRemoteUserCpu = 3000.0\nRemoteSysCpu = 12.0\n'
+        "MemoryUsage = ((ResidentSetSize + 1023) / 1024)\nResidentSetSize = 2048000\nRequestCpus = 1\n"
+        "*** Offset = 0 ClusterId = 1 ProcId = 0\n"
+    )
+    assert check_err(condor_sections.encode("StartdHistoryLog", text.encode()))
+
+
+# --- the switch -----------------------------------------------------------------------------------
+def test_switched_off_by_the_environment_and_by_a_stale_abi(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        monkeypatch.setenv(native.ENV, "0")
+        importlib.reload(native)
+        assert native.core is None
+        assert native.describe() == "python (GWMS_OBS_NATIVE=0)"
+        monkeypatch.delenv(native.ENV)
+        stale = types.ModuleType("gwms_obs_native")
+        stale.ABI = native.ABI + 1  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "gwms_obs_native", stale)
+        importlib.reload(native)
+        assert native.core is None
+        assert f"ABI {native.ABI + 1}" in native.describe()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(native)
+    assert native.core is not None
+
+
+def test_the_cli_says_which_readers_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from gwms_obs import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert f"(readers: native {CORE.__version__})" in capsys.readouterr().out
