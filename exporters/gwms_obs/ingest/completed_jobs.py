@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..accounting import plausible
 from ..accounting.pilot import from_completed_job, line_total_is_raw
@@ -26,7 +26,16 @@ from .stage import Scan, Stage
 # client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
 _CLIENT_USER = re.compile(rb'client="([^"\n]{1,512})" +username="([^"\n]{1,512})"')
 
-Line = completed_jobs.RawLine | CompletedJob
+
+@dataclasses.dataclass(slots=True)
+class _Scanned:
+    """A whole buffer the compiled scan took: how many lines, and ``(key, line)`` of those not counted yet."""
+
+    lines: int
+    unseen: list[tuple[str, completed_jobs.RawLine]]
+
+
+Line = completed_jobs.RawLine | CompletedJob | _Scanned
 
 
 class CompletedJobsStage(Stage):
@@ -64,7 +73,16 @@ class CompletedJobsStage(Stage):
         b.health.backlog.pop(Source.COMPLETED_JOBS, None)
 
     def _parse(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[Line], int]:
-        lines, used = completed_jobs.scan_buffer(buf, path, offset, self.books.errors, entry)
+        # The usual buffer (every line in the writer's format) in compiled code: the
+        # "already counted" check is done there, so _hold gets one _Scanned. Checking
+        # seen here rather than in _hold is the same: the follower calls one right after the other.
+        got = completed_jobs.scan_unseen(buf, entry, self.books.seen)
+        if got is not None:
+            used, n, unseen = got
+            lines: list[Line] = [_Scanned(n, unseen)]
+        else:
+            raw, used = completed_jobs.scan_buffer(buf, path, offset, self.books.errors, entry)
+            lines = cast(list[Line], raw)  # list is invariant; its items are Lines
         if self.books.unmapped:
             self._learn_clients(buf, used)
         return lines, used
@@ -72,12 +90,19 @@ class CompletedJobsStage(Stage):
     def _hold(self, lines: list[Line], entry: str, path: str) -> None:
         """Keep the lines of pilots not counted yet; the .out of the others already counted them."""
         b = self.books
-        b.health.records[Source.COMPLETED_JOBS] += len(lines)
-        seen = b.seen
-        keys = completed_jobs.line_keys(lines, entry)
+        unseen: Sequence[tuple[str, completed_jobs.RawLine | CompletedJob]]
+        if len(lines) == 1 and isinstance(scanned := lines[0], _Scanned):
+            b.health.records[Source.COMPLETED_JOBS] += scanned.lines
+            unseen = scanned.unseen
+        else:
+            b.health.records[Source.COMPLETED_JOBS] += len(lines)
+            seen = b.seen
+            raws = cast(list[completed_jobs.RawLine | CompletedJob], lines)  # from scan_buffer: no _Scanned
+            keys = completed_jobs.line_keys(raws, entry)
+            # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
+            unseen = [(k, raw) for k, raw in zip(keys, raws, strict=True) if k not in seen]
         bounds: plausible.Bounds | None = None
-        # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
-        for k, raw in [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen]:
+        for k, raw in unseen:
             line = completed_jobs.to_record(raw, entry)
             if isinstance(line, str):
                 b.errors.record(Source.COMPLETED_JOBS, line, path)

@@ -31,7 +31,7 @@ from defusedxml.ElementTree import fromstring
 from gwms_obs.catalogue import Source
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
+from gwms_obs.sources import files, native
 
 MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever
 READ_CHUNK = 8 << 20
@@ -222,6 +222,24 @@ def scan_buffer(
         errors.record(_SRC, "line_too_long", path, base_offset + end, f"> {MAX_LINE} bytes, unterminated")
         end = len(buf)
     return out, end
+
+
+def scan_unseen(buf: bytes, entry: str, seen: dict[str, float]) -> tuple[int, int, list[tuple[str, RawLine]]] | None:
+    """The exporter's path over ``buf`` in compiled code, or None (then use :func:`scan_buffer`).
+
+    Only a buffer whose every line :data:`_ALL_SCAN` matches is taken (the
+    usual one); returns (bytes consumed, lines, and ``(key, line)`` for each
+    line whose :func:`line_keys` key is not in ``seen``), the same as
+    ``scan_buffer`` + ``line_keys`` + the ``seen`` filter, without a Python
+    object for the lines of pilots already counted. None when the compiled
+    module is absent or the buffer holds any other line (or nothing but an
+    unterminated line): the Python path reads it, counts its errors.
+    """
+    core = native.core
+    if core is None:
+        return None
+    got: tuple[int, int, list[tuple[str, RawLine]]] | None = core.scan_unseen(buf, entry, seen, MAX_LINE)
+    return got
 
 
 def line_id(rec: RawLine | CompletedJob) -> tuple[int, int]:
