@@ -60,7 +60,8 @@ _gt_trace=
 _gt_rparent=        # remote parent span id (from TRACEPARENT), "" for a new trace
 _gt_n=0             # open spans on the stack
 _gt_phase=-1        # stack index of the open phase
-_gt_ids=() _gt_names=() _gt_t0=() _gt_kind=() _gt_attrs=() _gt_events=() _gt_links=()
+_gt_cur=            # id of the innermost open span (_gt_rparent when none is open)
+_gt_ids=() _gt_par=() _gt_head=() _gt_attrs=() _gt_events=() _gt_links=()   # the open spans
 _gt_res=            # resource attributes, JSON array body
 _gt_rk=()           # resource keys, one entry per key (a later setting replaces the earlier)
 _gt_rv=()           # their KeyValues
@@ -71,8 +72,12 @@ _gt_dropped=0
 _gt_max=10000
 _gt_t=
 _gt_id=
-_gt_e=
-_gt_a=
+_gt_e=              # _gt_text's result
+_gt_a=              # _gt_kv's and _gt_kvs' result
+_gt_kr='' _gt_kj='' _gt_kb=''   # _gt_key's last key, as JSON, secret or not
+_gt_kvo='' _gt_kvp=''   # _gt_kvs' result so far, and its loop variable
+_gt_at=             # _gt_pop's attributes and status of the span it writes
+_gt_st=
 _gt_tok=            # this glidein's token, read from its file (never exported)
 # Secret shapes (ERE, matched case-insensitively); each match becomes ****.
 _gt_kw='(passw(or)?d|passphrase|pwd|token|secret|api[_-]?key|access[_-]?key([_-]id)?)'
@@ -89,8 +94,10 @@ _gt_masks=(
   '(CN|UID)=[^,/=[:space:]]+(,[[:space:]]*(OU|O|DC|C|L|ST|CN)=[^,/=[:space:]]+)+'
   '/tmp/x509up_u[0-9]+'
 )
-# Keys whose whole value is a secret.
-_gt_keys='(token|passw|passphrase|secret|credential|proxy|x509|api[_.-]?key|access[_.-]?key|authori[sz]ation|cookie|private[_.-]?key|subject|(^|[._-])(dn|pwd)([._-]|$))'
+# Keys whose whole value is a secret: _gt_key's case on the lower-cased key, the ERE
+#   (token|passw|passphrase|secret|credential|proxy|x509|api[_.-]?key|access[_.-]?key|
+#    authori[sz]ation|cookie|private[_.-]?key|subject|(^|[._-])(dn|pwd)([._-]|$))
+# spelled as globs (bash compiles a =~ regex at every use: tens of µs per attribute).
 
 # --- clock and ids ---------------------------------------------------------------------------
 # _gt_now: _gt_t = now, Unix nanoseconds (a decimal string).
@@ -142,15 +149,24 @@ _gt_seed() {
 }
 
 # --- secrets and lengths -------------------------------------------------------------------------
-# _gt_scrub LIMIT STRING: _gt_e = STRING, secrets masked, cut to LIMIT characters.
-_gt_scrub() {
-  _gt_e=$2
-  case $_gt_e in   # fast path: nothing that could start a secret (no fork, no regex)
+# _gt_text LIMIT STRING: _gt_e = STRING, secrets masked, cut to LIMIT characters, then
+# escaped as the inside of a JSON string (_gt_esc).
+_gt_text() {
+  case $2 in   # fast path: nothing that could start a secret, nothing to escape (no fork, no regex)
     *[!A-Za-z0-9._/\ -]* | *[Tt][Oo][Kk]* | *[Pp][Aa][Ss]* | *[Pp][Ww][Dd]* | *[Ss][Ee][Cc]* | *[Kk][Ee][Yy]* | \
-    *eyJ* | *[Bb]earer* | *BEGIN* | *CN* | *DC* | *UID* | *x509* | *AKIA* | *ASIA* | *gh?_*) _gt_mask ;;
+    *eyJ* | *[Bb]earer* | *BEGIN* | *CN* | *DC* | *UID* | *x509* | *AKIA* | *ASIA* | *gh?_*) _gt_text_slow "$@" ;;
+    *) _gt_e=${2:0:$1} ;;   # these characters need no escaping
   esac
+}
+
+# Bash copies a function's whole body at every call, so the functions that run for every span
+# keep their rare branches in functions of their own (_gt_text_slow, _gt_key, _gt_kvt,
+# _gt_status, and _gt_now and _gt_rand64 on bash 4).
+_gt_text_slow() {
+  _gt_e=$2
+  _gt_mask
   ((${#_gt_e} > $1)) && _gt_e=${_gt_e:0:$1}
-  return 0
+  _gt_esc "$_gt_e"
 }
 
 _gt_mask() {
@@ -195,20 +211,34 @@ _gt_esc() {
   _gt_e=$out
 }
 
-# _gt_kv KEY VALUE [TYPE]: _gt_a = one OTLP/JSON KeyValue.
+# _gt_key KEY: _gt_kj = KEY as JSON string text, _gt_kb = 1 when KEY names a secret (else ""),
+# _gt_kr = KEY; _gt_kv calls it only for a key other than the last one.
+_gt_key() {
+  _gt_text 128 "$1"
+  _gt_kr=$1 _gt_kj=$_gt_e _gt_kb=
+  case ${1,,} in   # a secret's key (the ERE above)
+    *token* | *passw* | *passphrase* | *secret* | *credential* | *proxy* | *x509* | *apikey* | *api[_.-]key* | \
+    *accesskey* | *access[_.-]key* | *authori[sz]ation* | *cookie* | *privatekey* | *private[_.-]key* | *subject* | \
+    dn | dn[._-]* | *[._-]dn | *[._-]dn[._-]* | pwd | pwd[._-]* | *[._-]pwd | *[._-]pwd[._-]*) _gt_kb=1 ;;
+  esac
+}
+
+# _gt_kv KEY VALUE [TYPE]: _gt_a = one OTLP/JSON KeyValue; a secret's key hides the value, whatever its type.
 _gt_kv() {
-  local t=${3:-s} had=0 blocked=''
-  _gt_scrub 128 "$1"
-  _gt_esc "$_gt_e"
-  local k=$_gt_e
-  shopt -q nocasematch && had=1
-  shopt -s nocasematch
-  [[ $1 =~ $_gt_keys ]] && blocked=1
-  ((had)) || shopt -u nocasematch
-  if [[ -n $blocked ]]; then   # a secret's key: the value goes, whatever its type
-    _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"****\"}}"
-    return 0
+  [[ $1 == "$_gt_kr" ]] || _gt_key "$1"
+  if [[ -n $_gt_kb ]]; then
+    _gt_a="{\"key\":\"$_gt_kj\",\"value\":{\"stringValue\":\"****\"}}"
+  elif [[ ${3:-s} == s ]]; then
+    _gt_text 1024 "$2"
+    _gt_a="{\"key\":\"$_gt_kj\",\"value\":{\"stringValue\":\"$_gt_e\"}}"
+  else
+    _gt_kvt "$_gt_kj" "$2" "$3"
   fi
+}
+
+# _gt_kvt JSON_KEY VALUE TYPE: _gt_kv for an int (i), double (d) or bool (b); a string if VALUE is not one.
+_gt_kvt() {
+  local k=$1 t=$3
   case $t in
     i) case $2 in -[0-9]* | [0-9]*) [[ ${2#-} != *[!0-9]* ]] || t=s ;; *) t=s ;; esac ;;
     d) case $2 in '' | *[!0-9.eE+-]*) t=s ;; esac ;;
@@ -218,19 +248,19 @@ _gt_kv() {
     i) _gt_a="{\"key\":\"$k\",\"value\":{\"intValue\":\"$2\"}}" ;;
     d) _gt_a="{\"key\":\"$k\",\"value\":{\"doubleValue\":$2}}" ;;
     b) _gt_a="{\"key\":\"$k\",\"value\":{\"boolValue\":$2}}" ;;
-    *) _gt_scrub 1024 "$2"; _gt_esc "$_gt_e"; _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"$_gt_e\"}}" ;;
+    *) _gt_text 1024 "$2"; _gt_a="{\"key\":\"$k\",\"value\":{\"stringValue\":\"$_gt_e\"}}" ;;
   esac
 }
 
 # _gt_kvs K=V ...: _gt_a = comma-joined KeyValues.
 _gt_kvs() {
-  local out='' kv
-  for kv in "$@"; do
-    [[ $kv == *=* ]] || continue
-    _gt_kv "${kv%%=*}" "${kv#*=}"
-    out+=${out:+,}$_gt_a
+  _gt_kvo=
+  for _gt_kvp in "$@"; do
+    [[ $_gt_kvp == *=* ]] || continue
+    _gt_kv "${_gt_kvp%%=*}" "${_gt_kvp#*=}"
+    _gt_kvo+=${_gt_kvo:+,}$_gt_a
   done
-  _gt_a=$out
+  _gt_a=$_gt_kvo
 }
 
 
@@ -304,67 +334,64 @@ _gt_tracestate_ok() {
 
 # --- spans ---------------------------------------------------------------------------------
 _gt_push() {   # NAME KIND [K=V ...]
-  local i=$_gt_n
-  _gt_now
-  _gt_rand64
-  _gt_ids[i]=$_gt_id
-  _gt_names[i]=$1
-  _gt_t0[i]=$_gt_t
-  _gt_kind[i]=$2
-  shift 2
-  _gt_kvs "$@"
-  _gt_attrs[i]=$_gt_a
-  _gt_events[i]=
-  _gt_links[i]=
-  _gt_n=$((i + 1))
-  GWMS_TRACE_SPAN_ID=$_gt_id
-  TRACEPARENT=00-$_gt_trace-$_gt_id-01
+  if ((_gt_fast)); then   # _gt_now's and _gt_rand64's bash-5 paths
+    _gt_t=${EPOCHREALTIME/[.,]/}000
+    printf -v _gt_id '%08x%08x' "$SRANDOM" "$SRANDOM"
+    [[ $_gt_id == 0000000000000000 ]] && _gt_rand64
+  else
+    _gt_now
+    _gt_rand64
+  fi
+  _gt_text 128 "$1"
+  # What is known at the start goes into the span's JSON now; _gt_pop adds the rest.
+  _gt_ids[_gt_n]=$_gt_id _gt_par[_gt_n]=$_gt_cur _gt_events[_gt_n]='' _gt_links[_gt_n]='' \
+    _gt_head[_gt_n]="{\"traceId\":\"$_gt_trace\",\"spanId\":\"$_gt_id\",\"parentSpanId\":\"$_gt_cur\"$_gt_tsj,\"name\":\"$_gt_e\",\"kind\":$2,\"startTimeUnixNano\":\"$_gt_t\""
+  _gt_a=
+  (($# < 3)) || _gt_kvs "${@:3}"
+  _gt_attrs[_gt_n]=$_gt_a _gt_cur=$_gt_id _gt_n=$((_gt_n + 1)) GWMS_TRACE_SPAN_ID=$_gt_id \
+    TRACEPARENT=00-$_gt_trace-$_gt_id-01
   return 0
+}
+
+# _gt_status RC MESSAGE: _gt_pop's _gt_at (attributes) and _gt_st (status) for an RC other than "" and 0.
+_gt_status() {
+  case $1 in
+    -[0-9]* | [0-9]*)
+      if [[ ${1#-} == *[!0-9]* ]]; then
+        _gt_text 1024 "$1"
+      else
+        _gt_at+=${_gt_at:+,}"{\"key\":\"process.exit.code\",\"value\":{\"intValue\":\"$1\"}}"
+        _gt_text 1024 "${2:-exit code $1}"
+      fi ;;
+    *) _gt_text 1024 "$1" ;;
+  esac
+  _gt_st=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
 }
 
 # _gt_pop RC MESSAGE [UNFINISHED]: end and write the innermost span.
 _gt_pop() {
   ((_gt_n > 0)) || return 0
-  local i=$((_gt_n - 1)) rc=$1 msg=$2 parent status='' attrs
-  _gt_now
-  _gt_n=$i
-  if ((i > 0)); then
-    parent=${_gt_ids[i - 1]}
-  else
-    parent=$_gt_rparent
+  if ((_gt_fast)); then _gt_t=${EPOCHREALTIME/[.,]/}000; else _gt_now; fi
+  _gt_n=$((_gt_n - 1))   # the span's index, from here on
+  _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} _gt_st=''
+  TRACEPARENT=00-$_gt_trace-${_gt_cur:-${_gt_ids[0]}}-01
+  if [[ $1 == 0 ]]; then
+    _gt_at+=${_gt_at:+,}'{"key":"process.exit.code","value":{"intValue":"0"}}' _gt_st=',"status":{"code":1}'
+  elif [[ -n $1 ]]; then
+    _gt_status "$1" "$2"
   fi
-  TRACEPARENT=00-$_gt_trace-${parent:-${_gt_ids[0]}}-01
-  attrs=${_gt_attrs[i]}
-  case $rc in
-    '') ;;
-    0 | -[0-9]* | [0-9]*)
-      if [[ ${rc#-} == *[!0-9]* ]]; then
-        _gt_scrub 1024 "$rc"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
-      else
-        attrs+=${attrs:+,}"{\"key\":\"process.exit.code\",\"value\":{\"intValue\":\"$rc\"}}"
-        if [[ $rc == 0 ]]; then
-          status=',"status":{"code":1}'
-        else
-          _gt_scrub 1024 "${msg:-exit code $rc}"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
-        fi
-      fi ;;
-    *) _gt_scrub 1024 "$rc"; _gt_esc "$_gt_e"; status=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}" ;;
-  esac
-  [[ -n ${3-} ]] && attrs+=${attrs:+,}'{"key":"gwms.trace.unfinished","value":{"boolValue":true}}'
-  if ((i == 0)) && ((_gt_dropped > 0)); then
-    attrs+=${attrs:+,}"{\"key\":\"gwms.trace.dropped_spans\",\"value\":{\"intValue\":\"$_gt_dropped\"}}"
+  [[ -z ${3-} ]] || _gt_at+=${_gt_at:+,}'{"key":"gwms.trace.unfinished","value":{"boolValue":true}}'
+  if ((_gt_n == 0 && _gt_dropped > 0)); then
+    _gt_at+=${_gt_at:+,}"{\"key\":\"gwms.trace.dropped_spans\",\"value\":{\"intValue\":\"$_gt_dropped\"}}"
   fi
   # The root is always written, so the trace keeps its top and the dropped count.
-  if ((_gt_spans >= _gt_max && i > 0)); then
+  if ((_gt_spans >= _gt_max && _gt_n > 0)); then
     _gt_dropped=$((_gt_dropped + 1))
     return 0
   fi
-  if [[ -z $_gt_resj ]]; then
+  [[ -n $_gt_resj ]] ||
     _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
-  fi
-  _gt_scrub 128 "${_gt_names[i]}"
-  _gt_esc "$_gt_e"
-  printf '%s\n' "{\"resourceSpans\":[$_gt_resj{\"traceId\":\"$_gt_trace\",\"spanId\":\"${_gt_ids[i]}\",\"parentSpanId\":\"$parent\"$_gt_tsj,\"name\":\"$_gt_e\",\"kind\":${_gt_kind[i]},\"startTimeUnixNano\":\"${_gt_t0[i]}\",\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$attrs],\"events\":[${_gt_events[i]}],\"links\":[${_gt_links[i]}]$status}]}]}]}" \
+  printf '%s\n' "{\"resourceSpans\":[$_gt_resj${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at],\"events\":[${_gt_events[_gt_n]}],\"links\":[${_gt_links[_gt_n]}]$_gt_st}]}]}]}" \
     2>/dev/null >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
   _gt_spans=$((_gt_spans + 1))
   return 0
@@ -453,6 +480,7 @@ gwms_trace_init() {
   if [[ -n ${OTEL_SERVICE_NAME-} ]]; then _gt_res_add service.name "$OTEL_SERVICE_NAME"; fi
   _gt_res_add gwms.conventions "$GWMS_TRACE_VERSION"
   _gt_n=0
+  _gt_cur=$_gt_rparent
   _gt_phase=-1
   _gt_spans=0
   _gt_dropped=0
@@ -530,8 +558,7 @@ gwms_trace_event() {
   ((_gt_on && _gt_n > 0)) || return 0
   local i=$((_gt_n - 1))
   _gt_now
-  _gt_scrub 128 "${1:-event}"
-  _gt_esc "$_gt_e"
+  _gt_text 128 "${1:-event}"
   local name=$_gt_e
   _gt_kvs "${@:2}"
   _gt_events[i]+=${_gt_events[i]:+,}"{\"timeUnixNano\":\"$_gt_t\",\"name\":\"$name\",\"attributes\":[$_gt_a]}"

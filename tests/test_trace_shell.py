@@ -436,3 +436,34 @@ def test_secrets_are_masked_before_the_spool_is_written(tmp_path: Path, mode: st
     # the glidein's own token: sent, read once, never in the environment, file gone
     assert req.headers["authorization"] == "Bearer TOKEN_SECRET_MARK"
     assert p.stdout.decode().strip() == "0" and not (tmp_path / "gwms-trace.jwt").exists()
+
+
+# The shell's secret-key rule, as the ERE it was first written as (gwms-trace.sh spells it as globs).
+SECRET_KEY_ERE = (
+    r"(token|passw|passphrase|secret|credential|proxy|x509|api[_.-]?key|access[_.-]?key|authori[sz]ation|cookie"
+    r"|private[_.-]?key|subject|(^|[._-])(dn|pwd)([._-]|$))"
+)
+PLAIN_KEYS = """
+token x.dn dn DN dnx adn a_dn_b a-dn a.DN.b dn- _dn pwd x.pwd pwdx xpwd db_PWD.y pwd.x passphrase PassWord pass
+api_key APIKEY api.key api-key apixkey api__key access_key AccessKey access.key accesskeyid acces_key Authorization
+authorisation authorixation COOKIE private_key privatekey private.key private__key subject SUBJ x509up X.509 proxy
+credential credentials secret gwms.script gwms.phase process.exit.code plain.key ke.y my_tokens TOKEN.x sub-ject path k
+"""
+KEYS = [*PLAIN_KEYS.split(), "", "a dn b", "x\tdn", "token"]  # "token" again: after other keys
+
+
+def test_secret_keys_hide_their_values(tmp_path: Path) -> None:
+    """Every key the ERE finds (case-insensitively) has its value masked, whatever the type; no other key does."""
+    (tmp_path / "keys").write_text("\n".join(KEYS) + "\n")
+    r = bash(
+        'while IFS= read -r k; do _gt_kv "$k" v; echo "$_gt_a"; _gt_kv "$k" 7 i; echo "$_gt_a"; done <keys',
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    out = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(out) == 2 * len(KEYS)
+    for key, as_str, as_int in zip(KEYS, out[::2], out[1::2], strict=True):
+        if re.search(SECRET_KEY_ERE, key, re.IGNORECASE):
+            assert as_str["value"] == as_int["value"] == {"stringValue": "****"}, key
+        else:
+            assert (as_str["value"], as_int["value"]) == ({"stringValue": "v"}, {"intValue": "7"}), key
