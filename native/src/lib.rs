@@ -15,11 +15,12 @@ mod completed;
 mod err;
 mod out;
 mod scan;
+mod sweep;
 mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 
 fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, PyAny>> {
     v.into_pyobject(py).map(BoundObject::into_any).map(BoundObject::into_bound).map_err(Into::into)
@@ -134,5 +135,6 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_out, m)?)?;
     m.add_function(wrap_pyfunction!(parse_err, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::sweep, m)?)?;
     Ok(())
 }

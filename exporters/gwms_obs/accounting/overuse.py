@@ -42,30 +42,32 @@ class Overuse:
 def job_overuse(j: Job, end: float | None = None) -> dict[Overused, float | None]:
     """Per resource with a usage in the ad: the canonical unit-seconds beyond the slot when
     the job overused it, else None. ``end`` stands in for a job without one (HTCondor's end)."""
-    out: dict[Overused, float | None] = {}
-    stop = j.end if j.end is not None else end
-    wall = max(0.0, stop - j.start) if stop is not None else None
-    if j.memory_usage_mb is not None and j.memory_mb > 0:
-        over = j.memory_usage_mb > j.memory_mb * MEMORY_TOLERANCE
-        excess = (j.memory_usage_mb - j.memory_mb) / CANONICAL_MB_PER_CORE * (wall or 0.0)
-        out[Overused.MEMORY] = excess if over else None
-    if j.cpu_seconds is not None and wall:  # a job of no known wall time has no CPU share
-        cores = max(1, j.cpus)
-        over = j.cpu_seconds > wall * cores * CPU_TOLERANCE
-        out[Overused.CPU] = j.cpu_seconds - wall * cores if over else None
-    return out
+    return {res: o.seconds if o.jobs else None for res, o in overuse((j,), end).items()}
 
 
 def overuse(jobs: Iterable[Job], end: float | None = None) -> dict[Overused, Overuse]:
-    """Per resource measured on at least one job; ``end``: see :func:`job_overuse`."""
+    """Per resource measured on at least one job; ``end``: see :func:`job_overuse`.
+
+    One pass, no per-job objects: this runs for every job of every pilot.
+    """
     out: dict[Overused, Overuse] = {}
+    mem = cpu = None
     for j in jobs:
-        for res, excess in job_overuse(j, end).items():
-            o = out.get(res)
-            if o is None:
-                o = out[res] = Overuse()
-            o.measured += 1
-            if excess is not None:
-                o.jobs += 1
-                o.seconds += excess
+        stop = j.end if j.end is not None else end
+        wall = max(0.0, stop - j.start) if stop is not None else None
+        if j.memory_usage_mb is not None and j.memory_mb > 0:
+            if mem is None:
+                mem = out[Overused.MEMORY] = Overuse()
+            mem.measured += 1
+            if j.memory_usage_mb > j.memory_mb * MEMORY_TOLERANCE:
+                mem.jobs += 1
+                mem.seconds += (j.memory_usage_mb - j.memory_mb) / CANONICAL_MB_PER_CORE * (wall or 0.0)
+        if j.cpu_seconds is not None and wall:  # a job of no known wall time has no CPU share
+            if cpu is None:
+                cpu = out[Overused.CPU] = Overuse()
+            cpu.measured += 1
+            cores = max(1, j.cpus)
+            if j.cpu_seconds > wall * cores * CPU_TOLERANCE:
+                cpu.jobs += 1
+                cpu.seconds += j.cpu_seconds - wall * cores
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..catalogue import CANONICAL_MB_PER_CORE, Accuracy, Category
 from ..model import Job
+from ..sources import native
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,32 @@ def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
     cats = [classify_job(j, ce, u.end, rules) for j in jobs]
     for c in cats:
         p.jobs[c] = p.jobs.get(c, 0) + 1
+    if native.core is not None:
+        # The same sweep compiled (native/src/sweep.rs): bit for bit the same sums, in dict order.
+        found = native.core.sweep(
+            jobs,
+            [_INDEX[c] for c in cats],
+            len(_CATEGORIES),
+            _INDEX[Category.OVERHEAD],
+            cs,
+            ce,
+            u.cpus,
+            u.gpus,
+            u.memory_mb,
+            p.cpu.get(Category.OVERHEAD),
+            p.gpu.get(Category.OVERHEAD),
+        )
+        if found is not None:
+            cpu, gpu = found
+            p.cpu = {_CATEGORIES[i]: v for i, v in cpu}
+            p.gpu = {_CATEGORIES[i]: v for i, v in gpu}
+            return p
     _sweep(p, u, jobs, cats, cs, ce)
     return p
+
+
+_CATEGORIES = tuple(Category)
+_INDEX = {c: i for i, c in enumerate(_CATEGORIES)}
 
 
 def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], cs: float, ce: float) -> None:
