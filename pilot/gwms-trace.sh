@@ -152,9 +152,12 @@ _gt_seed() {
 # _gt_text LIMIT STRING: _gt_e = STRING, secrets masked, cut to LIMIT characters, then
 # escaped as the inside of a JSON string (_gt_esc).
 _gt_text() {
-  case $2 in   # fast path: nothing that could start a secret, nothing to escape (no fork, no regex)
+  # fast path: nothing that could start a secret, nothing to escape (no fork, no regex);
+  # case-insensitive like the masks themselves (_gt_mask matches under nocasematch)
+  case $2 in
     *[!A-Za-z0-9._/\ -]* | *[Tt][Oo][Kk]* | *[Pp][Aa][Ss]* | *[Pp][Ww][Dd]* | *[Ss][Ee][Cc]* | *[Kk][Ee][Yy]* | \
-    *eyJ* | *[Bb]earer* | *BEGIN* | *CN* | *DC* | *UID* | *x509* | *AKIA* | *ASIA* | *gh?_*) _gt_text_slow "$@" ;;
+    *[Ee][Yy][Jj]* | *[Bb][Ee][Aa][Rr][Ee][Rr]* | *[Bb][Ee][Gg][Ii][Nn]* | *[Cc][Nn]* | *[Dd][Cc]* | *[Uu][Ii][Dd]* | \
+    *[Xx]509* | *[Aa][Kk][Ii][Aa]* | *[Aa][Ss][Ii][Aa]* | *[Gg][Hh]?_*) _gt_text_slow "$@" ;;
     *) _gt_e=${2:0:$1} ;;   # these characters need no escaping
   esac
 }

@@ -409,6 +409,8 @@ gwms_trace_attr aws_access_key_id AKIAZZZZSECRET123456
 gwms_trace_event "unlock passphrase=Sesame123Secret" detail=token=EventAttrSecret4
 gwms_trace_attr x.dn "/DC=org/DC=cilogon/C=US/O=Fermilab/CN=Secret Person"
 gwms_trace_attr jwt "a eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJKd3RTZWNyZXRTdWIifQ.U2ln b"
+gwms_trace_attr note "BEARER XyzUpperMark5"
+gwms_trace_attr pem "-----begin rsa private----- LowerPemMark6"
 gwms_trace_end 3 "login failed --password=PassEq456Secret for https://u:UrlPassSecret9@h/x"
 gwms_trace_phase setup
 gwms_trace_attr long "$(printf 'y%.0s' {1..3000})"

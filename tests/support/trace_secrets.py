@@ -17,6 +17,8 @@ PEM = "-----BEGIN PRIVATE KEY-----\nMIIPemSecretBody0123\n-----END PRIVATE KEY--
 SECRETS = (
     "eyJzdWIiOiJKd3RTZWNyZXRTdWIifQ",  # JWT payload
     "BearerTokSecret01",
+    "XyzUpperMark5",  # an upper-case "BEARER": the shell's fast path must not skip it
+    "LowerPemMark6",  # a lower-case "-----begin ...-----"
     "hunter2Secret",
     "PassEq456Secret",
     "Sesame123Secret",
