@@ -141,6 +141,8 @@ NASTY = [
     b"======== gzip | uuencode =============\n",
     b"begin-base64 644 -\nH4sI\n====\n",
     b"\n====\n",
+    b"StartdHistoryLog\n======== gzip | uuencode =============\nbegin-base64 644 -\n====\n",
+    b"GWMSTraceSpool\n======== gzip | uuencode =============\nbegin-base64 644 -\n\n====\n",
 ]
 
 mutation = st.tuples(
@@ -252,6 +254,13 @@ def test_generated_histories(lines: list, start: bool) -> None:  # type: ignore[
         text = "JobCurrentStartDate = 1700000000\n" + text
     err = b"some stderr line\n" + condor_sections.encode("StartdHistoryLog", text.encode("utf-8", "surrogatepass"))
     check_err(err)
+
+
+def test_an_empty_section_is_declined_not_a_crash() -> None:
+    # "====" right after the begin line: the slice of its payload once panicked in Rust
+    for name in (b"StartdHistoryLog", b"GWMSTraceSpool"):
+        err = b"x\n" + name + b"\n" + condor_sections.FRAME + b"\nbegin-base64 644 -\n====\n"
+        assert not check_err(err)
 
 
 def test_garden_variety_history_takes_the_fast_path() -> None:

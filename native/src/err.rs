@@ -481,6 +481,9 @@ pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
         }
         let limit = if is_trace { limits.spool_max_bytes.min(limits.max_section_bytes) } else { limits.max_section_bytes };
         let allowed = limit.min(limits.decoded_left.saturating_sub(out.decoded));
+        if end <= body_start {
+            return Err(Fallback); // "====" right after the header: an empty payload
+        }
         let payload = &data[body_start + 1..end];
         let content = gunzip(&b64_decode(payload)?, allowed)?;
         out.decoded += content.len();

@@ -22,6 +22,13 @@ mod xml;
 /// side refuses a module of another ABI (a stale build) and reads in Python.
 const ABI: u32 = 2;
 
+/// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
+/// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
+/// per-file guards (`except Exception`) do not catch.
+fn guarded<T>(f: impl FnOnce() -> Result<T, scan::Fallback>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok().and_then(Result::ok)
+}
+
 fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, PyAny>> {
     v.into_pyobject(py).map(BoundObject::into_any).map(BoundObject::into_bound).map_err(Into::into)
 }
@@ -29,7 +36,7 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, 
 /// The fields of a `GlideinOut` (see gwms_obs.sources.native), or None.
 #[pyfunction]
 fn parse_out<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let Ok(o) = out::parse(data) else { return Ok(None) };
+    let Some(o) = guarded(|| out::parse(data)) else { return Ok(None) };
     let epoch = |v: Option<u64>| v.map(|v| v as f64);
     let stats = PyList::empty(py);
     for (name, jobs, secs) in &o.stats {
@@ -87,7 +94,7 @@ fn parse_err<'py>(
     decoded_left: usize,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let limits = err::Limits { max_section_bytes, spool_max_bytes, sections_left, ads_left, decoded_left };
-    let Ok(e) = err::parse(data, &limits) else { return Ok(None) };
+    let Some(e) = guarded(|| err::parse(data, &limits)) else { return Ok(None) };
     let jobs = match &e.jobs {
         None => None,
         Some(js) => {

@@ -87,7 +87,11 @@ pub fn sweep<'py>(
     cpu0: Option<f64>,
     gpu0: Option<f64>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    match run(jobs, &cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(jobs, &cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)
+    }));
+    // a panic (a bug) declines like a value beyond the fast path: the Python sweep runs
+    match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {
         Ok((cpu, gpu)) => {
             let items = |s: &Sums| s.order.iter().map(|&c| (c, s.val[c].unwrap_or(0.0))).collect::<Vec<_>>();
             Ok(Some((items(&cpu), items(&gpu)).into_pyobject(py)?))
