@@ -116,11 +116,16 @@ class Ledger:
             kr = (*pool, res.value)
             self.overusing[kr] = self.overusing.get(kr, 0) + o.jobs
             self.overuse_seconds[kr] = self.overuse_seconds.get(kr, 0.0) + o.seconds
-        self.lifetime.setdefault(pool, Histogram.empty(catalogue.PILOT_LIFETIME.buckets)).observe(a.lifetime)
+        # A histogram is made only for a new pool (setdefault would build one per pilot to throw away).
+        h = self.lifetime.get(pool)
+        if h is None:
+            h = self.lifetime[pool] = Histogram.empty(catalogue.PILOT_LIFETIME.buckets)
+        h.observe(a.lifetime)
         if a.validation_duration is not None:
-            self.validation.setdefault(pool, Histogram.empty(catalogue.PILOT_VALIDATION.buckets)).observe(
-                a.validation_duration
-            )
+            h = self.validation.get(pool)
+            if h is None:
+                h = self.validation[pool] = Histogram.empty(catalogue.PILOT_VALIDATION.buckets)
+            h.observe(a.validation_duration)
         self.last_completed[pool] = max(self.last_completed.get(pool, 0.0), a.end)
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
