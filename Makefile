@@ -41,7 +41,7 @@ export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 # The compiled fast path of the readers (native/: Rust through PyO3, see
-# exporters/gwms_obs/sources/native.py): one abi3 manylinux_2_28 wheel, linked
+# exporters/gwms_obs/native.py): one abi3 manylinux_2_28 wheel, linked
 # against glibc 2.28 with zig so EL8/EL9 and Debian hosts take the very wheel the
 # tests ran. Built by hash of its inputs under the cache dir (a change rebuilds,
 # nothing else does); cargo is the machine's Rust toolchain (~/.cargo/bin).
@@ -89,7 +89,7 @@ $(NATIVE_DIR)/.built: $(BIN)/.stamp
 $(NATIVE_STAMP): $(NATIVE_DIR)/.built
 	$(BIN)/pip install -q --no-deps --force-reinstall $(NATIVE_DIR)/*.whl
 	rm -f $(VENV)/.native-* && touch $@
-	$(BIN)/python -c "from gwms_obs.sources import native; d = native.describe(); print('readers:', d); assert native.core, d"
+	$(BIN)/python -c "from gwms_obs import native; d = native.describe(); print('readers:', d); assert native.core, d"
 native: $(NATIVE_STAMP)
 
 $(SAMPLE)/.done: $(BIN)/.stamp

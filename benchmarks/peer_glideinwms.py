@@ -275,7 +275,7 @@ def main() -> int:
     from gwms_obs.sources.glidein_out import read_out
 
     try:
-        from gwms_obs.sources import native  # type: ignore[attr-defined]
+        from gwms_obs import native
 
         impl = str(native.describe())
     except (ImportError, AttributeError):

@@ -23,11 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gwms_obs import native
 from gwms_obs.accounting.partition import Partition, PilotUsage, partition
 from gwms_obs.model import GlideinErr, GlideinOut, Job
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.sources import condor_sections, glidein_err, glidein_out, native
+from gwms_obs.sources import condor_sections, glidein_err, glidein_out
 from gwms_obs.sources.budget import Budget
 
 REAL_OUT = Path(__file__).resolve().parents[2] / "shared/reference/glideinwms/glideFactoryLogParser_glidein_stdout.out"

@@ -16,10 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, native
 from .config import ConfigError, ExportConfig, check, dir_problems, load, parse_listen
 from .parse_errors import ParseErrors
-from .sources import native
 
 log = logging.getLogger("gwms_obs")
 

@@ -176,7 +176,9 @@ pub fn scan_unseen<'py>(
     if data.len() - end > max_line || end == 0 {
         return Ok(None);
     }
-    let Some(found) = py.detach(|| scan(data, end)) else { return Ok(None) };
+    // a panic (a bug) declines like any line the scan does not take: the Python reader reads the buffer
+    let scanned = py.detach(|| std::panic::catch_unwind(|| scan(data, end)));
+    let Ok(Some(found)) = scanned else { return Ok(None) };
     let unseen = PyList::empty(py);
     let mut key: Vec<u8> = Vec::with_capacity(entry.len() + 32);
     key.extend_from_slice(entry.as_bytes());

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .. import native
 from ..catalogue import CANONICAL_MB_PER_CORE, Accuracy, Category
 from ..model import Job
-from ..sources import native
 
 
 @dataclass(frozen=True, slots=True)

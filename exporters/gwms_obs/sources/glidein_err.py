@@ -11,10 +11,11 @@ import re
 from operator import methodcaller
 from xml.etree.ElementTree import Element
 
+from gwms_obs import native
 from gwms_obs.catalogue import Source
 from gwms_obs.model import GlideinErr, Job, ScriptTiming
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import classad, condor_sections, files, native
+from gwms_obs.sources import classad, condor_sections, files
 from gwms_obs.sources.budget import REASON as BUDGET
 from gwms_obs.sources.budget import Budget, BudgetExceeded
 from gwms_obs.sources.glidein_out import (

@@ -23,10 +23,11 @@ from xml.etree.ElementTree import Element, ParseError, XMLParser
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
+from gwms_obs import native
 from gwms_obs.catalogue import Source
 from gwms_obs.model import GlideinOut, SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files, native
+from gwms_obs.sources import files
 from gwms_obs.sources.budget import REASON as BUDGET
 from gwms_obs.sources.budget import Budget, BudgetExceeded
 
