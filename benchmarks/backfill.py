@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recorded import record
+
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
 AIM = 1.8
@@ -174,13 +176,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if a.record:
-        out = HERE / "results" / "backfill.md"
-        out.parent.mkdir(exist_ok=True)
-        # A hand-written "## Analysis" section (where the time goes) survives re-recording.
-        old = out.read_text() if out.exists() else ""
-        i = old.find("\n## Analysis")
-        out.write_text(text + old[i:] if i >= 0 else text)
-        print(f"recorded in {out}")
+        record(HERE / "results" / "backfill.md", text)
     return 0
 
 

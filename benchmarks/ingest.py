@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from recorded import record
+
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
 
@@ -241,13 +243,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if a.record:
-        out = HERE / "results" / f"ingest-{platform.node() or 'host'}.md"
-        out.parent.mkdir(exist_ok=True)
-        # A hand-written "## Analysis" section (where the time goes) survives re-recording.
-        old = out.read_text() if out.exists() else ""
-        i = old.find("\n## Analysis")
-        out.write_text(text + old[i:] if i >= 0 else text)
-        print(f"recorded in {out}")
+        record(HERE / "results" / f"ingest-{platform.node() or 'host'}.md", text)
     return 0
 
 

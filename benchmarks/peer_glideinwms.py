@@ -57,6 +57,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from recorded import record
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / "work"
@@ -476,11 +478,7 @@ def main() -> int:
     print()
     print(text)
     if a.record:
-        RESULTS.parent.mkdir(exist_ok=True)
-        old = RESULTS.read_text() if RESULTS.exists() else ""
-        i = old.find("\n## Analysis")
-        RESULTS.write_text(text + old[i:] if i >= 0 else text)
-        print(f"recorded in {RESULTS}")
+        record(RESULTS, text)
     return 0
 
 

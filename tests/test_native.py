@@ -111,6 +111,10 @@ def test_every_simulated_pilot_takes_the_fast_path_with_equal_results(
     assert sum(len(native_err(e).jobs or []) for e in errs) > 1000  # type: ignore[union-attr]
 
 
+def test_the_compiled_reader_reads_the_attributes_the_python_one_does() -> None:
+    assert tuple(CORE.JOB_ATTRS) == glidein_err.JOB_ATTRS
+
+
 def test_the_real_production_out() -> None:
     assert check_out(REAL_OUT.read_bytes())
 
@@ -218,30 +222,7 @@ VALUES = [
     "１２",
     "12\x0b",
 ]
-ATTRS = [
-    "JobCurrentStartDate",
-    "JobStartDate",
-    "JobStatus",
-    "CompletionDate",
-    "LastVacateTime",
-    "EnteredCurrentStatus",
-    "ExitCode",
-    "ExitBySignal",
-    "ExitSignal",
-    "GlobalJobId",
-    "CpusProvisioned",
-    "RequestCpus",
-    "MemoryProvisioned",
-    "RequestMemory",
-    "GPUsProvisioned",
-    "RequestGPUs",
-    "MemoryUsage",
-    "ProportionalSetSizeKb",
-    "ResidentSetSize",
-    "RemoteUserCpu",
-    "RemoteSysCpu",
-    "Owner",
-]
+ATTRS = [*glidein_err.JOB_ATTRS, "Owner"]  # "Owner": one the jobs do not read
 ad_line = st.tuples(st.sampled_from(ATTRS), st.one_of(st.sampled_from(VALUES), st.text(max_size=12)))
 separator = st.sampled_from(["*** Offset = 0 ClusterId = 1", "", "   ", "\t", "**", "* x"])
 history = st.lists(st.one_of(ad_line, separator), max_size=60)

@@ -268,6 +268,11 @@ const ATTRS: [&[u8]; 21] = [
     b"RemoteUserCpu",
     b"RemoteSysCpu",
 ];
+/// ATTRS as text, for the module's JOB_ATTRS.
+pub fn job_attrs() -> Vec<&'static str> {
+    ATTRS.iter().map(|a| std::str::from_utf8(a).unwrap_or("?")).collect()
+}
+
 const A_CURSTART: usize = 0;
 const A_START: usize = 1;
 const A_STATUS: usize = 2;

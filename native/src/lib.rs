@@ -139,6 +139,8 @@ fn parse_err<'py>(
 fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", ABI)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The attributes a Job is made of: tests hold them equal to glidein_err.JOB_ATTRS.
+    m.add("JOB_ATTRS", err::job_attrs())?;
     m.add_function(wrap_pyfunction!(parse_out, m)?)?;
     m.add_function(wrap_pyfunction!(parse_err, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;

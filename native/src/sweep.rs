@@ -87,8 +87,71 @@ pub fn sweep<'py>(
     cpu0: Option<f64>,
     gpu0: Option<f64>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(jobs, &cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)
+    let cats = &cats[..];
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<(Sums, Sums)> {
+        let (cpus, gpus) = (small(cpus)?, small(gpus)?);
+        let memory_mb = memory_mb.map(small).transpose()?;
+        if cats.len() != jobs.len() || overhead >= ncats || cats.iter().any(|&c| c >= ncats) {
+            return Err(pyo3::exceptions::PyValueError::new_err("cats do not match jobs"));
+        }
+        let mut events: Vec<Ev> = Vec::with_capacity(2 * jobs.len() + 1);
+        for (i, j) in jobs.iter().enumerate() {
+            let start: f64 = j.getattr(pyo3::intern!(j.py(), "start"))?.extract()?;
+            let end: Option<f64> = j.getattr(pyo3::intern!(j.py(), "end"))?.extract()?;
+            // min(max(start, cs), ce) and min(max(end or ce, s), ce), with Python's max and min
+            let s = pymin(pymax(start, cs), ce);
+            let e = pymin(pymax(end.unwrap_or(ce), s), ce);
+            if e > s {
+                let c = small(j.getattr(pyo3::intern!(j.py(), "cpus"))?.extract::<i64>()?)?.max(0);
+                let g = small(j.getattr(pyo3::intern!(j.py(), "gpus"))?.extract::<i64>()?)?.max(0);
+                let m = small(j.getattr(pyo3::intern!(j.py(), "memory_mb"))?.extract::<i64>()?)?.max(0);
+                events.push(Ev { when: s, sign: 1, idx: i, c, g, m, cat: cats[i] });
+                events.push(Ev { when: e, sign: -1, idx: i, c: -c, g: -g, m: -m, cat: cats[i] });
+            }
+        }
+        // Python sorts the tuples: time, then sign (ends first), then the job's index (unique).
+        if events.iter().any(|e| e.when.is_nan()) {
+            return Err(pyo3::exceptions::PyOverflowError::new_err("NaN time"));
+        }
+        events.sort_by(|a, b| a.when.total_cmp(&b.when).then(a.sign.cmp(&b.sign)).then(a.idx.cmp(&b.idx)));
+        events.push(Ev { when: ce, sign: 0, idx: jobs.len(), c: 0, g: 0, m: 0, cat: overhead });
+
+        let mut cpu = Sums::new(ncats);
+        let mut gpu = Sums::new(ncats);
+        if let Some(v) = cpu0 {
+            cpu.order.push(overhead);
+            cpu.val[overhead] = Some(v);
+        }
+        if let Some(v) = gpu0 {
+            gpu.order.push(overhead);
+            gpu.val[overhead] = Some(v);
+        }
+        let (mut count, mut cores, mut act_gpus, mut mb) = (0i64, 0i64, 0i64, 0i64);
+        let mut seen: Vec<usize> = Vec::new(); // cat_count's keys, in insertion order
+        let mut cat_count = vec![0i64; ncats];
+        let mut cat_cpus = vec![0i64; ncats];
+        let mut cat_gpus = vec![0i64; ncats];
+        let mut known = vec![false; ncats];
+        let mut t = cs;
+        for ev in &events {
+            if ev.when > t {
+                let dt = ev.when - t;
+                segment(&mut cpu, &mut gpu, cpus, gpus, memory_mb, count, cores, act_gpus, mb, &seen, &cat_count, &cat_cpus, &cat_gpus, dt, overhead);
+                t = ev.when;
+            }
+            count += ev.sign;
+            cores += ev.c;
+            act_gpus += ev.g;
+            mb += ev.m;
+            if !known[ev.cat] {
+                known[ev.cat] = true;
+                seen.push(ev.cat);
+            }
+            cat_count[ev.cat] += ev.sign;
+            cat_cpus[ev.cat] += ev.c;
+            cat_gpus[ev.cat] += ev.g;
+        }
+        Ok((cpu, gpu))
     }));
     // a panic (a bug) declines like a value beyond the fast path: the Python sweep runs
     match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {
@@ -101,84 +164,6 @@ pub fn sweep<'py>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run(
-    jobs: &Bound<'_, PyList>,
-    cats: &[usize],
-    ncats: usize,
-    overhead: usize,
-    cs: f64,
-    ce: f64,
-    cpus: i64,
-    gpus: i64,
-    memory_mb: Option<i64>,
-    cpu0: Option<f64>,
-    gpu0: Option<f64>,
-) -> PyResult<(Sums, Sums)> {
-    let (cpus, gpus) = (small(cpus)?, small(gpus)?);
-    let memory_mb = memory_mb.map(small).transpose()?;
-    if cats.len() != jobs.len() || overhead >= ncats || cats.iter().any(|&c| c >= ncats) {
-        return Err(pyo3::exceptions::PyValueError::new_err("cats do not match jobs"));
-    }
-    let mut events: Vec<Ev> = Vec::with_capacity(2 * jobs.len() + 1);
-    for (i, j) in jobs.iter().enumerate() {
-        let start: f64 = j.getattr(pyo3::intern!(j.py(), "start"))?.extract()?;
-        let end: Option<f64> = j.getattr(pyo3::intern!(j.py(), "end"))?.extract()?;
-        // min(max(start, cs), ce) and min(max(end or ce, s), ce), with Python's max and min
-        let s = pymin(pymax(start, cs), ce);
-        let e = pymin(pymax(end.unwrap_or(ce), s), ce);
-        if e > s {
-            let c = small(j.getattr(pyo3::intern!(j.py(), "cpus"))?.extract::<i64>()?)?.max(0);
-            let g = small(j.getattr(pyo3::intern!(j.py(), "gpus"))?.extract::<i64>()?)?.max(0);
-            let m = small(j.getattr(pyo3::intern!(j.py(), "memory_mb"))?.extract::<i64>()?)?.max(0);
-            events.push(Ev { when: s, sign: 1, idx: i, c, g, m, cat: cats[i] });
-            events.push(Ev { when: e, sign: -1, idx: i, c: -c, g: -g, m: -m, cat: cats[i] });
-        }
-    }
-    // Python sorts the tuples: time, then sign (ends first), then the job's index (unique).
-    if events.iter().any(|e| e.when.is_nan()) {
-        return Err(pyo3::exceptions::PyOverflowError::new_err("NaN time"));
-    }
-    events.sort_by(|a, b| a.when.total_cmp(&b.when).then(a.sign.cmp(&b.sign)).then(a.idx.cmp(&b.idx)));
-    events.push(Ev { when: ce, sign: 0, idx: jobs.len(), c: 0, g: 0, m: 0, cat: overhead });
-
-    let mut cpu = Sums::new(ncats);
-    let mut gpu = Sums::new(ncats);
-    if let Some(v) = cpu0 {
-        cpu.order.push(overhead);
-        cpu.val[overhead] = Some(v);
-    }
-    if let Some(v) = gpu0 {
-        gpu.order.push(overhead);
-        gpu.val[overhead] = Some(v);
-    }
-    let (mut count, mut cores, mut act_gpus, mut mb) = (0i64, 0i64, 0i64, 0i64);
-    let mut seen: Vec<usize> = Vec::new(); // cat_count's keys, in insertion order
-    let mut cat_count = vec![0i64; ncats];
-    let mut cat_cpus = vec![0i64; ncats];
-    let mut cat_gpus = vec![0i64; ncats];
-    let mut known = vec![false; ncats];
-    let mut t = cs;
-    for ev in &events {
-        if ev.when > t {
-            let dt = ev.when - t;
-            segment(&mut cpu, &mut gpu, cpus, gpus, memory_mb, count, cores, act_gpus, mb, &seen, &cat_count, &cat_cpus, &cat_gpus, dt, overhead);
-            t = ev.when;
-        }
-        count += ev.sign;
-        cores += ev.c;
-        act_gpus += ev.g;
-        mb += ev.m;
-        if !known[ev.cat] {
-            known[ev.cat] = true;
-            seen.push(ev.cat);
-        }
-        cat_count[ev.cat] += ev.sign;
-        cat_cpus[ev.cat] += ev.c;
-        cat_gpus[ev.cat] += ev.g;
-    }
-    Ok((cpu, gpu))
-}
 
 #[allow(clippy::too_many_arguments)]
 fn segment(

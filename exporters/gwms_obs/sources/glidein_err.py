@@ -63,31 +63,31 @@ def _int(v: classad.Value) -> int | None:
     return None
 
 
-_JOB_ATTRS = classad.names_pattern(
-    (
-        "JobCurrentStartDate",
-        "JobStartDate",
-        "JobStatus",
-        "CompletionDate",
-        "LastVacateTime",
-        "EnteredCurrentStatus",
-        "ExitCode",
-        "ExitBySignal",
-        "ExitSignal",
-        "GlobalJobId",
-        "CpusProvisioned",
-        "RequestCpus",
-        "MemoryProvisioned",
-        "RequestMemory",
-        "GPUsProvisioned",
-        "RequestGPUs",
-        "MemoryUsage",
-        "ProportionalSetSizeKb",
-        "ResidentSetSize",
-        "RemoteUserCpu",
-        "RemoteSysCpu",
-    )
+# The attributes a Job is made of (the compiled reader, native/src/err.rs, reads the same list).
+JOB_ATTRS = (
+    "JobCurrentStartDate",
+    "JobStartDate",
+    "JobStatus",
+    "CompletionDate",
+    "LastVacateTime",
+    "EnteredCurrentStatus",
+    "ExitCode",
+    "ExitBySignal",
+    "ExitSignal",
+    "GlobalJobId",
+    "CpusProvisioned",
+    "RequestCpus",
+    "MemoryProvisioned",
+    "RequestMemory",
+    "GPUsProvisioned",
+    "RequestGPUs",
+    "MemoryUsage",
+    "ProportionalSetSizeKb",
+    "ResidentSetSize",
+    "RemoteUserCpu",
+    "RemoteSysCpu",
 )
+_JOB_ATTRS = classad.names_pattern(JOB_ATTRS)
 
 # What no job can have used anywhere (a PiB of memory, a century of CPU): a value over
 # these is refused here; the entry's own bounds come later (accounting/plausible.py).
