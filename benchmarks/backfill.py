@@ -25,13 +25,12 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from recorded import record
+from bench import child, record, simulated_factory
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
@@ -80,26 +79,7 @@ def _child(path: str, workers: int) -> None:
 
 
 def run(path: Path, workers: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(path), str(workers)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
-
-
-def factory(pilots: int, seed: int) -> Path:
-    d = WORK / f"factory-{pilots}-{seed}"  # the same cache as benchmarks/ingest.py
-    if not (d / ".done").exists():
-        from gwms_obs.simulate.factory import simulate
-
-        print(f"simulating {pilots} pilots into {d} (cached for later runs)...", flush=True)
-        t0 = time.perf_counter()
-        simulate(d, pilots, seed)
-        (d / ".done").write_text(f"{time.perf_counter() - t0:.1f}\n")
-    return d
+    return child(__file__, [str(path), str(workers)])
 
 
 def main() -> int:
@@ -117,7 +97,7 @@ def main() -> int:
     if a.runs < 3 or a.workers < 2:
         ap.error("--runs must be >= 3 and --workers >= 2")
     WORK.mkdir(exist_ok=True)
-    fac = factory(a.pilots, a.seed)
+    fac = simulated_factory(a.pilots, a.seed)
     run(fac, 1)  # warm the page cache (not timed)
 
     load = os.getloadavg()

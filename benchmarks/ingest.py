@@ -30,12 +30,11 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from recorded import record
+from bench import child, record, simulated_factory
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
@@ -109,30 +108,7 @@ def _child(kind: str, path: str, extra: str) -> None:
 
 def run(kind: str, path: Path, extra: str = "", readers: str = "native") -> dict[str, float]:
     """One measurement in a fresh process; ``readers="python"`` turns the compiled fast path off."""
-    env = dict(os.environ)
-    if readers == "python":
-        env["GWMS_OBS_NATIVE"] = "0"
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", kind, str(path), extra],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
-    return result
-
-
-def factory(pilots: int, seed: int) -> Path:
-    d = WORK / f"factory-{pilots}-{seed}"
-    if not (d / ".done").exists():
-        from gwms_obs.simulate.factory import simulate
-
-        print(f"simulating {pilots} pilots into {d} (cached for later runs)...", flush=True)
-        t0 = time.perf_counter()
-        simulate(d, pilots, seed)
-        (d / ".done").write_text(f"{time.perf_counter() - t0:.1f}\n")
-    return d
+    return child(__file__, [kind, str(path), extra], {"GWMS_OBS_NATIVE": "0"} if readers == "python" else None)
 
 
 def completed_file(fac: Path, lines: int) -> Path:
@@ -177,7 +153,7 @@ def main() -> int:
         _child(*a.child)
         return 0
     WORK.mkdir(exist_ok=True)
-    fac = factory(a.pilots, a.seed)
+    fac = simulated_factory(a.pilots, a.seed)
     cj = completed_file(fac, a.lines)
 
     load = os.getloadavg()

@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recorded import record
+from bench import record
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
