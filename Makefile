@@ -83,8 +83,7 @@ venv: $(BIN)/.stamp $(NATIVE_STAMP)
 $(NATIVE_DIR)/.built: $(BIN)/.stamp
 	@command -v cargo >/dev/null || { echo "native/: cargo (a Rust toolchain) is needed to build the readers' fast path" >&2; exit 1; }
 	rm -rf $(NATIVE_DIR).tmp
-	cd native && VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH \
-	  maturin build --release --locked --zig --compatibility manylinux_2_28 -o $(NATIVE_DIR).tmp
+	cd native && VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH maturin build --release --locked --zig --compatibility manylinux_2_28 -o $(NATIVE_DIR).tmp
 	rm -rf $(NATIVE_DIR) && mv $(NATIVE_DIR).tmp $(NATIVE_DIR) && touch $@
 $(NATIVE_STAMP): $(NATIVE_DIR)/.built
 	$(BIN)/pip install -q --no-deps --force-reinstall $(NATIVE_DIR)/*.whl

@@ -94,9 +94,14 @@ def site_fires(prom: str, mails: Callable[[], list[Mail]], factory: Path, held: 
     assert not [m for m in mails() if "admin@" in " ".join(m.rcpt_tos)], "a site was mailed before going bad"
     release(held, factory)
     wait_for("the failures in Prometheus", lambda: float(prom_query(prom, vf)[0]["value"][1]) >= before + 10, 60)
-    fired = wait_for("FailSite's firing mail", lambda: to(mails(), BAD_ADMIN, "FIRING"), 60)
-    assert ALERT in fired[0] and BAD.site in fired[0]
-    return next(m for m in mails() if BAD_ADMIN in m.rcpt_tos and m.subject.startswith("[FIRING"))
+
+    # Its site may fire other alerts too (GwmsSiteFailing, one thread each): wait for this one's.
+    def this_alert() -> list[str]:
+        return [s for s in to(mails(), BAD_ADMIN, "FIRING") if ALERT in s]
+
+    fired = wait_for(f"FailSite's {ALERT} mail", this_alert, 60)
+    assert BAD.site in fired[0]
+    return next(m for m in mails() if BAD_ADMIN in m.rcpt_tos and m.subject == fired[0])
 
 
 def site_resolves(mails: Callable[[], list[Mail]]) -> None:
