@@ -179,6 +179,9 @@ def test_every_service_is_healthy_unprivileged_read_only_and_on_loopback(stack: 
             assert all(b["HostIp"] == "127.0.0.1" for b in bindings), (name, bindings)
         assert not any("TOKEN" in e for e in c["Config"]["Env"] if name not in ("exporter", "otelcol")), name
     assert set(found) == {"prometheus", "alertmanager", "mail", "exporter", "jaeger", "otelcol"}
+    # the image installs the compiled readers from its wheelhouse where they fit, as the Ansible role does
+    version = _docker("exec", found["exporter"]["Id"], "gwms-obs", "--version")
+    assert "(readers: native " in version, version
 
 
 def test_a_pilots_spans_reach_jaeger_and_no_token_is_refused(stack: Stack) -> None:

@@ -344,6 +344,9 @@ def test_exporter_reads_the_factory_and_prometheus_holds_its_metrics(host: Host)
     # the tree is o= (no access for others): the exporter reads it through the factory group
     assert host.ct.exec("stat", "-c", "%a %G", "/var/log/gwms-factory").stdout.split() == ["750", "gfactory"]
     assert "gfactory" in host.ct.exec("id", "-nG", "gwms-obs").stdout.split()
+    # the role installed the compiled readers from the wheelhouse (an x86_64 glibc >= 2.28 host)
+    version = host.ct.exec("/opt/gwms-obs/venv/bin/gwms-obs", "--version").stdout
+    assert "(readers: native " in version, version
 
     def exported() -> float:
         text = host.ct.http_get(SERVICES["gwms-obs-exporter"])

@@ -99,7 +99,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("alertmanager", lambda: []),
     Spec("otelcol", lambda: [_binary("GWMS_OBS_OTELCOL", "otelcol")]),
     Spec("jaeger", lambda: [_binary("GWMS_OBS_JAEGER", "jaeger")]),
-    Spec("exporter", lambda: list(_source_files()), _wheelhouse),
+    # the compiled readers' wheel too: the image installs it where it fits, as the Ansible role does
+    Spec("exporter", lambda: [*_source_files(), *wheelhouse.native_wheels()], _wheelhouse),
     Spec("mail", lambda: [ROOT / "tools" / "mailsink.py"]),
 )
 
