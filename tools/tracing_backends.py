@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -54,11 +55,34 @@ def find_binary(tool: str, build: bool = True) -> Path:
     return Path(lines[-1])
 
 
+def _below_ephemeral() -> tuple[int, int]:
+    """A port range just below the kernel's ephemeral range (32768-60999 by default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(1024, low - 12000), low
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, for a server the caller starts next.
+
+    Taken below the ephemeral range: bind(port 0) would hand out an ephemeral
+    port, which any outgoing connection may take before the server binds it
+    (a collector once failed so: "address already in use"). The kernel never
+    picks these for a client socket, so only another server could take one.
+    """
+    lo, hi = _below_ephemeral()
+    for _ in range(500):
+        port = random.randrange(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {lo}-{hi} on 127.0.0.1")
 
 
 def validate(binary: Path, config: Path) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.parse
@@ -21,14 +20,7 @@ from typing import Any
 from tools.mailsink import MailStore
 from tools.polling import http_get
 from tools.polling import poll as wait_for
-from tools.tracing_backends import stop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tools.tracing_backends import free_port, stop
 
 
 @contextlib.contextmanager
