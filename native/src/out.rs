@@ -62,10 +62,6 @@ pub struct Out<'a> {
     pub status: Option<String>,
 }
 
-fn opt_num(s: &[u8], cap: Option<(usize, usize)>) -> R<Option<u64>> {
-    cap.map(|(a, b)| num(&s[a..b], MAX_DIGITS)).transpose()
-}
-
 fn is_word(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
@@ -150,12 +146,28 @@ fn header<'a>(data: &'a [u8], out: &mut Out<'a>) -> R<()> {
     Ok(())
 }
 
-/// `PREFIX(\d+)` at a line's start: (end, digits).
-fn prefix_digits(prefix_len: usize) -> impl Fn(&[u8]) -> Option<(usize, (usize, usize))> {
-    move |s: &[u8]| {
-        let d = digits(s, prefix_len);
-        (d > 0).then_some((prefix_len + d, (prefix_len, prefix_len + d)))
+/// `MARKER(\d+)` on the first line of `marker` from `pos` that has it: (offset past it, the number).
+fn marker_digits(data: &[u8], marker: &[u8], pos: usize) -> R<Option<(usize, u64)>> {
+    let p = marker.len();
+    let hit = match_at(data, marker, pos, MAX_LINE, |s| {
+        let d = digits(s, p);
+        (d > 0).then_some((p + d, d))
+    })?;
+    hit.map(|(off, end, d)| Ok((end, num(&data[off + p..off + p + d], MAX_DIGITS)?))).transpose()
+}
+
+/// `MARKER(?:.*?\((\d+)\))?.*?TAIL` on the first line of `marker` from `pos` that matches, its
+/// numbers parsed: (offset past the match, the epoch in parentheses, the tail's digit runs).
+fn marker_line(data: &[u8], marker: &[u8], pos: usize, tail: &[Tok]) -> R<Option<(usize, Option<u64>, [u64; 2])>> {
+    let hit = match_at(data, marker, pos, MAX_LINE, |s| paren_tail(s, marker.len(), tail).map(|(e, ep, caps)| (e, (ep, caps))))?;
+    let Some((off, end, (ep, caps))) = hit else { return Ok(None) };
+    let at = |(a, b): (usize, usize)| num(&data[off + a..off + b], MAX_DIGITS);
+    let runs = tail.iter().filter(|t| matches!(t, Tok::Digits)).count();
+    let mut nums = [0; 2];
+    for (v, &c) in nums.iter_mut().zip(&caps).take(runs) {
+        *v = at(c)?;
     }
+    Ok(Some((end, ep.map(at).transpose()?, nums)))
 }
 
 fn count_line<'a>(s: &'a [u8]) -> Option<(u8, &'a [u8], &'a [u8], &'a [u8])> {
@@ -228,7 +240,7 @@ fn stats<'a>(data: &'a [u8], out: &mut Out<'a>, start: usize) -> R<usize> {
             let w = s[13..].iter().take_while(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)).count();
             (w > 0 && s[13 + w..].starts_with(b" ===")).then_some((13 + w + 4, &s[13..13 + w]))
         })?;
-        let Some((hdr_end, slot)) = hit else { break };
+        let Some((_, hdr_end, slot)) = hit else { break };
         let body = find_byte(data, b'\n', hdr_end, data.len()).unwrap_or(data.len());
         let Some(close) = find(data, b"=== End Stats of ", body, data.len()) else {
             return Err(Fallback); // truncated
@@ -306,68 +318,43 @@ pub fn parse(data: &[u8]) -> R<Out<'_>> {
         return Err(Fallback);
     }
     header(data, &mut out)?;
-    if let Some((end, (a, b))) = match_at(data, b"Setting GLIDEIN_CPUS=", 0, MAX_LINE, prefix_digits(21))? {
-        out.cpus = Some(num(&data[end - (b - a)..end], MAX_DIGITS)?);
-    }
-    if let Some((end, (a, b))) = match_at(data, b"Setting GLIDEIN_MaxMemMBs=", 0, MAX_LINE, prefix_digits(26))? {
-        out.memory_mb = Some(num(&data[end - (b - a)..end], MAX_DIGITS)?);
-    }
+    out.cpus = marker_digits(data, b"Setting GLIDEIN_CPUS=", 0)?.map(|(_, v)| v);
+    out.memory_mb = marker_digits(data, b"Setting GLIDEIN_MaxMemMBs=", 0)?.map(|(_, v)| v);
     let mut pos = 0;
     const VAL: [Tok; 3] = [Tok::Lit(b" after validating for "), Tok::Digits, Tok::Lit(b" ===")];
-    if let Some((p, (line_off, ep, caps))) = match_at(data, b"=== Last script starting ", 0, MAX_LINE, |s| {
-        paren_tail(s, 25, &VAL).map(|(e, ep, caps)| (e, (s.as_ptr() as usize, ep, caps)))
-    })? {
-        let s = line_at(data, line_off);
+    if let Some((p, epoch, [duration, _])) = marker_line(data, b"=== Last script starting ", 0, &VAL)? {
         pos = p;
-        out.validation_end = opt_num(s, ep)?;
-        out.validation_duration = Some(num(&s[caps[0].0..caps[0].1], MAX_DIGITS)?);
+        out.validation_end = epoch;
+        out.validation_duration = Some(duration);
     }
     const START: [Tok; 1] = [Tok::Lit(b"===")];
-    if let Some((p, (line_off, ep))) = match_at(data, b"=== Condor starting ", pos, MAX_LINE, |s| {
-        paren_tail(s, 20, &START).map(|(e, ep, _)| (e, (s.as_ptr() as usize, ep)))
-    })? {
-        let s = line_at(data, line_off);
+    if let Some((p, epoch, _)) = marker_line(data, b"=== Condor starting ", pos, &START)? {
         pos = p;
         out.condor_started = true;
-        out.condor_start = opt_num(s, ep)?;
+        out.condor_start = epoch;
         const END: [Tok; 3] = [Tok::Lit(b" after "), Tok::Digits, Tok::Lit(b" ===")];
-        if let Some((p, (line_off, ep, caps))) = match_at(data, b"=== Condor ended ", pos, MAX_LINE, |s| {
-            paren_tail(s, 17, &END).map(|(e, ep, caps)| (e, (s.as_ptr() as usize, ep, caps)))
-        })? {
-            let s = line_at(data, line_off);
+        if let Some((p, epoch, [duration, _])) = marker_line(data, b"=== Condor ended ", pos, &END)? {
             pos = p;
-            out.condor_end = opt_num(s, ep)?;
-            out.condor_duration = Some(num(&s[caps[0].0..caps[0].1], MAX_DIGITS)?);
+            out.condor_end = epoch;
+            out.condor_duration = Some(duration);
         }
     }
     pos = stats(data, &mut out, pos)?;
-    if let Some((p, (a, b))) =
-        match_at(data, b"Total number of activations/claims: ", pos, MAX_LINE, prefix_digits(36))?
-    {
+    if let Some((p, claims)) = marker_digits(data, b"Total number of activations/claims: ", pos)? {
         pos = p;
-        out.activations_claims = Some(num(&data[p - (b - a)..p], MAX_DIGITS)?);
+        out.activations_claims = Some(claims);
     }
     const GEND: [Tok; 5] =
         [Tok::Lit(b" with code "), Tok::Digits, Tok::Lit(b" after "), Tok::Digits, Tok::Lit(b" ===")];
-    if let Some((p, (line_off, ep, caps))) = match_at(data, b"=== Glidein ending ", pos, MAX_LINE, |s| {
-        paren_tail(s, 19, &GEND).map(|(e, ep, caps)| (e, (s.as_ptr() as usize, ep, caps)))
-    })? {
-        let s = line_at(data, line_off);
+    if let Some((p, epoch, [code, duration])) = marker_line(data, b"=== Glidein ending ", pos, &GEND)? {
         pos = p;
-        out.glidein_end = opt_num(s, ep)?;
-        out.exit_code = Some(num(&s[caps[0].0..caps[0].1], MAX_DIGITS)?);
-        out.glidein_duration = Some(num(&s[caps[1].0..caps[1].1], MAX_DIGITS)?);
+        out.glidein_end = epoch;
+        out.exit_code = Some(code);
+        out.glidein_duration = Some(duration);
     }
     xml_part(data, &mut out, pos)?;
     if out.startup_time.is_none() && out.glidein_end.is_none() && out.cluster.is_none() && !out.condor_started {
         return Err(Fallback); // "garbage"
     }
     Ok(out)
-}
-
-/// The line a matcher saw, from the address of its first byte.
-fn line_at(data: &[u8], addr: usize) -> &[u8] {
-    let off = addr - data.as_ptr() as usize;
-    let end = find_byte(data, b'\n', off, data.len()).unwrap_or(data.len());
-    &data[off..end]
 }

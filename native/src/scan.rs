@@ -105,18 +105,19 @@ impl<'a> Lines<'a> {
     }
 }
 
-/// The first line of `marker` from `start` that `m` matches: (offset just past the match, what m found).
+/// The first line of `marker` from `start` that `m` matches (`m` sees the line from the
+/// marker on): (the marker's offset, the offset just past the match, what m found).
 pub fn match_at<'a, T>(
     data: &'a [u8],
     marker: &'a [u8],
     start: usize,
     max_line: usize,
     m: impl Fn(&'a [u8]) -> Option<(usize, T)>,
-) -> R<Option<(usize, T)>> {
+) -> R<Option<(usize, usize, T)>> {
     let mut lines = Lines::new(data, marker, start, data.len(), max_line);
     while let Some((off, line)) = lines.next_line()? {
         if let Some((end, t)) = m(line) {
-            return Ok(Some((off + end, t)));
+            return Ok(Some((off, off + end, t)));
         }
     }
     Ok(None)

@@ -45,7 +45,15 @@ struct Open<'a> {
     text: Option<&'a [u8]>, // character data before the first child; None: none at all
     had_child: bool,
     status: bool, // the first <status> below the root: its text is the answer
-    metric: Option<&'a [u8]>, // a <metric>'s name attribute
+    metric: Option<usize>, // a <metric>'s place in `found` (its start tag's order)
+}
+
+/// Past the white space at `p`.
+fn skip_ws(x: &[u8], mut p: usize) -> usize {
+    while x.get(p).is_some_and(|&c| ws(c)) {
+        p += 1;
+    }
+    p
 }
 
 pub fn parse(x: &[u8]) -> R<Doc> {
@@ -78,7 +86,7 @@ pub fn parse(x: &[u8]) -> R<Doc> {
     let mut status_found = false;
     let mut stack: Vec<Open<'_>> = Vec::new();
     let mut root_done = false;
-    let mut n_metric_names: Vec<Vec<u8>> = Vec::new();
+    let mut found: Vec<(&[u8], String)> = Vec::new(); // every <metric>: (name, text), in start-tag order
     loop {
         // character data up to the next tag
         let lt = memchr_pos(b'<', x, p);
@@ -105,9 +113,7 @@ pub fn parse(x: &[u8]) -> R<Doc> {
             let n = name_len(x, p);
             let name = &x[p..p + n];
             p += n;
-            while x.get(p).is_some_and(|&c| ws(c)) {
-                p += 1;
-            }
+            p = skip_ws(x, p);
             if x.get(p) != Some(&b'>') {
                 return Err(Fallback);
             }
@@ -116,7 +122,7 @@ pub fn parse(x: &[u8]) -> R<Doc> {
             if top.name != name || n == 0 {
                 return Err(Fallback);
             }
-            close(&mut doc, &top, &mut n_metric_names)?;
+            close(&mut doc.status, &mut found, &top);
             if stack.is_empty() {
                 root_done = true;
             }
@@ -132,9 +138,7 @@ pub fn parse(x: &[u8]) -> R<Doc> {
         let self_closing;
         loop {
             let w0 = p;
-            while x.get(p).is_some_and(|&c| ws(c)) {
-                p += 1;
-            }
+            p = skip_ws(x, p);
             match x.get(p) {
                 Some(b'>') => {
                     p += 1;
@@ -156,17 +160,11 @@ pub fn parse(x: &[u8]) -> R<Doc> {
                 return Err(Fallback);
             }
             let aname = &x[p..p + an];
-            p += an;
-            while x.get(p).is_some_and(|&c| ws(c)) {
-                p += 1;
-            }
+            p = skip_ws(x, p + an);
             if x.get(p) != Some(&b'=') {
                 return Err(Fallback);
             }
-            p += 1;
-            while x.get(p).is_some_and(|&c| ws(c)) {
-                p += 1;
-            }
+            p = skip_ws(x, p + 1);
             let q = *x.get(p).ok_or(Fallback)?;
             if q != b'"' && q != b'\'' {
                 return Err(Fallback);
@@ -193,22 +191,19 @@ pub fn parse(x: &[u8]) -> R<Doc> {
         if is_status {
             status_found = true;
         }
-        let metric = if name == b"metric" {
-            Some(attrs.iter().find(|(a, _)| *a == b"name").map_or(&b""[..], |(_, v)| *v))
-        } else {
-            None
-        };
-        let open = Open { name, text: None, had_child: false, status: is_status, metric };
-        // Metrics are taken in document (start-tag) order: reserve the place now.
-        if let Some(mname) = open.metric {
+        // Metrics are taken in document (start-tag) order: their place is taken now, the text at the end tag.
+        let mut metric = None;
+        if name == b"metric" {
+            let mname = attrs.iter().find(|(a, _)| *a == b"name").map_or(&b""[..], |(_, v)| *v);
             if mname.len() > MAX_NAME {
                 return Err(Fallback);
             }
-            n_metric_names.push(mname.to_vec());
-            doc.metrics.push((String::new(), String::new()));
+            metric = Some(found.len());
+            found.push((mname, String::new()));
         }
+        let open = Open { name, text: None, had_child: false, status: is_status, metric };
         if self_closing {
-            close(&mut doc, &open, &mut n_metric_names)?;
+            close(&mut doc.status, &mut found, &open);
             if stack.is_empty() {
                 root_done = true;
             }
@@ -221,8 +216,8 @@ pub fn parse(x: &[u8]) -> R<Doc> {
     }
     // The metrics in start-tag order: first of each name, empty names skipped, at most MAX_METRICS.
     let mut metrics: Vec<(String, String)> = Vec::new();
-    for (name, (_, text)) in n_metric_names.iter().zip(doc.metrics.drain(..)) {
-        if name.is_empty() || metrics.iter().any(|(n, _)| n.as_bytes() == name.as_slice()) {
+    for (name, text) in found {
+        if name.is_empty() || metrics.iter().any(|(n, _)| n.as_bytes() == name) {
             continue;
         }
         metrics.push((String::from_utf8_lossy(name).into_owned(), text));
@@ -235,15 +230,11 @@ pub fn parse(x: &[u8]) -> R<Doc> {
 }
 
 /// An element ends: its text is final.
-fn close(doc: &mut Doc, el: &Open<'_>, names: &mut [Vec<u8>]) -> R<()> {
+fn close(status: &mut Option<String>, found: &mut [(&[u8], String)], el: &Open<'_>) {
     if el.status {
-        doc.status = text_of(el.text);
+        *status = text_of(el.text);
     }
-    if el.metric.is_some() {
-        // this element's reserved slot: the last metric opened that has no text yet
-        let slot = doc.metrics.iter().rposition(|(n, _)| n.is_empty()).ok_or(Fallback)?;
-        doc.metrics[slot] = ("-".into(), text_of(el.text).unwrap_or_default());
-        let _ = names;
+    if let Some(i) = el.metric {
+        found[i].1 = text_of(el.text).unwrap_or_default();
     }
-    Ok(())
 }
