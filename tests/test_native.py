@@ -72,7 +72,7 @@ def check_out(data: bytes) -> bool:
 
 def native_err(data: bytes) -> GlideinErr | None:
     budget = Budget()
-    found = CORE.parse_err(data, Job, 64 << 20, 16 << 20, budget.max_sections, budget.max_ads, budget.max_decoded_bytes)
+    found = CORE.parse_err(data, Job, 64 << 20, 16 << 20, *budget.left())
     if found is None:
         return None
     return glidein_err.parse_err(data, "job.1.0.err", ParseErrors(), detail=False)

@@ -99,6 +99,24 @@ class Budget:
         if spent > self.max_cpu_seconds:
             raise self._fail(CPU, f"{spent:.1f} CPU seconds > {self.max_cpu_seconds:g}")
 
+    def allows(self) -> bool:
+        """Whether a read may start at all (else the reader that runs records why it may not)."""
+        try:
+            self.cpu()
+        except BudgetExceeded:
+            return False
+        return True
+
+    def left(self) -> tuple[int, int, int]:
+        """What is still allowed: (sections, ads, decompressed bytes)."""
+        return self.max_sections - self.sections, self.max_ads - self.ads, self.max_decoded_bytes - self.decoded_bytes
+
+    def charge_within(self, sections: int, ads: int, decoded_bytes: int) -> None:
+        """Charge work done within :meth:`left` elsewhere (the compiled reader, which checked it)."""
+        self.sections += sections
+        self.ads += ads
+        self.decoded_bytes += decoded_bytes
+
     def ad(self) -> None:
         """Charge one ad (and look at the CPU clock every so often)."""
         self._check_spent()

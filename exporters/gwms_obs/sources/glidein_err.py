@@ -21,7 +21,6 @@ from gwms_obs.sources.budget import Budget, BudgetExceeded
 from gwms_obs.sources.glidein_out import (
     MAX_LINE,
     Scanner,
-    budget_allows,
     hostile_xml,
     iso_epoch,
     parse_xml,
@@ -488,25 +487,14 @@ def parse_err(
     if not data:
         return err
     budget = Budget() if budget is None else budget
-    if native.core is not None and not detail and budget_allows(budget):
-        found = native.core.parse_err(
-            data,
-            Job,
-            max_section_bytes,
-            C.SPOOL_MAX_BYTES,
-            budget.max_sections - budget.sections,
-            budget.max_ads - budget.ads,
-            budget.max_decoded_bytes - budget.decoded_bytes,
-        )
+    if native.core is not None and not detail and budget.allows():
+        found = native.core.parse_err(data, Job, max_section_bytes, C.SPOOL_MAX_BYTES, *budget.left())
         if found is not None:
             jobs, err.gpus, config, err.trace_spool, sections, ads, decoded = found
             err.jobs = jobs
             if config is not None:
                 _config_values(err, dict(config))
-            # Charged as the Python reader would have: within the limits (the fast path checked).
-            budget.sections += sections
-            budget.ads += ads
-            budget.decoded_bytes += decoded
+            budget.charge_within(sections, ads, decoded)  # as the Python reader would have charged it
             return err
     sc = Scanner(data, path, errors, Source.GLIDEIN_ERR.value)
     if len(data) > MAX_LINE:

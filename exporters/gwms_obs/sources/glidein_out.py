@@ -358,29 +358,20 @@ def parse_out(data: bytes, path: str, errors: ParseErrors, *, budget: Budget | N
     recorded, ``budget.exceeded`` is set and the fields found so far are
     returned (incomplete: :func:`read_out` does not use them).
     """
-    out = GlideinOut(path=path)
     if not data:
-        return out
+        return GlideinOut(path=path)
     budget = Budget() if budget is None else budget
-    if native.core is not None and budget_allows(budget):
+    if native.core is not None and budget.allows():
         fields = native.core.parse_out(data)
         if fields is not None:
             return _from_native(path, fields)
+    out = GlideinOut(path=path)
     sc = Scanner(data, path, errors, Source.GLIDEIN_OUT.value)
     try:
         _parse(sc, out, budget)
     except BudgetExceeded as e:
         sc.record(BUDGET, None, str(e))
     return out
-
-
-def budget_allows(budget: Budget) -> bool:
-    """Whether the budget allows a read at all (else the Python reader records why)."""
-    try:
-        budget.cpu()
-    except BudgetExceeded:
-        return False
-    return True
 
 
 _FORMATS = (StatsFormat.ABSENT, StatsFormat.EMPTY, StatsFormat.LEGACY, StatsFormat.REAL)
