@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from ..accounting import plausible
 from ..accounting.pilot import from_completed_job, line_total_is_raw
@@ -29,13 +29,10 @@ _CLIENT_USER = re.compile(rb'client="([^"\n]{1,512})" +username="([^"\n]{1,512})
 
 @dataclasses.dataclass(slots=True)
 class _Scanned:
-    """A whole buffer the compiled scan took: how many lines, and ``(key, line)`` of those not counted yet."""
+    """A buffer read: how many lines, and ``(key, line)`` of those whose pilot is not counted yet."""
 
     lines: int
-    unseen: list[tuple[str, completed_jobs.RawLine]]
-
-
-Line = completed_jobs.RawLine | CompletedJob | _Scanned
+    unseen: list[tuple[str, completed_jobs.RawLine | CompletedJob]]
 
 
 class CompletedJobsStage(Stage):
@@ -72,37 +69,30 @@ class CompletedJobsStage(Stage):
             b.health.bytes_read[Source.COMPLETED_JOBS] += n
         b.health.backlog.pop(Source.COMPLETED_JOBS, None)
 
-    def _parse(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[Line], int]:
-        # The usual buffer (every line in the writer's format) in compiled code: the
-        # "already counted" check is done there, so _hold gets one _Scanned. Checking
-        # seen here rather than in _hold is the same: the follower calls one right after the other.
-        got = completed_jobs.scan_unseen(buf, entry, self.books.seen)
+    def _parse(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[_Scanned], int]:
+        """The buffer's lines, with the "already counted" check done here (the follower hands
+        them to _hold right after, so checking seen here or there is the same)."""
+        seen = self.books.seen
+        got = completed_jobs.scan_unseen(buf, entry, seen)  # the usual buffer, in compiled code
         if got is not None:
             used, n, unseen = got
-            lines: list[Line] = [_Scanned(n, unseen)]
+            scanned = _Scanned(n, list(unseen))
         else:
-            raw, used = completed_jobs.scan_buffer(buf, path, offset, self.books.errors, entry)
-            lines = cast(list[Line], raw)  # list is invariant; its items are Lines
+            lines, used = completed_jobs.scan_buffer(buf, path, offset, self.books.errors, entry)
+            keys = completed_jobs.line_keys(lines, entry)
+            # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
+            scanned = _Scanned(len(lines), [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen])
         if self.books.unmapped:
             self._learn_clients(buf, used)
-        return lines, used
+        return [scanned], used
 
-    def _hold(self, lines: list[Line], entry: str, path: str) -> None:
+    def _hold(self, batch: list[_Scanned], entry: str, path: str) -> None:
         """Keep the lines of pilots not counted yet; the .out of the others already counted them."""
         b = self.books
-        unseen: Sequence[tuple[str, completed_jobs.RawLine | CompletedJob]]
-        if len(lines) == 1 and isinstance(scanned := lines[0], _Scanned):
-            b.health.records[Source.COMPLETED_JOBS] += scanned.lines
-            unseen = scanned.unseen
-        else:
-            b.health.records[Source.COMPLETED_JOBS] += len(lines)
-            seen = b.seen
-            raws = cast(list[completed_jobs.RawLine | CompletedJob], lines)  # from scan_buffer: no _Scanned
-            keys = completed_jobs.line_keys(raws, entry)
-            # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
-            unseen = [(k, raw) for k, raw in zip(keys, raws, strict=True) if k not in seen]
+        (scanned,) = batch
+        b.health.records[Source.COMPLETED_JOBS] += scanned.lines
         bounds: plausible.Bounds | None = None
-        for k, raw in unseen:
+        for k, raw in scanned.unseen:
             line = completed_jobs.to_record(raw, entry)
             if isinstance(line, str):
                 b.errors.record(Source.COMPLETED_JOBS, line, path)
