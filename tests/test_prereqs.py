@@ -15,7 +15,8 @@ from tests import conftest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "prereqs.sh"
 EVERY_PACKAGE = (
-    "prometheus prometheus-alertmanager systemd-container debootstrap dpkg-dev shellcheck curl docker.io python3-venv"
+    "prometheus prometheus-alertmanager systemd-container debootstrap dpkg-dev shellcheck curl docker.io"
+    " chromium chromium-driver postgresql python3-venv"
 )
 INSTALL = f"sudo apt-get install -y --no-install-recommends {EVERY_PACKAGE}\n"
 

@@ -19,11 +19,16 @@ PREREQS=(
   shellcheck:shellcheck                           # lints pilot/gwms-trace.sh and these scripts
   curl:curl                                       # pilot/gwms-trace.sh posts its spans with curl
   dockerd:docker.io                               # the compose stack test starts its own engine (tools/docker_engine.py)
+  chromium:chromium                               # the controller's web page tests drive a headless Chromium
+  chromedriver:chromium-driver                    # ...through Selenium and Debian's matching driver
+  postgres:postgresql                             # the controller's PostgreSQL tests run a throwaway cluster (tools/postgres.py)
 )
 
 # Where to look: PATH plus the sbin dirs a non-root PATH lacks (debootstrap is
-# in /usr/sbin). tests/test_prereqs.py points it at an empty dir.
-search=${GWMS_OBS_PREREQS_PATH:-$PATH:/usr/sbin:/sbin}
+# in /usr/sbin) and Debian's versioned PostgreSQL dirs, never on PATH
+# (/usr/lib/postgresql/15/bin/postgres; an unmatched glob is a harmless missing
+# dir). tests/test_prereqs.py points it at an empty dir.
+search=${GWMS_OBS_PREREQS_PATH:-$PATH:/usr/sbin:/sbin$(printf ':%s' /usr/lib/postgresql/*/bin)}
 found() { PATH=$search command -v "$1" >/dev/null; }
 
 missing() {
@@ -52,7 +57,8 @@ need=$(missing)
 if [[ -n $need && $check_only == 0 && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   # The packages' maintainer scripts would start the Debian services (on
-  # 0.0.0.0:9090/9093); tests run their own instances on 127.0.0.1 instead.
+  # 0.0.0.0:9090/9093, PostgreSQL's main cluster on 5432); tests run their own
+  # instances on 127.0.0.1 instead.
   made_policy=0
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
