@@ -370,7 +370,57 @@ BUILD_INFO = MetricDef(
     ("version", "python_version"),
 )
 
+# The monitoring controller's own (gwms-obs controller, docs/controller.md): served by the
+# controller, never by the exporter. Labels are bounded sets: the Verbosity levels, the rule
+# kinds (with "default"), the policy's denial reasons and the change actions.
+CONTROLLER_DECISIONS = MetricDef(
+    "gwms_controller_decisions_total",
+    "counter",
+    "Decisions answered, by the verbosity granted and the kind of rule that decided (default: none matched).",
+    ("verbosity", "kind"),
+)
+CONTROLLER_DENIALS = MetricDef(
+    "gwms_controller_denials_total",
+    "counter",
+    "Changes refused (and audited), by reason: read_only, wrong_kind, out_of_scope, above_cap, invalid, not_found.",
+    ("reason",),
+)
+CONTROLLER_CHANGES = MetricDef(
+    "gwms_controller_changes_total",
+    "counter",
+    "Rules created, expired or deleted through the API or the web page, by action.",
+    ("action",),
+)
+CONTROLLER_RULES = MetricDef(
+    "gwms_controller_rules",
+    "gauge",
+    "Rules in force now, by kind (vo, site, operator, cap).",
+    ("kind",),
+)
+CONTROLLER_EXPIRIES = MetricDef(
+    "gwms_controller_rule_expiries_total",
+    "counter",
+    "Rules that reached their expiry while the controller ran, by kind.",
+    ("kind",),
+)
+CONTROLLER_AUTH_FAILURES = MetricDef(
+    "gwms_controller_auth_failures_total",
+    "counter",
+    "Requests refused for a missing or unknown bearer token.",
+    (),
+)
+CONTROLLER_METRICS: Final[tuple[MetricDef, ...]] = (
+    CONTROLLER_DECISIONS,
+    CONTROLLER_DENIALS,
+    CONTROLLER_CHANGES,
+    CONTROLLER_RULES,
+    CONTROLLER_EXPIRIES,
+    CONTROLLER_AUTH_FAILURES,
+)
+
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
+# What `gwms-obs export` serves (the controller's are served by `gwms-obs controller`).
+EXPORTER_METRICS: tuple[MetricDef, ...] = tuple(m for m in ALL if m not in CONTROLLER_METRICS)
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in ALL}
 
 

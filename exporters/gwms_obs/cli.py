@@ -1,4 +1,4 @@
-"""The ``gwms-obs`` command: export, report, inspect, simulate, traces, analyze, check-config."""
+"""The ``gwms-obs`` command: export, report, inspect, simulate, traces, analyze, check-config, controller."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 
 from . import __version__, native
 from .config import ConfigError, ExportConfig, check, dir_problems, load, parse_listen
+from .controller import cli as controller_cli
 from .parse_errors import ParseErrors
 
 log = logging.getLogger("gwms_obs")
@@ -628,6 +629,8 @@ def parser() -> argparse.ArgumentParser:
         help="check keys, types and values, but not the directories and files they name",
     )
     c.set_defaults(func=cmd_check_config)
+
+    controller_cli.add_parser(sub, _sub)
     return p
 
 

@@ -68,7 +68,7 @@ def start_otlp(ingest: Ingest, service_name: str = "gwms-obs-exporter") -> Meter
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(resource=resource, metric_readers=[reader])
     meter = provider.get_meter("gwms_obs", __version__)
-    for m in catalogue.ALL:
+    for m in catalogue.EXPORTER_METRICS:
         if m.type == "histogram":
             continue
         unit = {"seconds": "s", "bytes": "By"}.get(m.unit, "")  # "1" would gain a _ratio suffix

@@ -1,0 +1,227 @@
+"""The controller's HTTP JSON API (docs/controller.md, "API"), a Starlette application.
+
+Every request but /healthz and /metrics carries ``Authorization: Bearer
+TOKEN``; the token's role and scope decide what it may do (policy.py), and a
+refusal is a JSON body naming the reason. ``/v1/decide`` is the hot path:
+async, no database, no thread hop; the writes are rare and run in the thread
+pool so a slow database never stalls the decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+
+from .policy import SELECTOR_FIELDS, Attributes, Denied, Effect, Kind, Principal, Role, Selector
+
+log = logging.getLogger("gwms_obs.controller")
+
+MAX_BODY = 64 * 1024
+STATUS = {
+    "read_only": 403, "wrong_kind": 403, "out_of_scope": 403, "above_cap": 403, "invalid": 400, "not_found": 404,
+}  # fmt: skip
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Json(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+
+
+def error(status: int, reason: str, detail: str, headers: dict[str, str] | None = None) -> Response:
+    return _Json({"error": reason, "detail": detail}, status_code=status, headers=headers)
+
+
+def bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _unauthorized() -> Response:
+    return error(401, "unauthenticated", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise Denied("invalid", f"a body of at most {MAX_BODY} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise Denied("invalid", f"a body of at most {MAX_BODY} bytes")
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Denied("invalid", f"the body is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise Denied("invalid", "the body must be a JSON object")
+    return body
+
+
+def rule_request(body: dict[str, Any], now: float) -> tuple[Kind, Selector, Effect, str, float | None]:
+    """A rule to create, from a JSON body or a form; Denied("invalid") names what is wrong."""
+    unknown = set(body) - {"kind", "selector", "effect", "reason", "expires", "hours"}
+    if unknown:
+        raise Denied("invalid", f"unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        kind = Kind(str(body.get("kind")))
+    except ValueError:
+        raise Denied("invalid", f"kind: one of {', '.join(k.value for k in Kind)}") from None
+    selector_raw, effect_raw = body.get("selector", {}), body.get("effect")
+    if not isinstance(selector_raw, dict) or not isinstance(effect_raw, dict):
+        raise Denied("invalid", "selector and effect must be objects")
+    try:
+        selector = Selector.from_mapping(selector_raw)
+        effect = Effect.from_mapping(effect_raw)
+    except ValueError as e:
+        raise Denied("invalid", str(e)) from None
+    reason = body.get("reason", "")
+    if not isinstance(reason, str):
+        raise Denied("invalid", "reason must be a string")
+    expires, hours = body.get("expires"), body.get("hours")
+    if expires is not None and hours is not None:
+        raise Denied("invalid", "give expires or hours, not both")
+    for name, v in (("expires", expires), ("hours", hours)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0):
+            raise Denied("invalid", f"{name} must be a positive number")
+    if hours is not None:
+        expires = now + float(hours) * 3600.0
+    return kind, selector, effect, reason, (float(expires) if expires is not None else None)
+
+
+def create_app(controller: Any, session_secret: str, https_only: bool = False) -> Starlette:
+    """The API and the web page (web.py) over one Controller."""
+    from . import web
+
+    def authed(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            who = controller.authenticate(bearer(request))
+            if who is None:
+                controller.metrics.auth_failures.inc()
+                return _unauthorized()
+            try:
+                return await handler(request, who)
+            except Denied as e:
+                return error(STATUS.get(e.reason, 403), e.reason, e.detail)
+
+        return wrapped
+
+    async def decide(request: Request, who: Principal) -> Response:
+        q = request.query_params
+        for key in q:
+            if key not in SELECTOR_FIELDS and key != "explain":
+                raise Denied("invalid", f"unknown parameter {key!r}: {', '.join(SELECTOR_FIELDS)}, explain")
+        attrs = Attributes.from_mapping(q)
+        explain = q.get("explain", "") in ("1", "true")
+        return _Json(controller.decide(attrs, explain).as_dict(explain))
+
+    async def whoami(request: Request, who: Principal) -> Response:
+        return _Json(who.as_dict())
+
+    async def rules(request: Request, who: Principal) -> Response:
+        active = request.query_params.get("active", "") in ("1", "true")
+        found = await run_in_threadpool(controller.rules, active)
+        return _Json({"rules": [r.as_dict() for r in found], "now": controller.clock()})
+
+    def _rule_id(request: Request) -> int:
+        raw = request.path_params["rule_id"]
+        if not raw.isdigit() or len(raw) > 18:
+            raise Denied("not_found", f"no rule {raw[:40]!r}")
+        return int(raw)
+
+    async def rule(request: Request, who: Principal) -> Response:
+        found = await run_in_threadpool(controller.rule, _rule_id(request))
+        if found is None:
+            raise Denied("not_found", f"no rule {request.path_params['rule_id']}")
+        return _Json(found.as_dict())
+
+    async def create(request: Request, who: Principal) -> Response:
+        try:
+            if not who.role.writes:  # refused for what it is, whatever it sent
+                raise Denied("read_only", f"a {who.role.value} token reads, never writes")
+            kind, selector, effect, reason, expires = rule_request(await _body(request), controller.clock())
+        except Denied as e:
+            await run_in_threadpool(controller.refuse, who, "create", e, None, None)
+            raise
+        made = await run_in_threadpool(controller.create_rule, who, kind, selector, effect, reason, expires)
+        return _Json(made.as_dict(), status_code=201)
+
+    async def expire(request: Request, who: Principal) -> Response:
+        body = await _body(request)
+        done = await run_in_threadpool(controller.expire_rule, who, _rule_id(request), body.get("reason", ""))
+        return _Json(done.as_dict())
+
+    async def delete(request: Request, who: Principal) -> Response:
+        body = await _body(request)
+        reason = body.get("reason", request.query_params.get("reason", ""))
+        gone = await run_in_threadpool(controller.delete_rule, who, _rule_id(request), reason)
+        return _Json(gone.as_dict())
+
+    async def audit(request: Request, who: Principal) -> Response:
+        q = request.query_params
+
+        def number(name: str) -> int | None:
+            v = q.get(name)
+            if v is None:
+                return None
+            if not v.isdigit() or len(v) > 18:
+                raise Denied("invalid", f"{name} must be a whole number")
+            return int(v)
+
+        entries = await run_in_threadpool(controller.audit, number("limit") or 100, number("before"), number("rule"))
+        return _Json({"audit": [e.as_dict() for e in entries]})
+
+    async def effective(request: Request, who: Principal) -> Response:
+        rows = await run_in_threadpool(controller.effective)
+        return _Json({"effective": [{"scope": vars_(a), **d.as_dict()} for a, d in rows]})
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(controller.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        try:
+            revision = await run_in_threadpool(controller.store.revision)
+        except Exception as e:  # the database is away: say so, with a 503 the probe sees
+            log.warning("health check: database unreachable: %s", e)
+            return error(503, "database", "the database does not answer")
+        return _Json({"status": "ok", "schema": revision})
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+        Route("/v1/decide", authed(decide)),
+        Route("/v1/whoami", authed(whoami)),
+        Route("/v1/rules", authed(rules), methods=["GET"]),
+        Route("/v1/rules", authed(create), methods=["POST"]),
+        Route("/v1/rules/{rule_id}", authed(rule), methods=["GET"]),
+        Route("/v1/rules/{rule_id}", authed(delete), methods=["DELETE"]),
+        Route("/v1/rules/{rule_id}/expire", authed(expire), methods=["POST"]),
+        Route("/v1/audit", authed(audit)),
+        Route("/v1/effective", authed(effective)),
+        # the web page, with its session cookie, in an application of its own: the API's
+        # requests never pay for the session middleware
+        Mount("/", app=web.app(controller, session_secret, https_only)),
+    ]
+    return Starlette(routes=routes)
+
+
+def vars_(a: Attributes) -> dict[str, str]:
+    return {f: v for f in SELECTOR_FIELDS if (v := getattr(a, f))}
+
+
+__all__ = ["Role", "create_app", "error", "rule_request"]

@@ -1,0 +1,225 @@
+"""The controller: tokens, the store and the policy snapshot behind the API and the web page.
+
+Decisions never touch the database: they read an in-memory :class:`Policy`
+rebuilt from the store whenever a rule changes. This process's own writes
+rebuild it at once; another process's (a second worker, a second controller
+on the same PostgreSQL) are seen within ``refresh_seconds``, when the store's
+generation counter moves. Expiry needs no refresh at all: every decision
+compares the rules' expiry with the clock.
+
+Every change and every refused change is written to the audit log in the
+same transaction as the change (store.py); every decision and denial is
+counted (metrics.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .config import ControllerConfig, token_hash
+from .metrics import ControllerMetrics
+from .policy import (
+    Attributes,
+    Decision,
+    Denied,
+    Effect,
+    Kind,
+    Policy,
+    Principal,
+    Role,
+    Rule,
+    Selector,
+    authorize_change,
+    authorize_create,
+)
+from .store import AuditEntry, Store
+
+MAX_REASON = 500
+MAX_SEEN = 2000  # pilots' scopes remembered for the effective-verbosity table (LRU)
+
+
+class Controller:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        store: Store,
+        clock: Callable[[], float] = time.time,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics if metrics is not None else ControllerMetrics()
+        self._principals = config.principals()
+        self._lock = threading.Lock()  # writes, and rebuilding the snapshot
+        self._seen: OrderedDict[Attributes, None] = OrderedDict()
+        self._policy = Policy((), config.default, config.ceiling)
+        self._generation = -1
+        self._checked = float("-inf")
+        self._next_expiry = float("inf")
+        self._reload(self.clock())
+        self.metrics.bind(self)
+
+    # --- who is asking ---------------------------------------------------------------------------
+    def authenticate(self, token: str) -> Principal | None:
+        if not token or len(token) > 512:
+            return None
+        return self._principals.get(token_hash(token))
+
+    def principal(self, digest: str) -> Principal | None:
+        """The principal of a token's hash (the web page's session keeps the hash, never the token)."""
+        return self._principals.get(digest)
+
+    # --- the snapshot ------------------------------------------------------------------------------
+    def _reload(self, now: float) -> None:
+        generation = self.store.generation()
+        rules = self.store.rules()
+        self._policy = Policy(rules, self.config.default, self.config.ceiling)
+        self._generation = generation
+        self._checked = now
+        self._next_expiry = min(
+            (r.expires for r in rules if r.expires is not None and r.expires > now), default=float("inf")
+        )
+
+    def policy(self) -> Policy:
+        now = self.clock()
+        if now >= self._next_expiry:
+            self._count_expiries(now)
+        if now - self._checked >= self.config.refresh_seconds:
+            with self._lock:
+                if now - self._checked >= self.config.refresh_seconds:
+                    if self.store.generation() != self._generation:
+                        self._reload(now)
+                    else:
+                        self._checked = now
+        return self._policy
+
+    def _count_expiries(self, now: float) -> None:
+        with self._lock:
+            if now < self._next_expiry:
+                return
+            later = float("inf")
+            for r in self._policy.rules:
+                if r.expires is None:
+                    continue
+                if self._next_expiry <= r.expires <= now:
+                    self.metrics.expired(r.kind)
+                elif r.expires > now:
+                    later = min(later, r.expires)
+            self._next_expiry = later
+
+    # --- deciding ----------------------------------------------------------------------------------
+    def decide(self, attrs: Attributes, explain: bool = False) -> Decision:
+        policy = self.policy()
+        decision = policy.decide(attrs, self.clock(), explain)
+        self.metrics.decided(decision)
+        self._remember(attrs)
+        return decision
+
+    def _remember(self, attrs: Attributes) -> None:
+        scope = Attributes(attrs.factory, attrs.entry, attrs.site, attrs.frontend, attrs.security_class)
+        seen = self._seen
+        if scope in seen:
+            seen.move_to_end(scope)
+            return
+        seen[scope] = None
+        if len(seen) > MAX_SEEN:
+            seen.popitem(last=False)
+
+    def effective(self) -> list[tuple[Attributes, Decision]]:
+        """The decision, now, for every configured scope and every scope a pilot asked about lately."""
+        scopes = list(dict.fromkeys([*self.config.scopes, *list(self._seen)]))
+        scopes.sort(key=lambda a: (a.site, a.entry, a.frontend, a.factory, a.security_class))
+        policy, now = self.policy(), self.clock()
+        return [(a, policy.decide(a, now)) for a in scopes]
+
+    # --- reading -----------------------------------------------------------------------------------
+    def rules(self, active_only: bool = False) -> list[Rule]:
+        self.policy()
+        now = self.clock()
+        rules = self.store.rules()
+        return [r for r in rules if r.active(now)] if active_only else rules
+
+    def rule(self, rule_id: int) -> Rule | None:
+        return self.store.rule(rule_id)
+
+    def audit(self, limit: int = 100, before_id: int | None = None, rule_id: int | None = None) -> list[AuditEntry]:
+        return self.store.audit(limit=max(1, min(limit, 1000)), before_id=before_id, rule_id=rule_id)
+
+    # --- changing ----------------------------------------------------------------------------------
+    def refuse(
+        self, who: Principal, action: str, e: Denied, request: dict[str, Any] | None, rule_id: int | None
+    ) -> None:
+        self.store.record_denial(who, action, e.reason, e.detail, self.clock(), request, rule_id)
+        self.metrics.denied(e.reason)
+
+    def create_rule(
+        self,
+        who: Principal,
+        kind: Kind,
+        selector: Selector,
+        effect: Effect,
+        reason: str,
+        expires: float | None = None,
+    ) -> Rule:
+        request = {"kind": kind.value, "selector": selector.as_dict(), "effect": effect.as_dict(), "expires": expires}
+        with self._lock:
+            now = self.clock()
+            self._reload(now)  # authorize against every cap in force, whoever wrote it
+            try:
+                _check_reason(reason)
+                if who.role.writes and who.role != Role.OPERATOR:
+                    if expires is None:
+                        raise Denied("invalid", f"a {who.role.value}'s rule needs an expiry")
+                    if expires - now > self.config.max_override_hours * 3600:
+                        raise Denied(
+                            "invalid",
+                            f"a {who.role.value}'s rule may last {self.config.max_override_hours:g} h at most",
+                        )
+                authorize_create(who, kind, selector, effect, self._policy, now, expires)
+            except Denied as e:
+                self.refuse(who, "create", e, request, None)
+                raise
+            rule = self.store.create(kind, selector, effect, who, reason.strip(), now, expires)
+            self.metrics.changed("create")
+            self._reload(now)
+        return rule
+
+    def expire_rule(self, who: Principal, rule_id: int, reason: str) -> Rule:
+        return self._change(who, rule_id, reason, "expire")
+
+    def delete_rule(self, who: Principal, rule_id: int, reason: str) -> Rule:
+        return self._change(who, rule_id, reason, "delete")
+
+    def _change(self, who: Principal, rule_id: int, reason: str, action: str) -> Rule:
+        with self._lock:
+            now = self.clock()
+            rule = self.store.rule(rule_id)
+            try:
+                _check_reason(reason)
+                if rule is None:
+                    raise Denied("not_found", f"no rule {rule_id}")
+                authorize_change(who, rule)
+                if action == "expire" and not rule.active(now) and rule.created <= now:
+                    raise Denied("invalid", f"rule {rule_id} has already expired")
+            except Denied as e:
+                self.refuse(who, action, e, None, rule_id)
+                raise
+            if action == "expire":
+                _, after = self.store.expire(rule_id, who, reason.strip(), now)
+            else:
+                after = self.store.delete(rule_id, who, reason.strip(), now)
+            self.metrics.changed(action)
+            self._reload(now)
+        return after
+
+
+def _check_reason(reason: str) -> None:
+    if not isinstance(reason, str) or not reason.strip():
+        raise Denied("invalid", "a change needs a reason (the audit log's why)")
+    if len(reason) > MAX_REASON:
+        raise Denied("invalid", f"reason: at most {MAX_REASON} characters")
