@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -57,6 +58,10 @@ def rule(
                 created, expires)  # fmt: skip
 
 
+def with_selector(r: Rule, selector: Selector) -> Rule:
+    return dataclasses.replace(r, selector=selector)
+
+
 def decide(
     *rules: Rule, at: float = T0 + 60, attrs: Attributes = PILOT, ceiling: Effect | None = None
 ) -> tuple[Verbosity, str, int | None, Decision]:
@@ -102,7 +107,7 @@ def test_no_rule_is_the_default() -> None:
 def test_precedence(
     rules: list[tuple[Kind, Verbosity, dict[str, str]]], want_verbosity: Verbosity, want_kind: str
 ) -> None:
-    v, kind, _, _ = decide(*(rule(k, lvl, **sel) for k, lvl, sel in rules))
+    v, kind, _, _ = decide(*(with_selector(rule(k, lvl), Selector(**sel)) for k, lvl, sel in rules))
     assert (v, kind) == (want_verbosity, want_kind)
 
 
