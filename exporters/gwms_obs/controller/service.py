@@ -171,16 +171,15 @@ class Controller:
             now = self.clock()
             self._reload(now)  # authorize against every cap in force, whoever wrote it
             try:
+                # who may do what first: a refusal names the real reason, not a missing field
+                authorize_create(who, kind, selector, effect, self._policy, now, expires)
                 _check_reason(reason)
-                if who.role.writes and who.role != Role.OPERATOR:
+                if who.role != Role.OPERATOR:
+                    hours = self.config.max_override_hours
                     if expires is None:
                         raise Denied("invalid", f"a {who.role.value}'s rule needs an expiry")
-                    if expires - now > self.config.max_override_hours * 3600:
-                        raise Denied(
-                            "invalid",
-                            f"a {who.role.value}'s rule may last {self.config.max_override_hours:g} h at most",
-                        )
-                authorize_create(who, kind, selector, effect, self._policy, now, expires)
+                    if expires - now > hours * 3600:
+                        raise Denied("invalid", f"a {who.role.value}'s rule may last {hours:g} h at most")
             except Denied as e:
                 self.refuse(who, "create", e, request, None)
                 raise
@@ -200,10 +199,10 @@ class Controller:
             now = self.clock()
             rule = self.store.rule(rule_id)
             try:
-                _check_reason(reason)
                 if rule is None:
                     raise Denied("not_found", f"no rule {rule_id}")
                 authorize_change(who, rule)
+                _check_reason(reason)
                 if action == "expire" and not rule.active(now) and rule.created <= now:
                     raise Denied("invalid", f"rule {rule_id} has already expired")
             except Denied as e:

@@ -1,0 +1,278 @@
+"""The controller's JSON API over a real SQLite store: tokens, roles, the audit log, expiry, bad input."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gwms_obs.controller import config as C
+from gwms_obs.controller.api import create_app
+from gwms_obs.controller.service import Controller
+from gwms_obs.controller.store import Store
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's notice about httpx versions
+    from starlette.testclient import TestClient
+
+T0 = 1_800_000_000.0
+ROLES = ("operator", "site_admin", "vo_manager", "pilot", "reader")
+
+
+@dataclass
+class Api:
+    client: TestClient
+    controller: Controller
+    tokens: dict[str, str]
+    clock: list[float]
+
+    def as_(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def get(self, path: str, role: str = "reader") -> Any:
+        r = self.client.get(path, headers=self.as_(role))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def create(self, role: str, **body: Any) -> Any:
+        return self.client.post("/v1/rules", headers=self.as_(role), json=body)
+
+    def decide(self, **attrs: str) -> dict[str, Any]:
+        got: dict[str, Any] = self.get("/v1/decide?" + "&".join(f"{k}={v}" for k, v in attrs.items()), "pilot")
+        return got
+
+
+def make_config(db: str, tokens: dict[str, str], **extra: Any) -> C.ControllerConfig:
+    scope = {"site_admin": {"sites": ["T2_A"]}, "vo_manager": {"frontends": ["cms"]}}
+    return C.from_dict(
+        {
+            "database": db,
+            "tokens": [
+                {"name": f"{role}-1", "role": role, "sha256": C.token_hash(tok), **scope.get(role, {})}
+                for role, tok in tokens.items()
+            ],
+            **extra,
+        }
+    )
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    tokens = {r: C.new_token() for r in ROLES}
+    cfg = make_config(f"sqlite:///{tmp_path}/controller.db", tokens)
+    store = Store(cfg.database)
+    store.migrate()
+    clock = [T0]
+    controller = Controller(cfg, store, clock=lambda: clock[0])
+    with TestClient(create_app(controller, "s" * 40)) as client:
+        yield Api(client, controller, tokens, clock)
+    store.close()
+
+
+def audit(api: Api) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = api.get("/v1/audit")["audit"]
+    return got
+
+
+SITE_OFF = {"kind": "site", "selector": {"site": "T2_A"}, "effect": {"verbosity": "off"}, "reason": "drain", "hours": 2}
+
+
+def test_every_request_needs_a_known_token(api: Api) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {api.tokens['operator']}"}):
+        r = api.client.get("/v1/decide?site=T2_A", headers=headers)
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert r.json()["error"] == "unauthenticated"
+    metrics = api.client.get("/metrics").text
+    assert "gwms_controller_auth_failures_total 3.0" in metrics
+
+
+def test_a_token_of_one_role_cannot_act_as_another(api: Api) -> None:
+    """Each write is made with each role's token: only the roles the policy names succeed."""
+    attempts = {
+        "operator": {"kind": "operator", "selector": {}, "effect": {"verbosity": "commands"}, "reason": "debug"},
+        "site": SITE_OFF,
+        "cap": {**SITE_OFF, "kind": "cap"},
+        "vo": {"kind": "vo", "selector": {"frontend": "cms"}, "effect": {"verbosity": "scripts"}, "reason": "r",
+               "hours": 1},
+    }  # fmt: skip
+    allowed = {
+        "operator": {"operator", "site", "cap", "vo"},
+        "site_admin": {"site", "cap"},
+        "vo_manager": {"vo"},
+        "pilot": set(),
+        "reader": set(),
+    }
+    for role in ROLES:
+        for what, body in attempts.items():
+            r = api.create(role, **body)
+            if what in allowed[role]:
+                assert r.status_code == 201, (role, what, r.text)
+                assert r.json()["owner"] == f"{role}-1" and r.json()["role"] == role
+            else:
+                assert r.status_code == 403, (role, what, r.text)
+                assert r.json()["error"] == ("read_only" if role in ("pilot", "reader") else "wrong_kind")
+    # a site admin cannot touch another site, a VO manager another frontend
+    r = api.create("site_admin", **{**SITE_OFF, "selector": {"site": "T2_B"}})
+    assert r.status_code == 403 and r.json()["error"] == "out_of_scope"
+    r = api.create("vo_manager", **{**attempts["vo"], "selector": {"frontend": "dune"}})
+    assert r.status_code == 403 and r.json()["error"] == "out_of_scope"
+
+
+def test_every_change_and_every_refusal_is_in_the_audit_log(api: Api) -> None:
+    made = api.create("site_admin", **SITE_OFF).json()
+    api.clock[0] += 60
+    r = api.client.post(f"/v1/rules/{made['id']}/expire", headers=api.as_("site_admin"), json={"reason": "done"})
+    assert r.status_code == 200 and r.json()["expires"] == T0 + 60
+    refused = api.client.request(
+        "DELETE", f"/v1/rules/{made['id']}", headers=api.as_("vo_manager"), json={"reason": "mine now"}
+    )
+    assert refused.status_code == 403
+    gone = api.client.request(
+        "DELETE", f"/v1/rules/{made['id']}", headers=api.as_("operator"), json={"reason": "clean up"}
+    )
+    assert gone.status_code == 200
+    entries = audit(api)
+    assert [(e["action"], e["actor"], e["outcome"]) for e in reversed(entries)] == [
+        ("create", "site_admin-1", "ok"),
+        ("expire", "site_admin-1", "ok"),
+        ("denied", "vo_manager-1", "wrong_kind"),
+        ("delete", "operator-1", "ok"),
+    ]
+    create, expire, _, delete = reversed(entries)
+    assert create["before"] is None and create["after"]["effect"]["verbosity"] == "off"
+    assert create["reason"] == "drain" and create["at"] == T0
+    assert expire["before"]["expires"] == T0 + 7200 and expire["after"]["expires"] == T0 + 60
+    assert delete["before"]["id"] == made["id"] and delete["after"] is None and delete["reason"] == "clean up"
+    assert api.get(f"/v1/audit?rule={made['id']}")["audit"] == [e for e in entries if e["rule_id"] == made["id"]]
+    assert api.client.get(f"/v1/rules/{made['id']}", headers=api.as_("reader")).status_code == 404
+
+
+def test_a_change_needs_a_reason(api: Api) -> None:
+    r = api.create("site_admin", **{**SITE_OFF, "reason": "  "})
+    assert r.status_code == 400 and r.json()["error"] == "invalid"
+    assert audit(api)[0]["outcome"] == "invalid"
+
+
+def test_an_override_stops_applying_at_its_expiry(api: Api) -> None:
+    assert api.decide(site="T2_A")["kind"] == "default"
+    made = api.create("site_admin", **SITE_OFF).json()
+    assert api.decide(site="T2_A") | {"sample_threshold": 0} == {
+        "verbosity": "off", "sample": 1.0, "record_commands": False, "sample_threshold": 0, "rule": made["id"],
+        "kind": "site", "capped_by": [],
+    }  # fmt: skip
+    api.clock[0] = T0 + 7200 - 0.001
+    assert api.decide(site="T2_A")["verbosity"] == "off"
+    api.clock[0] = T0 + 7200
+    assert api.decide(site="T2_A") | {"sample_threshold": 0} == {
+        "verbosity": "phases", "sample": 1.0, "record_commands": False, "sample_threshold": 0, "rule": None,
+        "kind": "default", "capped_by": [],
+    }  # fmt: skip
+    assert api.get("/v1/rules?active=1")["rules"] == []
+    assert [r["id"] for r in api.get("/v1/rules")["rules"]] == [made["id"]]
+    assert 'gwms_controller_rule_expiries_total{kind="site"} 1.0' in api.client.get("/metrics").text
+
+
+def test_site_admins_and_vo_managers_rules_must_expire(api: Api) -> None:
+    no_end = {k: v for k, v in SITE_OFF.items() if k != "hours"}
+    assert api.create("site_admin", **no_end).json()["error"] == "invalid"
+    assert api.create("site_admin", **{**SITE_OFF, "hours": 24 * 31}).json()["error"] == "invalid"
+    assert api.create("operator", **no_end).status_code == 201  # operators' rules may be open-ended
+
+
+def test_a_vo_rule_is_cut_by_the_site_cap(api: Api) -> None:
+    cap = api.create("site_admin", **{**SITE_OFF, "kind": "cap", "effect": {"verbosity": "phases"}}).json()
+    vo = {"kind": "vo", "selector": {"frontend": "cms", "site": "T2_A"}, "effect": {"verbosity": "commands"},
+          "reason": "debug", "hours": 1}  # fmt: skip
+    r = api.create("vo_manager", **vo)
+    assert r.status_code == 403 and r.json()["error"] == "above_cap"
+    everywhere = api.create("vo_manager", **{**vo, "selector": {"frontend": "cms"}}).json()
+    d = api.decide(site="T2_A", frontend="cms")
+    assert (d["verbosity"], d["rule"], d["capped_by"]) == ("phases", everywhere["id"], [cap["id"]])
+    assert api.decide(site="T2_B", frontend="cms")["verbosity"] == "commands"
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"kind": "loud"}, "kind"),
+        ({**SITE_OFF, "effect": {"verbosity": "max"}}, "verbosity"),
+        ({**SITE_OFF, "selector": {"site": "T2_*"}}, "patterns"),
+        ({**SITE_OFF, "hours": -1}, "positive"),
+        ({**SITE_OFF, "hours": 1, "expires": T0 + 5}, "not both"),
+        ({**SITE_OFF, "owner": "someone-else"}, "unknown"),
+        ({**SITE_OFF, "effect": {"verbosity": "off", "sample": 1.5}}, "sample"),
+    ],
+)
+def test_bad_rules_get_a_clear_400(api: Api, body: dict[str, Any], detail: str) -> None:
+    r = api.create("operator", **body)
+    assert r.status_code == 400 and r.json()["error"] == "invalid" and detail in r.json()["detail"], r.text
+
+
+def test_bad_bodies_and_parameters(api: Api) -> None:
+    h = {**api.as_("operator"), "content-type": "application/json"}
+    for raw in (b"{", b"[1]", b"\xff\xfe", b'"x"'):
+        r = api.client.post("/v1/rules", headers=h, content=raw)
+        assert r.status_code == 400 and r.json()["error"] == "invalid", raw
+    r = api.client.post("/v1/rules", headers=h, content=b" " * (65 * 1024))
+    assert r.status_code == 400 and "65536 bytes" in r.json()["detail"]
+    r = api.client.get("/v1/decide?site=T2_A&colour=red", headers=api.as_("pilot"))
+    assert r.status_code == 400 and "colour" in r.json()["detail"]
+    for path in ("/v1/rules/abc", "/v1/rules/99999", "/v1/rules/" + "9" * 40):
+        assert api.client.get(path, headers=api.as_("reader")).status_code == 404
+    assert api.client.get("/v1/audit?limit=x", headers=api.as_("reader")).status_code == 400
+
+
+def test_whoami_effective_and_explain(api: Api) -> None:
+    assert api.get("/v1/whoami", "site_admin") == {
+        "name": "site_admin-1", "role": "site_admin", "sites": ["T2_A"], "frontends": []
+    }  # fmt: skip
+    api.create("operator", kind="operator", selector={"entry": "E1"}, effect={"verbosity": "commands"}, reason="r")
+    api.decide(site="T2_A", entry="E1", frontend="cms", pilot="p1")
+    api.decide(site="T2_A", entry="E2", frontend="cms", pilot="p2")
+    rows = api.get("/v1/effective")["effective"]
+    assert [(r["scope"]["entry"], r["verbosity"]) for r in rows] == [("E1", "commands"), ("E2", "phases")]
+    assert all("pilot" not in r["scope"] for r in rows)  # scopes, never single pilots
+    why = api.get("/v1/decide?site=T2_A&entry=E2&explain=1", "pilot")["explain"]
+    assert why == [{"rule": 1, "outcome": "no_match", "detail": "entry"}]
+
+
+def test_a_second_controller_on_the_same_database_sees_changes_within_its_refresh(api: Api, tmp_path: Path) -> None:
+    other_store = Store(api.controller.config.database)
+    clock = [T0]
+    other = Controller(api.controller.config, other_store, clock=lambda: clock[0])
+    from gwms_obs.controller.policy import Attributes
+
+    here = Attributes(site="T2_A")
+    assert other.decide(here).kind == "default"
+    api.create("site_admin", **SITE_OFF)
+    clock[0] += api.controller.config.refresh_seconds / 2
+    assert other.decide(here).kind == "default"  # not yet looked
+    clock[0] += api.controller.config.refresh_seconds
+    assert other.decide(here).effect.verbosity.label == "off"
+    other_store.close()
+
+
+def test_metrics_count_decisions_denials_changes_and_active_rules(api: Api) -> None:
+    api.create("site_admin", **SITE_OFF)
+    api.create("vo_manager", **SITE_OFF)
+    for _ in range(3):
+        api.decide(site="T2_A")
+    api.decide(site="T2_B")
+    text = api.client.get("/metrics").text
+    for line in (
+        'gwms_controller_decisions_total{kind="site",verbosity="off"} 3.0',
+        'gwms_controller_decisions_total{kind="default",verbosity="phases"} 1.0',
+        'gwms_controller_denials_total{reason="wrong_kind"} 1.0',
+        'gwms_controller_changes_total{action="create"} 1.0',
+        'gwms_controller_rules{kind="site"} 1.0',
+        'gwms_controller_rules{kind="cap"} 0.0',
+    ):
+        assert line in text, line
+
+
+def test_healthz_names_the_schema(api: Api) -> None:
+    assert api.client.get("/healthz").json() == {"status": "ok", "schema": api.controller.store.head()}
