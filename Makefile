@@ -38,6 +38,11 @@ export GWMS_OBS_JAEGER := $(JAEGER)
 DASHBOARD_LINTER_VERSION := v0.2.0
 DASHBOARD_LINTER := $(TOOLS_BIN)/dashboard-linter-$(DASHBOARD_LINTER_VERSION)
 export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
+# vegeta, the controller benchmark's open-loop HTTP load generator (constant
+# rate, coordinated-omission-free latencies), pinned; tools/vegeta.py runs it.
+VEGETA_VERSION := v12.13.0
+VEGETA := $(TOOLS_BIN)/vegeta-$(VEGETA_VERSION)
+export GWMS_OBS_VEGETA := $(VEGETA)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 # The compiled fast path of the readers (native/: Rust through PyO3, see
@@ -64,7 +69,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts
+.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -191,6 +196,15 @@ $(JAEGER):
 	mv $@.tmp $@
 jaeger: $(JAEGER)
 	@echo "$(JAEGER)"
+
+# vegeta's go.mod has no replace/exclude directives, so plain `go install` of the pinned tag.
+$(VEGETA):
+	@mkdir -p $(TOOLS_BIN)/.vegeta-tmp
+	GOBIN=$(TOOLS_BIN)/.vegeta-tmp CGO_ENABLED=0 go install -trimpath \
+	  -ldflags='-s -w -X main.Version=$(VEGETA_VERSION)' github.com/tsenart/vegeta/v12@$(VEGETA_VERSION)
+	mv $(TOOLS_BIN)/.vegeta-tmp/vegeta $@ && rmdir $(TOOLS_BIN)/.vegeta-tmp
+vegeta: $(VEGETA)
+	@echo "$(VEGETA)"
 
 # Artifacts for `ansible-playbook deploy.yml` on air-gapped hosts (docs/deploy.md):
 # the exporter's wheelhouse, our collector and Jaeger, each with its sha256. The
