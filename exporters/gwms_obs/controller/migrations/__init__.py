@@ -1,0 +1,1 @@
+"""The controller's schema migrations (Alembic); run by Store.migrate, see env.py."""
