@@ -216,6 +216,12 @@ def test_sqlite_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
         Store(f"sqlite:///{tmp_path}/nowhere/c.db")
 
 
+def test_sqlite_file_that_is_no_database_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "c.db").write_bytes(b"not a database, just some bytes " * 100)
+    with pytest.raises(StoreError, match=r"cannot connect to database sqlite:///.*c\.db: file is not a database"):
+        Store(f"sqlite:///{tmp_path}/c.db")
+
+
 @pytest.mark.parametrize(
     "bad", ["sqlite://", "sqlite:///:memory:", "not a url", "mysql://u:pw@h/db", "postgresql+psycopg2://u:pw@h/db"]
 )

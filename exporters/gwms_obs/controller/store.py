@@ -194,7 +194,8 @@ class Store:
         # writes: BEGIN IMMEDIATE on SQLite (see _sqlite_engine); the same pool
         self._writer = self._engine.execution_options(gwms_write=True)
         # fail now, with the URL named, rather than on the first request
-        with self._errors("connect to"), self._engine.connect() as conn:
+        # (and a file that is not an SQLite database is said so, not as a traceback)
+        with self._errors("connect to", (exc.DatabaseError,)), self._engine.connect() as conn:
             if self.dialect == "sqlite":
                 mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
                 if str(mode).lower() != "wal":
@@ -260,11 +261,12 @@ class Store:
         )
 
     @contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        """Connection failures as StoreError naming the masked URL; never the password."""
+    def _errors(self, doing: str, catch: tuple[type[exc.DBAPIError], ...] = ()) -> Iterator[None]:
+        """Connection failures (and ``catch``) as StoreError naming the masked URL; never the password."""
+        caught: tuple[type[exc.DBAPIError], ...] = (exc.OperationalError, exc.InterfaceError, *catch)
         try:
             yield
-        except (exc.OperationalError, exc.InterfaceError) as e:
+        except caught as e:
             text = str(e.orig if e.orig is not None else e).strip().splitlines()
             message = text[0] if text else type(e).__name__
             if self._secret:
