@@ -39,7 +39,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
     subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(house), "gwms-obs"],
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(house),
+            f"gwms-obs[{','.join(wheelhouse.EXTRAS)}]",
+        ],
         check=True,
         timeout=600,
         cwd=tmp,

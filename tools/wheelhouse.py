@@ -24,6 +24,10 @@ from pathlib import Path
 from gwms_obs import __version__
 from tools import ROOT
 
+# The extras whose wheels the wheelhouse carries (pyproject.toml): `gwms-obs[controller,postgres]`
+# installs from it with --no-index; the exporter alone needs none of them.
+EXTRAS = ("controller", "postgres")
+
 
 def sha256(path: Path) -> str:
     h = hashlib.sha256()
@@ -66,7 +70,18 @@ def build(out_dir: Path, source: Path = ROOT) -> tuple[Path, str]:
             source / "exporters", src / "exporters", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
         )
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(wheels), str(src)],
+            # with the controller's extras, so one wheelhouse installs the exporter and the controller
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--disable-pip-version-check",
+                "-w",
+                str(wheels),
+                f"{src}[{','.join(EXTRAS)}]",
+            ],
             check=True,
             timeout=900,
         )
