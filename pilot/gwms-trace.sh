@@ -11,12 +11,15 @@
 #
 # API (names match exporters/gwms_obs/tracing/conventions.py):
 #   gwms_trace_init [spool]          start the pilot's root span "glidein" (reads TRACEPARENT, TRACESTATE)
+#   gwms_trace_control [K=V ...]     ask the monitoring controller once how verbosely to trace (keys: factory
+#                                    entry site frontend security_class pilot); after init, before the first phase
 #   gwms_trace_resource KEY VALUE    resource attribute (before the first span ends; later: on the root span)
 #   gwms_trace_phase NAME            end the open phase (if any) and begin phase NAME
 #   gwms_trace_phase_end [RC]        end the open phase
 #   gwms_trace_begin NAME [K=V ...]  begin a child of the innermost open span
 #   gwms_trace_end [RC [MESSAGE]]    end the innermost span; RC 0 -> OK, other -> ERROR + process.exit.code
-#   gwms_trace_script NAME CMD ...   run CMD in a span for script NAME; returns CMD's status
+#   gwms_trace_script NAME CMD ...   run CMD in a span for script NAME; returns CMD's status (with a controller's
+#                                    answer: + process.executable.name, and process.command_line if it allows)
 #   gwms_trace_attr [-i|-b|-d] K V   attribute on the innermost open span (string, int, bool, double)
 #   gwms_trace_event NAME [K=V ...]  timestamped event on the innermost open span
 #   gwms_trace_link TRACEPARENT [K=V ...]  link from the innermost open span
@@ -32,6 +35,14 @@
 # once by gwms_trace_init, then deleted); GWMS_TRACE_TOKEN (a shared static token, older setups);
 # OTEL_EXPORTER_OTLP_TRACES_HEADERS / OTEL_EXPORTER_OTLP_HEADERS (k=v,...);
 # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME.
+# Verbosity (docs/tracing.md, "Monitoring controller"): GWMS_TRACE_VERBOSITY (off | phases | scripts |
+# commands; default commands, i.e. every span) is the factory's default; gwms_trace_control replaces it
+# with the answer of GWMS_TRACE_CONTROLLER_URL (GET /v1/decide, one curl call bounded by
+# GWMS_TRACE_CONTROLLER_TIMEOUT, 2 s; bearer token GWMS_TRACE_CONTROLLER_TOKEN_FILE or
+# GWMS_TRACE_CONTROLLER_TOKEN). phases: the root and gwms_trace_phase spans; scripts: + spans begun
+# directly under a phase or the root; commands: + deeper spans. A suppressed span's end, attributes and
+# events are dropped with it. Root attributes gwms.trace.verbosity, gwms.controller.result
+# (answered | timeout | error | unconfigured), gwms.controller.kind, gwms.controller.rule.
 #
 # Cost: on bash >= 5 a span forks nothing (EPOCHREALTIME, SRANDOM, printf -v,
 # one appending redirection). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
@@ -79,6 +90,11 @@ _gt_kvo='' _gt_kvp=''   # _gt_kvs' result so far, and its loop variable
 _gt_at=             # _gt_pop's attributes and status of the span it writes
 _gt_st=
 _gt_tok=            # this glidein's token, read from its file (never exported)
+_gt_v=3             # verbosity: 0 off, 1 phases, 2 scripts, 3 commands
+_gt_skip=0          # suppressed spans open (nested inside the innermost real one)
+_gt_rec=0           # gwms_trace_script records: 0 nothing (no controller), 1 executable name, 2 command line
+_gt_asked=0         # gwms_trace_control ran
+_gt_lv=             # _gt_level's result
 # Secret shapes (ERE, matched case-insensitively); each match becomes ****.
 _gt_kw='(passw(or)?d|passphrase|pwd|token|secret|api[_-]?key|access[_-]?key([_-]id)?)'
 _gt_masks=(
@@ -405,6 +421,11 @@ gwms_trace_init() {
   _gt_on=0
   GWMS_TRACE_RESULT=off
   [[ ${GWMS_TRACE-1} == 0 ]] && return 0
+  # The factory's default verbosity; off with no controller to ask is GWMS_TRACE=0. With a
+  # controller the root is kept in memory until gwms_trace_control (or flush) decides.
+  _gt_level "${GWMS_TRACE_VERBOSITY-}" || _gt_lv=3
+  _gt_v=$_gt_lv _gt_skip=0 _gt_rec=0 _gt_asked=0
+  [[ $_gt_v == 0 && -z ${GWMS_TRACE_CONTROLLER_URL-} ]] && return 0
   if [[ -n ${EPOCHREALTIME-} && -n ${SRANDOM-} && ${GWMS_TRACE_COMPAT-} != 4 ]]; then
     _gt_fast=1
   else
@@ -511,18 +532,35 @@ gwms_trace_resource() {
 }
 
 gwms_trace_begin() {
-  ((_gt_on)) || return 0
+  ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0   # one test on the hot path
   _gt_push "${1:-span}" 1 "${@:2}"
 }
 
+# _gt_gate: may a span begin here below the commands level? Spans directly under a phase or the
+# root are scripts level, deeper ones commands level; a suppressed span's children are suppressed
+# too, and each is counted so that its gwms_trace_end ends nothing.
+_gt_gate() {
+  ((_gt_on)) || return 1
+  if ((_gt_skip == 0 && _gt_v >= ((_gt_n == 1 || _gt_n - 1 == _gt_phase) ? 2 : 3))); then
+    return 0
+  fi
+  _gt_skip=$((_gt_skip + 1))
+  return 1
+}
+
 gwms_trace_end() {
-  ((_gt_on && _gt_n > 1)) || return 0   # the root ends in gwms_trace_flush
+  ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
   ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
   _gt_pop "${1-}" "${2-}"
 }
 
+_gt_unskip() {   # the end of a suppressed span
+  ((_gt_on && _gt_skip > 0)) && _gt_skip=$((_gt_skip - 1))
+  return 0
+}
+
 gwms_trace_phase() {
-  ((_gt_on)) || return 0
+  ((_gt_on && _gt_v > 0)) || return 0
   gwms_trace_phase_end ''
   _gt_push "${1:-phase}" 1 "gwms.phase=${1:-phase}"
   _gt_phase=$((_gt_n - 1))
@@ -533,7 +571,7 @@ gwms_trace_phase_end() {
   while ((_gt_n - 1 > _gt_phase)); do
     _gt_pop "" "" unfinished
   done
-  _gt_phase=-1
+  _gt_phase=-1 _gt_skip=0   # suppressed spans inside the phase end with it
   _gt_pop "${1-}" ""
 }
 
@@ -541,14 +579,23 @@ gwms_trace_script() {
   local name=$1 rc
   shift
   gwms_trace_begin "$name" "gwms.script=$name"
+  ((_gt_rec == 0)) || _gt_cmd "$@"
   "$@"
   rc=$?
   gwms_trace_end "$rc"
   return "$rc"
 }
 
+# _gt_cmd CMD ...: what a controller's answer lets gwms_trace_script record of its command: the
+# executable's name, and the whole (masked) command line only with record_commands.
+_gt_cmd() {
+  ((_gt_on && _gt_skip == 0)) || return 0
+  gwms_trace_attr process.executable.name "${1##*/}"
+  ((_gt_rec < 2)) || gwms_trace_attr process.command_line "$*"
+}
+
 gwms_trace_attr() {
-  ((_gt_on && _gt_n > 0)) || return 0
+  ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0   # a suppressed span's attributes go nowhere
   local t=s
   case ${1-} in -i) t=i; shift ;; -b) t=b; shift ;; -d) t=d; shift ;; esac
   _gt_kv "${1-}" "${2-}" "$t"
@@ -558,7 +605,7 @@ gwms_trace_attr() {
 }
 
 gwms_trace_event() {
-  ((_gt_on && _gt_n > 0)) || return 0
+  ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0
   local i=$((_gt_n - 1))
   _gt_now
   _gt_text 128 "${1:-event}"
@@ -569,7 +616,7 @@ gwms_trace_event() {
 }
 
 gwms_trace_link() {
-  ((_gt_on && _gt_n > 0)) || return 0
+  ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0
   [[ ${1-} =~ ^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$ ]] || return 0
   local i=$((_gt_n - 1)) t=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]}
   _gt_kvs "${@:2}"
@@ -577,9 +624,169 @@ gwms_trace_link() {
   return 0
 }
 
+# --- monitoring controller -----------------------------------------------------------------------
+# _gt_level NAME: _gt_lv = NAME's verbosity as a number; returns 1 (and leaves _gt_lv) for anything else.
+_gt_level() {
+  case $1 in
+    off) _gt_lv=0 ;;
+    phases) _gt_lv=1 ;;
+    scripts) _gt_lv=2 ;;
+    commands) _gt_lv=3 ;;
+    *) return 1 ;;
+  esac
+}
+
+# _gt_discard: this glidein is not traced after all. The root (and anything ended) is dropped;
+# nothing is sent or framed; the children get the factory's context unsampled (flags 00), or none.
+_gt_discard() {
+  : 2>/dev/null >"$_gt_spool" || true
+  _gt_on=0 _gt_n=0 _gt_phase=-1 _gt_skip=0 _gt_cur=
+  GWMS_TRACE_RESULT=off
+  unset GWMS_PILOT_TRACEPARENT
+  if [[ -n $_gt_rparent ]]; then
+    TRACEPARENT=00-$_gt_trace-$_gt_rparent-00
+    export TRACEPARENT
+  else
+    unset TRACEPARENT
+  fi
+  return 0
+}
+
+# _gt_urlenc STRING: _gt_e = STRING percent-encoded (RFC 3986: unreserved characters kept), byte-wise.
+_gt_urlenc() {
+  local LC_ALL=C s=$1 out='' c i
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    case $c in
+      [A-Za-z0-9._~-]) out+=$c ;;
+      *) printf -v c '%%%02X' "'$c"; out+=${c: -3} ;;   # a byte >= 0x80 may print sign-extended
+    esac
+  done
+  _gt_e=$out
+}
+
+# The controller request's token as a curl config line (never on a command line): the file's first
+# line, else GWMS_TRACE_CONTROLLER_TOKEN; only token characters, so it cannot add config lines.
+_gt_ctl_conf() {
+  local f=${GWMS_TRACE_CONTROLLER_TOKEN_FILE-} tok=''
+  [[ -n $f && -r $f ]] && { read -r tok <"$f" 2>/dev/null || true; }
+  [[ -n $tok ]] || tok=${GWMS_TRACE_CONTROLLER_TOKEN-}
+  [[ $tok =~ ^[A-Za-z0-9._~+/=-]+$ ]] && printf 'header = "Authorization: Bearer %s"\n' "$tok"
+  return 0
+}
+
+# The answer's one accepted shape: GET /v1/decide's flat object, keys in the contract's order, any JSON
+# white space. Groups: 1 verbosity, 4 record_commands, 5 sample_threshold, 6 rule, 7 kind.
+_gt_w='[[:space:]]*'
+_gt_ctl_re="^${_gt_w}[{]$_gt_w\"verbosity\"$_gt_w:$_gt_w\"(off|phases|scripts|commands)\"$_gt_w,$_gt_w\"sample\"$_gt_w:$_gt_w"
+_gt_ctl_re+="-?[0-9]{1,20}([.][0-9]{1,20})?([eE][+-]?[0-9]{1,3})?$_gt_w,$_gt_w\"record_commands\"$_gt_w:$_gt_w(true|false)"
+_gt_ctl_re+="$_gt_w,$_gt_w\"sample_threshold\"$_gt_w:$_gt_w([0-9]{1,17})$_gt_w,$_gt_w\"rule\"$_gt_w:$_gt_w([0-9]{1,18}|null)"
+_gt_ctl_re+="$_gt_w,$_gt_w\"kind\"$_gt_w:$_gt_w\"(default|vo|site|operator)\"$_gt_w,$_gt_w\"capped_by\"$_gt_w:$_gt_w"
+_gt_ctl_re+="[[]${_gt_w}([0-9]{1,18}($_gt_w,${_gt_w}[0-9]{1,18}){0,63})?${_gt_w}[]]${_gt_w}[}]$_gt_w\$"
+_gt_ctl_max=4096    # bytes of an answer at most (a real one is ~150)
+
+# _gt_ask URL K=V ...: one bounded GET of URL/v1/decide. Sets _gt_cr (answered | timeout | error) and,
+# answered, BASH_REMATCH per _gt_ctl_re. The answer is hostile input: at most _gt_ctl_max bytes are read.
+_gt_ask() {
+  local url=${1%/} to=${GWMS_TRACE_CONTROLLER_TIMEOUT:-2} q='' k v kv out rc code
+  shift
+  _gt_cr=error
+  [[ $url =~ ^https?://[^[:space:]\"\\]+$ ]] || return 0
+  [[ $to =~ ^[0-9]{1,3}([.][0-9]{1,3})?$ && ! $to =~ ^0*([.]0*)?$ ]] || to=2   # curl's 0 is "no limit"
+  for k in factory entry site frontend security_class pilot; do
+    v=''
+    for kv in "$@"; do
+      [[ $kv == "$k="* ]] && v=${kv#*=}
+    done
+    _gt_urlenc "${v:0:256}"
+    q+=${q:+&}$k=$_gt_e
+  done
+  url+="/v1/decide?$q"
+  command -v head >/dev/null 2>&1 || return 0   # no way to bound the read
+  if command -v curl >/dev/null 2>&1; then
+    # The token reaches curl as config on stdin (-K -); the status follows the body on its own line.
+    out=$(
+      set +e
+      _gt_ctl_conf | curl -s -o - -w '\n%{http_code}' --proto =http,https --max-filesize "$_gt_ctl_max" \
+        --connect-timeout "$to" --max-time "$to" -H 'Accept: application/json' -K - "$url" 2>/dev/null |
+        head -c $((_gt_ctl_max + 8)) 2>/dev/null
+      printf '\n%s' "${PIPESTATUS[1]}"
+    ) || true
+  elif command -v wget >/dev/null 2>&1; then
+    local cfg=$_gt_spool.ctl.wgetrc tmo=()
+    (umask 077 && _gt_ctl_conf | sed 's/^header = "\(.*\)"$/header = \1/' >"$cfg") 2>/dev/null || true
+    command -v timeout >/dev/null 2>&1 && tmo=(timeout "$to")   # wget's --timeout is per read, not total
+    out=$(
+      set +e
+      ${tmo[@]+"${tmo[@]}"} wget -q -O - --config="$cfg" --timeout="$to" --tries=1 "$url" 2>/dev/null |
+        head -c $((_gt_ctl_max + 8)) 2>/dev/null
+      rc=${PIPESTATUS[0]}
+      printf '\n%s\n%s' "$((rc ? 0 : 200))" "$rc"   # wget fails on a non-2xx answer
+    ) || true
+    rm -f "$cfg" 2>/dev/null || true
+  else
+    return 0
+  fi
+  rc=${out##*$'\n'}
+  out=${out%$'\n'*}
+  code=${out##*$'\n'}
+  out=${out%"$code"}
+  out=${out%$'\n'}
+  case $rc in
+    0) ;;
+    28 | 124) _gt_cr=timeout; return 0 ;;   # curl's and timeout(1)'s "timed out"
+    *) return 0 ;;
+  esac
+  [[ $code == 200 && ${#out} -le $_gt_ctl_max && $out =~ $_gt_ctl_re ]] || return 0
+  ((10#${BASH_REMATCH[5]} <= 72057594037927936)) || return 0   # the threshold is out of 2^56
+  _gt_cr=answered
+}
+
+# _gt_root_attr [-i] KEY VALUE: an attribute on the root span, whatever span is open.
+_gt_root_attr() {
+  if [[ $1 == -i ]]; then _gt_kv "$2" "$3" i; else _gt_kv "$1" "$2"; fi
+  _gt_attrs[0]+=${_gt_attrs[0]:+,}$_gt_a
+}
+
+gwms_trace_control() {
+  ((_gt_on && _gt_asked == 0)) || return 0   # asked once per glidein; off pilots never ask
+  _gt_asked=1
+  local kind='' rule='' thr
+  _gt_cr=unconfigured
+  [[ -z ${GWMS_TRACE_CONTROLLER_URL-} ]] || _gt_ask "$GWMS_TRACE_CONTROLLER_URL" "$@"
+  if [[ $_gt_cr == answered ]]; then
+    _gt_level "${BASH_REMATCH[1]}"
+    kind=${BASH_REMATCH[7]} rule=${BASH_REMATCH[6]} thr=$((10#${BASH_REMATCH[5]}))
+    _gt_v=$_gt_lv
+    if [[ ${BASH_REMATCH[4]} == true ]]; then _gt_rec=2; else _gt_rec=1; fi
+    # Sampling is the trace root's decision (as ParentBased samplers do): a glidein continuing the
+    # factory's sampled trace keeps it, and only a trace begun here is sampled, on the same 56 bits
+    # of the trace id policy.sampled reads, so every glidein of a cluster decides alike.
+    if [[ -z $_gt_rparent ]] && ((16#${_gt_trace:18:14} >= thr)); then
+      _gt_v=0
+    fi
+  fi
+  # Suppressed spans open before the answer stay counted: their ends still match.
+  if ((_gt_v == 0)); then
+    _gt_discard
+    return 0
+  fi
+  local names=(off phases scripts commands)
+  _gt_root_attr gwms.trace.verbosity "${names[_gt_v]}"
+  _gt_root_attr gwms.controller.result "$_gt_cr"
+  [[ -z $kind ]] || _gt_root_attr gwms.controller.kind "$kind"
+  [[ -z $rule || $rule == null ]] || _gt_root_attr -i gwms.controller.rule "$((10#$rule))"
+  return 0
+}
+
 # --- flush -------------------------------------------------------------------------------------
 gwms_trace_flush() {
   ((_gt_on)) || return 0
+  if ((_gt_v == 0)); then   # off by default and never told otherwise
+    _gt_discard
+    return 0
+  fi
+  _gt_skip=0
   local rc=${1-} inner=
   [[ -n $rc && $rc != 0 ]] && inner=$rc   # spans cut short by a failure share it; else unset
   while ((_gt_n > 1)); do

@@ -67,6 +67,24 @@ PARENT_INVALID: Final = "gwms.trace.parent_invalid"
 PARENT_RECEIVED: Final = "gwms.trace.parent_received"  # the rejected value, cut to 64 printable chars
 DROPPED_SPANS: Final = "gwms.trace.dropped_spans"  # spans the pilot did not spool (span cap)
 UNFINISHED: Final = "gwms.trace.unfinished"  # span still open when the pilot flushed
+PROCESS_EXECUTABLE_NAME: Final = "process.executable.name"  # a script span's command, name only
+PROCESS_COMMAND_LINE: Final = "process.command_line"  # its whole (masked) command line, when the controller allows
+SECURITY_CLASS: Final = "gwms.security_class"  # the frontend's security class (factory: asks the controller)
+
+# --- the monitoring controller (controller/, docs/tracing.md "Monitoring controller") -------------
+TRACE_VERBOSITY: Final = "gwms.trace.verbosity"  # pilot root: the verbosity applied (off|phases|scripts|commands)
+CONTROLLER_RESULT: Final = "gwms.controller.result"  # one of CONTROLLER_RESULTS
+CONTROLLER_KIND: Final = "gwms.controller.kind"  # the deciding rule's kind: default|vo|site|operator
+CONTROLLER_RULE: Final = "gwms.controller.rule"  # int: the deciding rule's id (absent: the default decided)
+CONTROLLER_RESULTS: Final = ("answered", "timeout", "error", "unconfigured")
+# The pilot's settings (gwms-trace.sh) and the factory's (tracing.factory); URLs are the controller's base.
+ENV_VERBOSITY: Final = "GWMS_TRACE_VERBOSITY"  # the factory's default verbosity for its pilots
+ENV_PILOT_CONTROLLER_URL: Final = "GWMS_TRACE_CONTROLLER_URL"
+ENV_PILOT_CONTROLLER_TIMEOUT: Final = "GWMS_TRACE_CONTROLLER_TIMEOUT"
+ENV_PILOT_CONTROLLER_TOKEN: Final = "GWMS_TRACE_CONTROLLER_TOKEN"
+ENV_PILOT_CONTROLLER_TOKEN_FILE: Final = "GWMS_TRACE_CONTROLLER_TOKEN_FILE"
+ENV_FACTORY_CONTROLLER_URL: Final = "GWMS_OBS_CONTROLLER_URL"
+ENV_FACTORY_CONTROLLER_TOKEN_FILE: Final = "GWMS_OBS_CONTROLLER_TOKEN_FILE"
 
 # spanmetrics dimensions of the collector (phase-duration histograms per entry).
 SPANMETRICS_DIMENSIONS: Final = (ENTRY, CLIENT, SITE, PHASE)
