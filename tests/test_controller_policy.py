@@ -340,3 +340,38 @@ def test_sampling_is_deterministic_in_the_trace_id_and_proportional() -> None:
     assert all(sampled(t, Effect(V.PHASES, 1.0)) for t in ids)
     assert not any(sampled(t, Effect(V.PHASES, 0.0)) for t in ids)
     assert not sampled("f" * 32, Effect(V.OFF, 1.0))
+
+
+def test_the_worked_examples_of_docs_controller_md() -> None:
+    """docs/controller.md, "Worked examples", decided by the code."""
+    default, ceiling = Effect(V.PHASES), Effect(V.COMMANDS, 1.0, True)
+    r1 = Rule(1, Kind.VO, Selector(frontend="cms"), Effect(V.SCRIPTS), "vic", Role.VO_MANAGER, "r", T0)
+    r2 = Rule(2, Kind.CAP, Selector(site="T2_US_Nebraska"), Effect(V.PHASES), "sam", Role.SITE_ADMIN, "r", T0,
+              T0 + 86400)  # fmt: skip
+    r3 = Rule(3, Kind.OPERATOR, Selector(entry="CMS_T2_DE_DESY"), Effect(V.COMMANDS, 1.0, True), "olga",
+              Role.OPERATOR, "r", T0)  # fmt: skip
+    r4 = Rule(4, Kind.SITE, Selector(site="T2_DE_DESY"), Effect(V.OFF), "dora", Role.SITE_ADMIN, "r", T0, T0 + 7200)
+    p = Policy((r1, r2, r3, r4), default, ceiling)
+    now = T0 + 60
+    nebraska = Attributes(entry="CMS_T2_US_Nebraska_red", site="T2_US_Nebraska", frontend="cms")
+    d = p.decide(nebraska, now)
+    assert d.as_dict() | {"sample_threshold": 0} == {
+        "verbosity": "phases", "sample": 1.0, "record_commands": False, "sample_threshold": 0, "rule": 1,
+        "kind": "vo", "capped_by": [2],
+    }  # fmt: skip
+    d = p.decide(Attributes(entry="CMS_T2_DE_DESY", site="T2_DE_DESY", frontend="cms"), now)
+    assert (d.effect, d.rule) == (Effect(V.COMMANDS, 1.0, True), 3)
+    dune = Attributes(entry="DUNE_T2_DE_DESY", site="T2_DE_DESY", frontend="dune")
+    assert (p.decide(dune, now).effect.verbosity, p.decide(dune, now).rule) == (V.OFF, 4)
+    assert (p.decide(dune, T0 + 7200).effect.verbosity, p.decide(dune, T0 + 7200).kind) == (V.PHASES, DEFAULT)
+    sam = Principal("sam", Role.SITE_ADMIN, sites=frozenset({"T2_US_Nebraska"}))
+    with pytest.raises(Denied) as e:
+        authorize_create(sam, Kind.SITE, Selector(site="T2_US_Nebraska"), Effect(V.COMMANDS), p, now, now + 3600)
+    assert e.value.reason == "above_cap"
+    vic = Principal("vic", Role.VO_MANAGER, frontends=frozenset({"cms"}))
+    with pytest.raises(Denied) as e:
+        authorize_create(vic, Kind.VO, Selector(frontend="cms", site="T2_US_Nebraska"), Effect(V.COMMANDS), p, now)
+    assert e.value.reason == "above_cap"
+    authorize_create(vic, Kind.VO, Selector(frontend="cms"), Effect(V.COMMANDS), p, now)
+    everywhere = Rule(5, Kind.VO, Selector(frontend="cms"), Effect(V.COMMANDS), "vic", Role.VO_MANAGER, "r", now)
+    assert Policy((r2, everywhere), default, ceiling).decide(nebraska, now).effect.verbosity == V.PHASES
