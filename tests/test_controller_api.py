@@ -147,6 +147,7 @@ def test_every_change_and_every_refusal_is_in_the_audit_log(api: Api) -> None:
     assert create["reason"] == "drain" and create["at"] == T0
     assert expire["before"]["expires"] == T0 + 7200 and expire["after"]["expires"] == T0 + 60
     assert delete["before"]["id"] == made["id"] and delete["after"] is None and delete["reason"] == "clean up"
+    assert entries[1]["reason"] == "mine now" and entries[1]["attempted"] == "delete"  # the refused one's why
     assert api.get(f"/v1/audit?rule={made['id']}")["audit"] == [e for e in entries if e["rule_id"] == made["id"]]
     assert api.client.get(f"/v1/rules/{made['id']}", headers=api.as_("reader")).status_code == 404
 

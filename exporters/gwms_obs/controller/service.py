@@ -181,7 +181,7 @@ class Controller:
                     if expires - now > hours * 3600:
                         raise Denied("invalid", f"a {who.role.value}'s rule may last {hours:g} h at most")
             except Denied as e:
-                self.refuse(who, "create", e, request, None)
+                self.refuse(who, "create", e, request, None, reason)
                 raise
             rule = self.store.create(kind, selector, effect, who, reason.strip(), now, expires)
             self.metrics.changed("create")
@@ -206,7 +206,7 @@ class Controller:
                 if action == "expire" and not rule.active(now) and rule.created <= now:
                     raise Denied("invalid", f"rule {rule_id} has already expired")
             except Denied as e:
-                self.refuse(who, action, e, None, rule_id)
+                self.refuse(who, action, e, None, rule_id, reason)
                 raise
             if action == "expire":
                 _, after = self.store.expire(rule_id, who, reason.strip(), now)
