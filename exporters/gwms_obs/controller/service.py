@@ -152,9 +152,17 @@ class Controller:
 
     # --- changing ----------------------------------------------------------------------------------
     def refuse(
-        self, who: Principal, action: str, e: Denied, request: dict[str, Any] | None, rule_id: int | None
+        self,
+        who: Principal,
+        action: str,
+        e: Denied,
+        request: dict[str, Any] | None,
+        rule_id: int | None,
+        why: str = "",
     ) -> None:
-        self.store.record_denial(who, action, e.reason, e.detail, self.clock(), request, rule_id)
+        """Audit and count a refused change (``why``: the reason its author gave)."""
+        why = why.strip()[:MAX_REASON] if isinstance(why, str) else ""
+        self.store.record_denial(who, action, e.reason, e.detail, self.clock(), request, rule_id, why=why)
         self.metrics.denied(e.reason)
 
     def create_rule(
