@@ -13,8 +13,11 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gwms_obs.controller.client import ControllerClient
+from gwms_obs.controller.policy import Effect, Verbosity, sampled
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.factory import FactoryTracer, make_provider, otlp_traces_configured
+from tests.support.canned_controller import answer, canned_controller, hung
 from tests.support.otlp_capture import otlp_capture
 from tests.support.trace_pilot import attrs, run_pilot
 
@@ -142,3 +145,103 @@ def test_factory_exports_over_otlp_http_and_pilot_continues_trace(
     r = run.resources()[0]
     assert (r[C.ENTRY], r[C.CLIENT], r[C.CONDOR_CLUSTER], r[C.CONDOR_PROC]) == ("Entry_A", "fe.main", 42, 1)
     assert C.PARENT_INVALID not in attrs(root["attributes"])
+
+
+# --- sampling by the monitoring controller (ControllerSampler) ---------------------------------------------
+
+
+def _controlled(exporter: SpanExporter, client: ControllerClient) -> FactoryTracer:
+    return FactoryTracer("OSG", "gfactory_instance", make_provider("OSG", "gfactory_instance", exporter,
+                                                                   controller=client))  # fmt: skip
+
+
+def test_controller_sampled_cluster_carries_the_decision() -> None:
+    mem = InMemorySpanExporter()
+    with canned_controller(body=answer("scripts", 1.0, rule=17, kind="site")) as ctl:
+        ft = _controlled(mem, ControllerClient(ctl.url, "tok"))
+        with ft.submit_cluster("Entry_A", "fe.main", 2, frontend="fe", site="Nebraska", security_class="main") as sc:
+            tps = sc.traceparents
+            sc.submitted(7, 2)
+        (asked,) = ctl.requests
+    ft.flush()
+    spans = mem.get_finished_spans()
+    cluster = next(s for s in spans if s.name == C.SPAN_SUBMIT)
+    assert len(spans) == 3
+    a = dict(cluster.attributes or {})
+    assert a[C.CONTROLLER_RULE] == 17 and a[C.CONTROLLER_KIND] == "site" and a[C.CONTROLLER_RESULT] == "answered"
+    assert a[C.ENTRY] == "Entry_A" and a[C.SECURITY_CLASS] == "main" and a[C.CONDOR_CLUSTER] == 7  # kept, and later set
+    assert all((p := C.parse_traceparent(tp)) is not None and p.sampled for tp in tps)
+    assert asked.query == {"factory": "OSG", "entry": "Entry_A", "site": "Nebraska", "frontend": "fe",
+                           "security_class": "main", "pilot": ""}  # fmt: skip
+    assert asked.headers["authorization"] == "Bearer tok"
+
+
+@pytest.mark.parametrize("body", [answer("commands", 0.0), answer("off", 1.0)])
+def test_controller_drop_gives_unsampled_traceparents_and_a_silent_pilot(tmp_path: Path, body: bytes) -> None:
+    mem = InMemorySpanExporter()
+    with canned_controller(body=body) as ctl:
+        ft = _controlled(mem, ControllerClient(ctl.url))
+        with ft.submit_cluster("Entry_A", "fe.main", 2) as sc:
+            env = dict(e.split("=", 1) for e in sc.submit_env())
+            sc.submitted(8, 2)
+    ft.flush()
+    assert mem.get_finished_spans() == ()
+    tps = [C.parse_traceparent(tp) for tp in env[C.ENV_TRACEPARENT_LIST].split(",")]
+    assert all(p is not None and not p.sampled for p in tps)  # flags 00 (02: the W3C random-trace-id bit)
+    run = run_pilot(  # the script echoes GWMS_PILOT_TRACEPARENT, which an off pilot leaves as it was
+        tmp_path, traceparent=env[C.ENV_TRACEPARENT_LIST].split(",")[1], fail=None, env={C.ENV_PILOT_TRACEPARENT: "-"}
+    )
+    assert run.returncode == 0 and run.spool == b"" and "result off" in run.stdout
+
+
+def test_controller_sampling_follows_the_trace_id_and_asks_once_per_entry() -> None:
+    mem = InMemorySpanExporter()
+    with canned_controller(body=answer("phases", 0.5)) as ctl:
+        ft = _controlled(mem, ControllerClient(ctl.url))
+        kept: dict[str, bool] = {}
+        for i in range(40):
+            with ft.submit_cluster("Entry_A", "fe.main", 1) as sc:
+                kept[sc.traceparent.split("-")[1]] = sc.span.is_recording()
+                sc.submitted(100 + i, 1)
+        assert len(ctl.requests) == 1
+    ft.flush()
+    effect = Effect(Verbosity.PHASES, 0.5)
+    assert kept == {t: sampled(t, effect) for t in kept}
+    assert {f"{s.context.trace_id:032x}" for s in mem.get_finished_spans()} == {t for t, k in kept.items() if k}
+
+
+def test_dead_controller_falls_back_to_the_default_without_waiting_per_cluster() -> None:
+    mem = InMemorySpanExporter()
+    with hung() as url:
+        ft = _controlled(mem, ControllerClient(url, timeout=0.3))
+        t0 = time.monotonic()
+        for i in range(50):
+            with ft.submit_cluster(f"Entry_{i % 5}", "fe.main", 2) as sc:
+                sc.submitted(200 + i, 2)
+        took = time.monotonic() - t0
+    ft.flush()
+    clusters = [s for s in mem.get_finished_spans() if s.name == C.SPAN_SUBMIT]
+    assert len(clusters) == 50 and took < 0.3 + 2.0, took  # one timeout, then the cached failure
+    assert {(s.attributes or {})[C.CONTROLLER_RESULT] for s in clusters} <= {"timeout", "error"}
+    assert all(C.CONTROLLER_RULE not in (s.attributes or {}) for s in clusters)
+
+
+def test_controller_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("envtok\n")
+    mem = InMemorySpanExporter()
+    with canned_controller(body=answer("commands", 0.0)) as ctl:
+        monkeypatch.setenv("GWMS_OBS_CONTROLLER_URL", ctl.url)
+        monkeypatch.setenv("GWMS_OBS_CONTROLLER_TOKEN_FILE", str(tmp_path / "tok"))
+        ft = _tracer(mem)
+        with ft.submit_cluster("E", "c", 1) as sc:
+            sc.submitted(1, 1)
+        (asked,) = ctl.requests
+    ft.flush()
+    assert asked.headers["authorization"] == "Bearer envtok" and mem.get_finished_spans() == ()
+    with pytest.raises(ValueError, match="make_provider"):
+        FactoryTracer("OSG", provider=make_provider("OSG", exporter=mem), controller=ControllerClient(ctl.url))
+
+
+def test_no_controller_is_todays_sampler() -> None:
+    ft = _tracer(InMemorySpanExporter())
+    assert "ControllerSampler" not in ft.provider.sampler.get_description()

@@ -23,6 +23,18 @@ export runs in the SDK's thread, and a full queue drops spans rather than
 wait, so the factory loop never blocks on tracing (no sleep, unlike the
 tracer2022 prototype's two seconds per cluster). The OTLP exporter is
 configured by the standard OTEL_EXPORTER_OTLP_* variables.
+
+With a monitoring controller (docs/tracing.md, "Monitoring controller") the
+factory samples by its policy: ``GWMS_OBS_CONTROLLER_URL`` (the controller's
+base URL) and ``GWMS_OBS_CONTROLLER_TOKEN_FILE`` (a bearer token, re-read at
+each request), or ``FactoryTracer(controller=ControllerClient(...))``. A
+``ControllerSampler`` asks it, for each ``condor_submit`` span, with the
+cluster's factory, entry, site, frontend (the client name when no frontend
+name is given) and security class, and samples the trace by
+``policy.sampled``; the glidein spans follow it (``ParentBased``), so a dropped
+cluster hands its glideins traceparents without the sampled flag and their
+pilots trace nothing. No answer: the provider's usual sampler decides.
+Without a controller nothing changes.
 """
 
 from __future__ import annotations
@@ -31,15 +43,20 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, SamplingResult
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TraceState
+from opentelemetry.util.types import Attributes as SpanAttributes
 
 from .. import __version__
+from ..controller import policy as P
+from ..controller.client import ControllerClient
 from . import conventions as C
 from . import ledger as L
 from .credentials import ENV_TOKEN_DIR, SERVICE_LIFETIME, PilotSigner
@@ -86,11 +103,76 @@ class _RenewingExporter(SpanExporter):
         return True
 
 
+class ControllerSampler(Sampler):
+    """Samples each condor_submit trace as the monitoring controller's policy says; other spans: ``fallback``.
+
+    Use as the root of a ``ParentBased`` sampler (``controller_sampler``), so
+    the glidein spans follow their cluster's decision.
+    """
+
+    def __init__(self, client: ControllerClient, fallback: Sampler) -> None:
+        self.client = client
+        self.fallback = fallback
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: SpanAttributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        if name != C.SPAN_SUBMIT:
+            return self.fallback.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        given = dict(attributes or {})
+        decision, result = self.client.lookup(_policy_attributes(given))
+        if decision is None:  # the factory's default, said on the span when it is kept
+            r = self.fallback.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+            extra = {**r.attributes, C.CONTROLLER_RESULT: result} if r.decision is not Decision.DROP else None
+            return SamplingResult(r.decision, extra, r.trace_state)
+        state = trace.get_current_span(parent_context).get_span_context().trace_state
+        if not P.sampled(f"{trace_id:032x}", decision.effect):
+            return SamplingResult(Decision.DROP, None, state)
+        # the SDK gives the span the result's attributes, not the ones it was started with
+        given.update({C.CONTROLLER_KIND: decision.kind, C.CONTROLLER_RESULT: result})
+        if decision.rule is not None:
+            given[C.CONTROLLER_RULE] = decision.rule
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, MappingProxyType(given), state)
+
+    def get_description(self) -> str:
+        return f"ControllerSampler{{{self.client.url},fallback={self.fallback.get_description()}}}"
+
+
+def _policy_attributes(attrs: Mapping[str, object]) -> P.Attributes:
+    def text(key: str) -> str:
+        v = attrs.get(key)
+        return v if isinstance(v, str) else ""
+
+    return P.Attributes(
+        factory=text(C.FACTORY),
+        entry=text(C.ENTRY),
+        site=text(C.SITE),
+        frontend=text(C.FRONTEND) or text(C.CLIENT),
+        security_class=text(C.SECURITY_CLASS),
+    )
+
+
+def controller_sampler(client: ControllerClient, fallback: Sampler | None = None) -> Sampler:
+    """``ParentBased(ControllerSampler)``; ``fallback`` defaults to what OTEL_TRACES_SAMPLER configures."""
+    if fallback is None:
+        # the SDK's own reading of OTEL_TRACES_SAMPLER (parentbased_always_on when unset)
+        fallback = TracerProvider(shutdown_on_exit=False).sampler
+    return ParentBased(ControllerSampler(client, fallback))
+
+
 def make_provider(
     factory: str,
     glidein_name: str = "",
     exporter: SpanExporter | None = None,
     signer: PilotSigner | None = None,
+    controller: ControllerClient | None = None,
     **batch: int,
 ) -> TracerProvider:
     """A TracerProvider for the factory; OTLP/HTTP when the OTEL_* variables name an endpoint.
@@ -98,6 +180,8 @@ def make_provider(
     Without an exporter spans are still created (pilots get valid
     traceparents) and simply not exported. ``batch`` goes to
     BatchSpanProcessor (max_queue_size, schedule_delay_millis, ...).
+    ``controller`` (default: from GWMS_OBS_CONTROLLER_URL, when set) samples
+    each submit cluster by the monitoring controller's policy.
     """
     attrs = {
         C.SERVICE_VERSION: __version__,
@@ -111,7 +195,10 @@ def make_provider(
     # service.name is only a default, so it is given only when the user set none.
     if not _service_name_configured():
         attrs[C.SERVICE_NAME] = C.SERVICE_FACTORY
-    provider = TracerProvider(resource=Resource.create(attrs))
+    if controller is None:
+        controller = ControllerClient.from_env(os.environ)
+    sampler = controller_sampler(controller) if controller is not None else None
+    provider = TracerProvider(resource=Resource.create(attrs), sampler=sampler)
     if exporter is None and otlp_traces_configured():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -251,12 +338,20 @@ class FactoryTracer:
         *,
         signer: PilotSigner | None = None,
         token_dir: str | Path | None = None,
+        controller: ControllerClient | None = None,
     ) -> None:
+        """``controller``: sample by the monitoring controller (make_provider; default from the environment).
+
+        With your own ``provider``, give the controller to ``make_provider`` instead: a provider's
+        sampler is fixed when it is made.
+        """
+        if provider is not None and controller is not None:
+            raise ValueError("give the controller to make_provider(controller=...), which makes the sampler")
         self.factory = factory
         self.glidein_name = glidein_name
         self.signer = signer
         self.token_dir = token_dir
-        self.provider = provider or make_provider(factory, glidein_name, signer=signer)
+        self.provider = provider or make_provider(factory, glidein_name, signer=signer, controller=controller)
         self.tracer = self.provider.get_tracer("gwms_obs.tracing.factory", __version__)
 
     @contextlib.contextmanager
@@ -271,11 +366,13 @@ class FactoryTracer:
         schedd: str = "",
         submit_file: str = "",
         log_dir: str = "",
+        security_class: str = "",
     ) -> Iterator[SubmitCluster]:
         """Span the condor_submit of ``count`` glideins; ends it on exit (an exception marks it failed).
 
         ``log_dir`` is the entry's client log directory (where condor returns
         ``job.C.P.err``): the cluster is recorded in its trace ledger.
+        ``security_class`` (the frontend's, when known) goes on the span, for the controller's policy.
         """
         common = {C.FACTORY: self.factory, C.ENTRY: entry, C.CLIENT: client}
         extra = {C.FRONTEND: frontend, C.SITE: site, C.CONDOR_SCHEDD: schedd, C.GLIDEIN_NAME: self.glidein_name}
@@ -283,6 +380,8 @@ class FactoryTracer:
         attrs: dict[str, str | int] = {**common, C.GLIDEIN_COUNT: count}
         if submit_file:
             attrs[C.SUBMIT_FILE] = submit_file
+        if security_class:
+            attrs[C.SECURITY_CLASS] = security_class
         # A new trace per cluster: the factory's cycle is not a request to hang glideins under.
         span = self.tracer.start_span(C.SPAN_SUBMIT, trace.set_span_in_context(trace.INVALID_SPAN),
                                       SpanKind.CLIENT, attrs)  # fmt: skip
