@@ -465,7 +465,8 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
                 raise Denied("read_only", f"a {who.role.value} token reads, never writes")
             kind, selector, effect, reason, expires = rule_from_form(form, controller.clock())
         except Denied as e:
-            await run_in_threadpool(controller.refuse, who, "create", e, None, None)
+            why = form.get("reason", "")
+            await run_in_threadpool(controller.refuse, who, "create", e, None, None, why)
             return await index_page(request, who, STATUS.get(e.reason, 403), refusal(e, "create"), form)
         try:
             made = await run_in_threadpool(controller.create_rule, who, kind, selector, effect, reason, expires)
