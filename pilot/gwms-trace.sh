@@ -659,7 +659,7 @@ _gt_urlenc() {
     c=${s:i:1}
     case $c in
       [A-Za-z0-9._~-]) out+=$c ;;
-      *) printf -v c '%%%02X' "'$c"; out+=${c: -3} ;;   # a byte >= 0x80 may print sign-extended
+      *) printf -v c '%02X' "'$c"; out+=%${c: -2} ;;   # a byte >= 0x80 may print sign-extended
     esac
   done
   _gt_e=$out
