@@ -8,9 +8,6 @@ are the Ansible roles' templates, rendered by tools.tracing_backends.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +19,10 @@ from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.factory import FactoryTracer, make_provider
 from gwms_obs.tracing.spool import SpoolForwarder
 from tests.support.trace_pilot import SCRIPTS, PilotRun, run_pilot
+from tests.support.trace_stack import Stack, binaries, stack
 from tools import tracing_backends
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
-
-
-def _binaries() -> tuple[Path, Path]:
-    try:
-        return tracing_backends.find_binary("otelcol", build=False), tracing_backends.find_binary("jaeger", build=False)
-    except tracing_backends.ToolUnavailable as e:
-        pytest.skip(f"needs `make otelcol jaeger`: {e}")
-
-
-@dataclass
-class Stack:
-    col: tracing_backends.CollectorConfig
-    jaeger: tracing_backends.JaegerConfig
-    jaeger_bin: Path
-    work: Path
-
-
-@contextlib.contextmanager
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    otelcol, jaeger = _binaries()
-    jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
-    # Nothing listens for the spanmetrics remote write here; traces do not depend on it.
-    ccfg = tracing_backends.collector_config(
-        tmp_path / "col",
-        jaeger_otlp_grpc=jcfg.otlp_grpc,
-        remote_write_url=f"http://127.0.0.1:{tracing_backends.free_port()}/api/v1/write",
-    )
-    with (
-        tracing_backends.run(jaeger, jcfg.path, jcfg.health, tmp_path / "jaeger.log"),
-        tracing_backends.run(otelcol, ccfg.path, ccfg.health, tmp_path / "otelcol.log"),
-    ):
-        yield Stack(ccfg, jcfg, jaeger, tmp_path)
 
 
 def _factory(st: Stack, monkeypatch: pytest.MonkeyPatch) -> FactoryTracer:
@@ -159,7 +125,7 @@ def test_no_endpoint_spans_come_back_through_err_and_exporter(tmp_path: Path, mo
 
 def test_jaeger_outage_loses_no_span(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Jaeger stopped while pilots report: the collector's persistent queue delivers once it is back."""
-    otelcol, jaeger = _binaries()
+    otelcol, jaeger = binaries()
     jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
     ccfg = tracing_backends.collector_config(
         tmp_path / "col",
