@@ -223,3 +223,37 @@ def test_a_controller_that_does_not_answer_costs_the_pilot_its_timeout_at_most(t
         assert "result sent" in p.stdout and elapsed < 1.5
         root_local = attrs(next(s for s in spool_spans(spool) if s["name"] == "glidein")["attributes"])
         assert root_local[C.CONTROLLER_RESULT] == "error" and root_local[C.TRACE_VERBOSITY] == "phases"
+
+
+def test_the_factory_samples_by_the_real_controller(tmp_path: Path) -> None:
+    """A site capped off: the factory's submit spans are dropped and its glideins get unsampled traceparents;
+    an entry elsewhere is sampled, and its submit span names the deciding rule."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gwms_obs.controller.client import ControllerClient
+    from gwms_obs.tracing.factory import FactoryTracer, make_provider
+
+    with controller_server(tmp_path / "controller") as c:
+        cap = call(c, "POST", "/v1/rules", "site_admin", {
+            "kind": "cap", "selector": {"site": c.site}, "effect": {"verbosity": "off"}, "reason": "no tracing here",
+            "hours": 1})  # fmt: skip
+        vo = call(c, "POST", "/v1/rules", "vo_manager", {
+            "kind": "vo", "selector": {"frontend": c.frontend}, "effect": {"verbosity": "scripts"},
+            "reason": "our pilots", "hours": 1})  # fmt: skip
+        spans = InMemorySpanExporter()
+        client = ControllerClient(c.url, c.tokens["pilot"], timeout=2.0)
+        ft = FactoryTracer("gfactory-1", "gfactory_instance",
+                           make_provider("gfactory-1", "gfactory_instance", spans, controller=client))  # fmt: skip
+        submitted = {}
+        for entry, site in (("CMS_T2_US_Test_ce1", c.site), (DEBUG_ENTRY, OTHER_SITE)):
+            with ft.submit_cluster(entry, "client.main", 2, frontend=c.frontend, site=site) as sc:
+                submitted[site] = [C.parse_traceparent(tp) for tp in sc.traceparents]
+                sc.submitted(100, 2)
+        assert ft.flush()
+        assert all(tp is not None and not tp.sampled for tp in submitted[c.site])
+        assert all(tp is not None and tp.sampled for tp in submitted[OTHER_SITE])
+        (cluster,) = [s for s in spans.get_finished_spans() if s.name == C.SPAN_SUBMIT]
+        assert cluster.attributes is not None
+        assert cluster.attributes[C.CONTROLLER_RULE] == vo["id"] and cluster.attributes[C.CONTROLLER_KIND] == "vo"
+        assert cap["id"] != vo["id"]
+        ft.shutdown()
