@@ -69,7 +69,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta
+.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta bench-controller
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -119,7 +119,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q -m "not live" -p no:cacheprovider
 
-live: venv otelcol jaeger
+live: venv otelcol jaeger vegeta
 	$(BIN)/pytest -q -m live -p no:cacheprovider -rs
 
 check: lint typecheck unit
@@ -131,7 +131,7 @@ prereqs:
 
 # prereqs first: a missing package fails here, not as skips after the Go builds.
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
-test: prereqs lint typecheck otelcol jaeger dashboard-linter compose-plugin
+test: prereqs lint typecheck otelcol jaeger dashboard-linter compose-plugin vegeta
 	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
@@ -169,6 +169,11 @@ bench-detection: venv
 
 bench-collector: venv otelcol jaeger
 	$(BIN)/python benchmarks/collector.py
+
+# The controller's GET /v1/decide under vegeta (5,000/s open loop, up to 1,000 connections), SQLite and
+# PostgreSQL, 1 and 2 workers, the highest rate meeting p99 <= 20 ms: benchmarks/results/controller.md.
+bench-controller: venv vegeta
+	$(BIN)/python benchmarks/controller.py --workers 1 2 --database sqlite postgres --find-max --floor --profile --record
 
 # Go-built servers (cold builds measured in benchmarks/results/collector.md).
 $(OCB):
