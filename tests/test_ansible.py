@@ -215,11 +215,20 @@ def test_preflight_refuses_default_or_empty_secrets(tmp_path: Path, change: dict
     assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-3000:]
 
 
+# The monitoring controller's tokens as the vault holds them (plaintext; the host keeps their sha256).
+CONTROLLER_TOKENS = [
+    {"name": "factory-ops", "role": "operator", "token": "gwmsc_operator-token-of-the-tests-0123456789"},
+    {"name": "pilots", "role": "pilot", "token": "gwmsc_pilot-token-of-the-tests-0123456789abc"},
+    {"name": "alice", "role": "site_admin", "sites": ["T2_US_Nebraska"], "token": "gwmsc_alice-" + "a" * 32},
+]
+
+
 def _real_vault() -> dict[str, Any]:
     return {
         **_example_vault(),
         "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
         "vault_grafana_admin_password": "a-long-enough-password",
+        "vault_gwms_controller_tokens": CONTROLLER_TOKENS,
     }
 
 
@@ -368,6 +377,7 @@ def _multi_host_vault(tmp_path: Path) -> dict[str, Any]:
         "vault_otel_collector_tls_client_key": pki.client_key,
         "vault_prometheus_password": "grafana-and-self-0123",
         "vault_prometheus_remote_write_password": "remote-write-0123456",
+        "vault_gwms_controller_tokens": CONTROLLER_TOKENS,
     }
 
 
@@ -465,3 +475,245 @@ def test_bcrypt_hashes_are_kept_while_the_password_is_unchanged(tmp_path: Path) 
     for bad in ("", "x" * 73):
         r = _bcrypt({"users": {"a": bad}})
         assert r.returncode == 1 and "1-72 bytes" in r.stderr
+
+
+# --- The monitoring controller (gwms_controller) -----------------------------------------------
+
+
+def _controller_toml(tmp_path: Path, **overrides: Any) -> Path:
+    cfg = tmp_path / "controller.toml"
+    cfg.write_text(
+        render.render(
+            "gwms_controller", "controller.toml.j2", **{"gwms_controller_tokens": CONTROLLER_TOKENS, **overrides}
+        )
+    )
+    return cfg
+
+
+def _check_config(cfg: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gwms_obs.cli", "controller", "check-config", *flags, str(cfg)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_controller_config_template_passes_check_config_and_keeps_only_hashes(tmp_path: Path) -> None:
+    cfg = _controller_toml(tmp_path, gwms_controller_scopes=[{"factory": "f1", "entry": "E1", "site": "S1"}])
+    r = _check_config(cfg, "--syntax-only")
+    assert r.returncode == 0, r.stderr
+    text = cfg.read_text()
+    for t in CONTROLLER_TOKENS:
+        assert t["token"] not in text
+        assert f'sha256 = "{hashlib.sha256(t["token"].encode()).hexdigest()}"' in text
+    # the role's defaults: loopback, SQLite in the state dir, phases by default under a commands ceiling
+    from gwms_obs.controller import config as C
+
+    c = C.load(cfg)
+    assert (c.listen, c.database) == ("127.0.0.1:9830", "sqlite:////var/lib/gwms-obs-controller/controller.db")
+    assert (c.default.verbosity.label, c.ceiling.verbosity.label) == ("phases", "commands")
+    assert {t.principal.name: t.principal.role.value for t in c.tokens} == {
+        "factory-ops": "operator", "pilots": "pilot", "alice": "site_admin"
+    }  # fmt: skip
+    # with the files it names in place, the full check passes too (as the role's validate runs it)
+    secret = tmp_path / "controller.secret"
+    secret.write_text("s" * 48)
+    cfg = _controller_toml(
+        tmp_path, gwms_controller_session_secret_file=str(secret), gwms_controller_state_dir=str(tmp_path)
+    )
+    r = _check_config(cfg)
+    assert r.returncode == 0, r.stderr
+    # a default above the ceiling is refused, as check-config refuses it before any restart
+    cfg = _controller_toml(tmp_path, gwms_controller_default={"verbosity": "commands"},
+                           gwms_controller_ceiling={"verbosity": "phases"})  # fmt: skip
+    assert _check_config(cfg, "--syntax-only").returncode != 0
+
+
+def test_controller_config_with_postgresql_puts_the_vault_password_in_the_url(tmp_path: Path) -> None:
+    password = "p@ss/w:rd%-from-the-vault"
+    cfg = _controller_toml(
+        tmp_path,
+        gwms_controller_database_url="postgresql+psycopg://gwms@db.example.org:5432/controller",
+        gwms_controller_database_password=password,
+    )
+    assert _check_config(cfg, "--syntax-only").returncode == 0
+    from sqlalchemy.engine import make_url
+
+    from gwms_obs.controller import config as C
+
+    url = make_url(C.load(cfg).database)
+    assert (url.username, url.password, url.host, url.port, url.database) == (
+        "gwms", password, "db.example.org", 5432, "controller"
+    )  # fmt: skip
+
+
+def test_controller_template_renders_the_same_with_ansible(tmp_path: Path) -> None:
+    """tools.render (compose, these tests) and Ansible's template module agree, the sha256 filter included."""
+    play = tmp_path / "play.yml"
+    out = tmp_path / "ansible.toml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Render controller.toml",
+                    "hosts": "localhost",
+                    "connection": "local",
+                    "gather_facts": False,
+                    "vars_files": [str(ANSIBLE / "roles/gwms_controller/defaults/main.yml")],
+                    "tasks": [
+                        {
+                            "name": "Render",
+                            "ansible.builtin.template": {
+                                "src": str(ANSIBLE / "roles/gwms_controller/templates/controller.toml.j2"),
+                                "dest": str(out),
+                                "mode": "0600",
+                            },
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    extra = {"gwms_controller_tokens": CONTROLLER_TOKENS, "ansible_python_interpreter": sys.executable}
+    r = _run(_tool("ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(extra))
+    assert r.returncode == 0, r.stdout + r.stderr
+    ours = render.render("gwms_controller", "controller.toml.j2", gwms_controller_tokens=CONTROLLER_TOKENS)
+    # only the managed-by line may differ (Ansible's ansible_managed)
+    assert out.read_text().splitlines()[1:] == ours.splitlines()[1:]
+
+
+def _tasks(role: str, name: str = "main.yml") -> list[dict[str, Any]]:
+    """Every task of a role's task file, blocks flattened."""
+    out: list[dict[str, Any]] = []
+
+    def walk(tasks: list[dict[str, Any]]) -> None:
+        for t in tasks:
+            out.append(t)
+            walk(t.get("block", []))
+
+    walk(yaml.safe_load((ANSIBLE / "roles" / role / "tasks" / name).read_text()))
+    return out
+
+
+def test_controller_secrets_are_never_logged() -> None:
+    tasks = {t["name"]: t for t in _tasks("gwms_controller")}
+    for name in (
+        "Write the session secret from Ansible Vault",
+        "Make a random session secret on the host, once",
+        "Write the TLS certificate and key",
+    ):
+        assert tasks[name]["no_log"] is True, name
+    # controller.toml holds the database password when there is one
+    assert "gwms_controller_database_password" in str(
+        tasks["Write controller.toml (checked with gwms-obs controller check-config)"]["no_log"]
+    )
+    opts = _specs("gwms_controller")["main"]["options"]
+    for var in ("gwms_controller_tokens", "gwms_controller_database_password", "gwms_controller_session_secret",
+                "gwms_controller_tls_key"):  # fmt: skip
+        assert opts[var].get("no_log") is True, var
+    assert opts["gwms_controller_tokens"]["options"]["token"]["no_log"] is True
+
+
+def test_controller_config_is_validated_before_it_is_put_in_place_and_migrations_report_change() -> None:
+    tasks = {t["name"]: t for t in _tasks("gwms_controller")}
+    tpl = tasks["Write controller.toml (checked with gwms-obs controller check-config)"]["ansible.builtin.template"]
+    assert tpl["validate"].endswith("gwms-obs controller check-config %s") and tpl["mode"] == "0640"
+    assert tpl["group"] == "{{ gwms_controller_user }}" and tpl["owner"] == "root"
+    migrate = tasks["Create or upgrade the database schema (gwms-obs controller migrate)"]
+    assert migrate["ansible.builtin.command"]["argv"][-4:] == [
+        "controller", "migrate", "--config", "{{ gwms_controller_config_dir }}/controller.toml"
+    ]  # fmt: skip
+    # changed only when the schema moved: `schema X -> Y` with X != Y
+    import re
+
+    same = re.compile(migrate["vars"]["gwms_controller_same_schema"], re.M)
+    assert same.search("schema 0002_audit -> 0002_audit")
+    assert not same.search("schema empty -> 0002_audit") and not same.search("schema 0001 -> 0002_audit")
+    # every change is applied by the one restart handler, which runs after the validated writes
+    assert {t.get("notify") for t in tasks.values() if "notify" in t} == {"restart gwms_controller"}
+
+
+def test_controller_unit_is_hardened_like_the_exporters() -> None:
+    ctl = render.render("gwms_controller", "gwms-obs-controller.service.j2")
+    exp = render.render("gwms_exporter", "gwms-obs-exporter.service.j2")
+
+    def hardening(text: str) -> set[str]:
+        keep = ("Protect", "Restrict", "NoNewPrivileges", "PrivateTmp", "PrivateDevices", "Capability", "Ambient",
+                "SystemCall", "LockPersonality", "RemoveIPC", "UMask")  # fmt: skip
+        return {line for line in text.splitlines() if line.startswith(keep)}
+
+    assert hardening(exp) <= hardening(ctl)
+    assert "StateDirectory=gwms-obs-controller" in ctl and "User=gwms-obs-controller" in ctl
+    assert "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX" in ctl and "MemoryMax=1G" in ctl
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        (None, "gwms_controller_tokens: every token"),  # the example's CHANGE_ME tokens as they are
+        (
+            [{"name": "ops", "role": "operator", "token": "gwms-obs-insecure-development-controller-operator-token"}],
+            "gwms_controller_tokens: every token",
+        ),
+        ([{"name": "ops", "role": "operator", "token": "too-short"}], "gwms_controller_tokens: every token"),
+        ([{"name": "p", "role": "pilot", "token": "p" * 40}], "one at least must be an operator"),
+        ([{"name": "a", "role": "site_admin", "token": "a" * 40}], "site_admin with its"),
+        ([{"name": "a", "role": "king", "token": "a" * 40}], "a role of operator, site_admin"),
+        (
+            [{"name": "a", "role": "operator", "token": "a" * 40}, {"name": "b", "role": "pilot", "token": "a" * 40}],
+            "two holders have the same token",
+        ),
+    ],
+)
+def test_preflight_refuses_bad_controller_tokens(tmp_path: Path, tokens: Any, message: str) -> None:
+    vault = {
+        **_real_vault(),
+        "vault_gwms_controller_tokens": tokens or _example_vault()["vault_gwms_controller_tokens"],
+    }
+    r = _preflight(tmp_path, vault)
+    assert r.returncode != 0
+    assert message in r.stdout, r.stdout[-3000:]
+    for t in tokens or []:
+        if len(t["token"]) >= 32:
+            assert t["token"] not in r.stdout + r.stderr  # a refused token is not printed
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"gwms_controller_listen": "0.0.0.0:9830"}, "gwms_controller_listen is 0.0.0.0:9830: off loopback"),
+        ({"gwms_controller_database_url": "postgresql+psycopg://gwms:pw@db:5432/c"}, "without the password"),
+        ({"gwms_controller_database_url": "postgresql+psycopg://gwms@db:5432/c"}, "without the password"),
+        (
+            {
+                "gwms_controller_database_url": "postgresql+psycopg://gwms@db:5432/c",
+                "gwms_controller_database_password": "changeme",
+            },
+            "gwms_controller_database_password is a default",
+        ),
+        ({"gwms_controller_session_secret": "short"}, "gwms_controller_session_secret is a default or shorter"),
+    ],
+)
+def test_preflight_refuses_a_controller_off_loopback_without_tls_or_a_bad_database(
+    tmp_path: Path, extra: dict[str, Any], message: str
+) -> None:
+    r = _preflight(tmp_path, _real_vault(), extra)
+    assert r.returncode != 0
+    assert message in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-3000:]
+
+
+def test_prometheus_scrapes_the_controller_over_https_when_it_serves_tls() -> None:
+    from dashboards.gen import names as N
+
+    def job(**overrides: Any) -> dict[str, Any] | None:
+        doc = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **overrides))
+        return next((j for j in doc["scrape_configs"] if j["job_name"] == N.JOB_CONTROLLER), None)
+
+    assert job() is None  # no controller, no job
+    plain = job(prometheus_controller_targets=["localhost:9830"])
+    assert plain and plain["static_configs"] == [{"targets": ["localhost:9830"]}] and "scheme" not in plain
+    tls = job(
+        prometheus_controller_targets=["mon:9830"], prometheus_controller_scheme="https", prometheus_web_tls_cert="C"
+    )
+    assert tls and tls["scheme"] == "https" and tls["tls_config"]["ca_file"].endswith("/web-ca.crt")

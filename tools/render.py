@@ -6,7 +6,7 @@ renders them on factory hosts; this module renders the very same files for
 the compose stack and the tests, with the same Jinja2 settings Ansible uses
 (trim_blocks, keep_trailing_newline) and the few Ansible filters templates
 may use (``to_yaml``, ``to_nice_yaml``, ``to_json``, ``to_nice_json``,
-``bool``, ``mandatory``). A template using anything else fails here first.
+``bool``, ``mandatory``, ``hash``, ``regex_replace``). A template using anything else fails here first.
 
 This module reads the repository (it is a development and test tool), so it
 locates the roles from the source tree or from ``GWMS_OBS_ANSIBLE_DIR``.
@@ -14,8 +14,10 @@ locates the roles from the source tree or from ``GWMS_OBS_ANSIBLE_DIR``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,18 @@ def _mandatory(v: Any, msg: str | None = None) -> Any:
     return v
 
 
+def _hash(v: Any, hashtype: str = "sha1") -> str:
+    # Ansible's hash filter: the hex digest of the UTF-8 text
+    h = hashlib.new(hashtype)
+    h.update(str(v).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def _regex_replace(v: Any, pattern: str = "", replacement: str = "", ignorecase: bool = False) -> str:
+    # Ansible's regex_replace (re.sub, backreferences as \\1)
+    return re.compile(pattern, re.I if ignorecase else 0).sub(replacement, str(v))
+
+
 def environment(role: str) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(roles_dir() / role / "templates")),
@@ -60,6 +74,8 @@ def environment(role: str) -> jinja2.Environment:
         to_nice_json=lambda v, indent=4, **kw: json.dumps(v, indent=indent, sort_keys=True, **kw),
         bool=_bool,
         mandatory=_mandatory,
+        hash=_hash,
+        regex_replace=_regex_replace,
     )
     return env
 
