@@ -44,6 +44,42 @@ def test_exporter_config_is_valid() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_controller_config_is_valid_and_keeps_only_the_tokens_hashes() -> None:
+    """The gwms_controller role's template for the stack: its INSECURE development tokens, as sha256 only."""
+    import hashlib
+
+    path = CONFIG / "controller.toml"
+    r = run(sys.executable, "-m", "gwms_obs.cli", "controller", "check-config", "--syntax-only", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = path.read_text()
+    tokens = compose.controller_dev_tokens()
+    assert set(tokens) == {"operator", "pilot"}
+    for role, token in tokens.items():
+        assert "insecure-development" in token, role  # named for what it is
+        assert hashlib.sha256(token.encode()).hexdigest() in text
+        env = f"GWMS_OBS_CONTROLLER_{role.upper()}_TOKEN={token}"
+        assert env in (ROOT / compose.TOKEN_ENV_FILE).read_text()
+        for f in (compose.COMPOSE_FILE, compose.OFFLINE_FILE, f"{compose.CONFIG_DIR}/controller.toml"):
+            assert token not in (ROOT / f).read_text(), f
+    # the production preflight refuses them (the one list of refused secrets)
+    assert set(tokens.values()) <= set(render.role_defaults("gwms_secret")["gwms_secret_bad"])
+
+
+def test_prometheus_scrapes_the_controller_in_the_stack() -> None:
+    from dashboards.gen import names as N
+
+    doc = yaml.safe_load((CONFIG / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    (targets,) = (c["targets"] for c in jobs[N.JOB_CONTROLLER]["static_configs"])
+    ctl = COMPOSE["services"]["controller"]
+    assert targets == ["controller:9830"] and ctl["ports"] == ["127.0.0.1:${GWMS_OBS_PORT_CONTROLLER:-9830}:9830"]
+    assert "/healthz" in " ".join(ctl["healthcheck"]["test"])
+    # built like the exporter, from this repository, with the controller extra
+    assert ctl["build"]["context"] == COMPOSE["services"]["exporter"]["build"]["context"]
+    assert '"/src[controller]"' in (ROOT / "compose" / ctl["build"]["dockerfile"].split("/", 1)[1]).read_text()
+    assert "controller" in {s.service for s in images.SPECS}
+
+
 @pytest.mark.live
 @pytest.mark.parametrize(("tool", "name"), [("otelcol", "otelcol.yaml"), ("jaeger", "jaeger.yaml")])
 def test_collector_and_jaeger_configs_are_valid(tool: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,11 +163,22 @@ _OFFLINE_HEADER = """\
 """
 
 
+def controller_dev_tokens() -> dict[str, str]:
+    """role -> the controller's development token in the stack (gwms_controller/compose.yml; hashed in its config)."""
+    doc = yaml.safe_load((render.roles_dir() / "gwms_controller" / "compose.yml").read_text())
+    return {t["role"]: t["token"] for t in doc["vars"]["gwms_controller_tokens"]}
+
+
 def token_env_file() -> str:
+    controller = "".join(
+        f"GWMS_OBS_CONTROLLER_{role.upper()}_TOKEN={token}\n" for role, token in controller_dev_tokens().items()
+    )
     return (
-        "# INSECURE: the development token of the compose stack, known to everyone who has this repository.\n"
-        "# The production preflight (ansible/roles/gwms_secret) refuses it; never use it on a factory.\n"
+        "# INSECURE: the development tokens of the compose stack, known to everyone who has this repository.\n"
+        "# The production preflight (ansible/roles/gwms_secret) refuses them; never use them on a factory.\n"
         f"GWMS_OBS_TRACES_TOKEN={DEV_TOKEN}\n"
+        "# the controller's (http://127.0.0.1:9830, Authorization: Bearer ...); its config keeps their sha256 only\n"
+        f"{controller}"
     )
 
 

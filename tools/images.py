@@ -6,7 +6,7 @@ comes from where a factory host gets it (docs/compose.md):
 
     prometheus, alertmanager   Debian's packages (apt inside the build)
     otelcol, jaeger            the pinned Go builds of `make otelcol jaeger`
-    exporter                   its wheelhouse (tools/wheelhouse.py), pip --no-index
+    exporter, controller       its wheelhouse (tools/wheelhouse.py), pip --no-index
     mail                       tools/mailsink.py on Debian's python3-aiosmtpd
 
 An image is tagged ``gwms-obs/<service>:<hash>``, the hash of its Dockerfile
@@ -101,6 +101,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("jaeger", lambda: [_binary("GWMS_OBS_JAEGER", "jaeger")]),
     # the compiled readers' wheel too: the image installs it where it fits, as the Ansible role does
     Spec("exporter", lambda: [*_source_files(), *wheelhouse.native_wheels()], _wheelhouse),
+    # the same wheelhouse with the controller extra, as the gwms_controller role installs it
+    Spec("controller", lambda: [*_source_files(), *wheelhouse.native_wheels()], _wheelhouse),
     Spec("mail", lambda: [ROOT / "tools" / "mailsink.py"]),
 )
 
