@@ -43,10 +43,36 @@ def test_every_board_is_there_with_a_stable_uid_and_version() -> None:
         assert b["schemaVersion"] == 41  # Grafana 11.6's schema: the pinned SDK build
         ids = [p["id"] for p in b["panels"]]
         assert len(ids) == len(set(ids))
+        # rows take the ids after the panels': a new row renumbers no panel
+        assert all(
+            p["id"] > max(q["id"] for q in b["panels"] if q["type"] != "row") for p in b["panels"] if p["type"] == "row"
+        )
 
 
 def _panels() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    return [(b, p) for b in BOARDS.values() for p in b["panels"]]
+    """Every panel that draws something (rows only group them)."""
+    return [(b, p) for b in BOARDS.values() for p in b["panels"] if p["type"] != "row"]
+
+
+def test_stack_health_has_the_monitoring_controller_row() -> None:
+    """A row over the controller's panels: up, decisions by verbosity and kind, denials, rules, auth failures."""
+    b = BOARDS["dashboards/grafana/gwms-stack-health.json"]
+    rows = [p for p in b["panels"] if p["type"] == "row"]
+    assert [r["title"] for r in rows] == ["Monitoring controller"] and rows[0]["collapsed"] is False
+    (row,) = rows
+    below = [p for p in b["panels"] if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]
+    above = [p for p in b["panels"] if p["type"] != "row" and p["gridPos"]["y"] < row["gridPos"]["y"]]
+    exprs = " ".join(t["expr"] for p in below for t in p["targets"])
+    assert f'up{{job="{N.JOB_CONTROLLER}"}}' in exprs
+    for m in catalogue.CONTROLLER_METRICS:
+        assert m.name in exprs, m.name
+    assert all(m.name not in t["expr"] for p in above for t in p["targets"] for m in catalogue.CONTROLLER_METRICS)
+    dec, den = catalogue.CONTROLLER_DECISIONS.name, catalogue.CONTROLLER_DENIALS.name
+    for by, name in (("verbosity", dec), ("kind", dec), ("reason", den)):
+        assert f"sum by ({by}) (rate({name}[$__rate_interval]))" in exprs, by
+    # nothing overlaps the row: its panels start on the line below it
+    assert min(p["gridPos"]["y"] for p in below) == row["gridPos"]["y"] + 1
+    assert max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in above) <= row["gridPos"]["y"]
 
 
 def test_template_variables() -> None:
@@ -251,5 +277,9 @@ def test_sdk_pin_names_the_grafana_version() -> None:
 
 def test_prometheus_job_names_agree_with_the_rules() -> None:
     d = role_defaults("prometheus")
-    assert (d["prometheus_exporter_job"], d["prometheus_collector_job"]) == (N.JOB_EXPORTER, N.JOB_COLLECTOR)
+    assert (d["prometheus_exporter_job"], d["prometheus_collector_job"], d["prometheus_controller_job"]) == (
+        N.JOB_EXPORTER,
+        N.JOB_COLLECTOR,
+        N.JOB_CONTROLLER,
+    )
     assert [Path(f).name for f in d["prometheus_rule_files"]] == ["gwms-recording.rules.yml", "gwms-alerts.rules.yml"]

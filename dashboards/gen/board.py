@@ -104,6 +104,12 @@ class Board:
     audience: str
     variables: tuple[str, ...] = ("entry", "client", "site", TOPN)
     specs: list[PanelSpec] = field(default_factory=list)
+    # (index in specs of the first panel under it, title): rows start on a line of their own
+    rows: list[tuple[int, str]] = field(default_factory=list)
+
+    def row(self, title: str) -> None:
+        """A row (an expanded Grafana row panel) over the panels added after it."""
+        self.rows.append((len(self.specs), title))
 
     def add(
         self,
@@ -152,7 +158,14 @@ class Board:
         for v in self.variables:
             d = d.with_variable(_topn_var() if v == TOPN else _query_var(v))
         x = y = row_h = 0
+        # Panel ids follow the specs; rows take the ids after them, so adding a row renumbers nothing.
+        rows = {at: (len(self.specs) + k, title) for k, (at, title) in enumerate(self.rows, 1)}
         for i, spec in enumerate(self.specs, 1):
+            if i - 1 in rows:
+                rid, title = rows[i - 1]
+                y, x, row_h = y + row_h, 0, 0
+                d = d.with_row(D.Row(title).id(rid).collapsed(False).grid_pos(GridPos(h=1, w=24, x=0, y=y)))
+                y += 1
             if x + spec.w > 24:
                 x, y, row_h = 0, y + row_h, 0
             d = d.with_panel(_panel(i, spec, GridPos(h=spec.h, w=spec.w, x=x, y=y)))

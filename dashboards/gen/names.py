@@ -15,6 +15,7 @@ from gwms_obs.tracing import conventions as C
 # (tests/test_dashboards.py checks they agree).
 JOB_EXPORTER = "gwms-obs"
 JOB_COLLECTOR = "otel-collector"
+JOB_CONTROLLER = "gwms-controller"  # the monitoring controller (ansible/roles/gwms_controller)
 
 # Grafana datasources the grafana role provisions (ansible/roles/grafana/defaults/main.yml,
 # grafana_datasource_uids; a test checks they agree). Our own uids and names, never

@@ -226,19 +226,19 @@ def _stale_and_downtime() -> dict[str, Any]:
     )
 
 
-def _down(job: str, name: str, summary: str, what: str) -> list[dict[str, Any]]:
+def _down(job: str, name: str, summary: str, what: str, severity: str = "critical") -> list[dict[str, Any]]:
     inst = f'job="{job}",instance="h:1"'
     return [
         group(
             [s("up", inst, "1 1 0x20")],
             quiet("6m", name),  # down 4m, for: 5m
-            firing("8m", name, expect("critical", "factory", summary, what.format(" at h:1"), job=job, instance="h:1")),
+            firing("8m", name, expect(severity, "factory", summary, what.format(" at h:1"), job=job, instance="h:1")),
         ),
         # The target is gone from Prometheus entirely (no `up` series): absent() fires.
         group(
             [s("up", 'job="other",instance="h:2"', "1x20")],
             quiet("4m", name),
-            firing("10m", name, expect("critical", "factory", summary, what.format(""), job=job)),
+            firing("10m", name, expect(severity, "factory", summary, what.format(""), job=job)),
         ),
         group([s("up", inst, "1x20")], quiet("15m", name)),
     ]
@@ -417,6 +417,14 @@ def tests_yaml(rule_files: list[str], more: Sequence[dict[str, Any]] = ()) -> st
         "GwmsCollectorDown",
         "The OpenTelemetry Collector is down",
         "Prometheus cannot scrape the collector{}; pilot traces are being lost.",
+    )
+    tests += _down(
+        N.JOB_CONTROLLER,
+        "GwmsControllerDown",
+        "The gwms-obs monitoring controller is down",
+        "Prometheus cannot scrape the monitoring controller{}; pilots get no answer and trace at the factory's"
+        " default verbosity, and no rule can be changed.",
+        severity="warning",
     )
     tests += [_runbook_base(), _recording(), *more]  # more: the site-health groups (health_tests.py)
     doc = {"rule_files": rule_files, "evaluation_interval": "1m", "tests": tests}

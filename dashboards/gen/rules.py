@@ -117,6 +117,7 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
     vf, nm = pilots(Outcome.VALIDATION_FAILED), pilots(Outcome.NO_MATCH)
     exp_up = f'up{{job="{N.JOB_EXPORTER}"}}'
     col_up = f'up{{job="{N.JOB_COLLECTOR}"}}'
+    ctl_up = f'up{{job="{N.JOB_CONTROLLER}"}}'
     sw = t.short_window
     return [
         Alert(
@@ -245,5 +246,15 @@ def alerts(t: Timing = Timing()) -> list[Alert]:
             "The collector's export queue is nearly full",
             "The export queue of collector {{ $labels.instance }} is {{ $value | humanizePercentage }} full;"
             " spans will be dropped when it is full.",
+        ),
+        Alert(
+            "GwmsControllerDown",
+            f"{ctl_up} == 0 or absent({ctl_up})",
+            t.for_stack,
+            "warning",
+            "factory",
+            "The gwms-obs monitoring controller is down",
+            "Prometheus cannot scrape the monitoring controller{{ with $labels.instance }} at {{ . }}{{ end }};"
+            " pilots get no answer and trace at the factory's default verbosity, and no rule can be changed.",
         ),
     ]

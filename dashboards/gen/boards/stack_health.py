@@ -17,7 +17,7 @@ def stack_health() -> Board:
     b = Board(
         STACK,
         "GlideinWMS factory / Monitoring stack health",
-        "Is the monitoring itself working: exporter, collector, Prometheus, Alertmanager.",
+        "Is the monitoring itself working: exporter, collector, Prometheus, Alertmanager, the monitoring controller.",
         "whoever runs gwms-obs",
         variables=(),
     )
@@ -263,4 +263,95 @@ def stack_health() -> Board:
         budget=5,
         question="How many alerts does Alertmanager hold?",
     )
+    _controller(b)
     return b
+
+
+def _controller(b: Board) -> None:
+    """The monitoring controller's row: is it up, what it decides, what it refuses, its rules."""
+    up = f'up{{job="{N.JOB_CONTROLLER}"}}'
+    dec, den = catalogue.CONTROLLER_DECISIONS, catalogue.CONTROLLER_DENIALS
+    changes, expiries = catalogue.CONTROLLER_CHANGES, catalogue.CONTROLLER_EXPIRIES
+    rules, auth = catalogue.CONTROLLER_RULES, catalogue.CONTROLLER_AUTH_FAILURES
+    b.row("Monitoring controller")
+    b.add(
+        "stat",
+        "Controller up",
+        "Whether Prometheus scrapes each monitoring controller (GwmsControllerDown fires after 5 minutes down).",
+        "short",
+        [Target(f"max by (instance) ({up})", "{{instance}}", instant=True)],
+        budget=5,
+        question="Is the monitoring controller up?",
+        w=6,
+        h=6,
+        states=((0, "down", "red"), (1, "up", "green")),
+    )
+    b.add(
+        "timeseries",
+        "Controller decisions by verbosity",
+        "Decisions answered to pilots per second, by the verbosity granted.",
+        dec.rate_grafana_unit,
+        [Target(f"sum by (verbosity) (rate({dec.name}[$__rate_interval]))", "{{verbosity}}")],
+        budget=4,
+        question="How many pilots ask the controller, and what verbosity do they get?",
+        w=9,
+        h=6,
+        stacked=True,
+    )
+    b.add(
+        "timeseries",
+        "Controller decisions by deciding kind",
+        "Decisions per second by the kind of rule that decided (default: no rule matched).",
+        dec.rate_grafana_unit,
+        [Target(f"sum by (kind) (rate({dec.name}[$__rate_interval]))", "{{kind}}")],
+        budget=4,
+        question="Which kind of rule decides the pilots' verbosity?",
+        w=9,
+        h=6,
+        stacked=True,
+    )
+    b.add(
+        "timeseries",
+        "Controller denials by reason",
+        "Rule changes refused (and audited) per second, by reason (0 when none).",
+        den.rate_grafana_unit,
+        [Target(or_zero(f"sum by (reason) (rate({den.name}[$__rate_interval]))"), "{{reason}}")],
+        budget=7,
+        question="Are people being refused by the controller, and why?",
+        w=8,
+    )
+    b.add(
+        "timeseries",
+        "Controller rules in force",
+        "Rules in force now, by kind (overrides and caps).",
+        rules.grafana_unit,
+        [Target(f"sum by (kind) ({rules.name})", "{{kind}}")],
+        budget=4,
+        question="How many controller rules are in force, of which kind?",
+        w=8,
+    )
+    b.add(
+        "timeseries",
+        "Controller rule changes and expiries",
+        "Rules created, expired or deleted per second by action, and rules that reached their expiry by kind (0 when"
+        " none).",
+        changes.rate_grafana_unit,
+        [
+            Target(or_zero(f"sum by (action) (rate({changes.name}[$__rate_interval]))"), "{{action}}"),
+            Target(or_zero(f"sum by (kind) (rate({expiries.name}[$__rate_interval]))"), "{{kind}} expired"),
+        ],
+        budget=8,
+        question="Are controller rules being changed, or running out?",
+        w=8,
+    )
+    b.add(
+        "timeseries",
+        "Controller authentication failures",
+        "Requests refused for a missing or unknown bearer token, per second (0 when none): a pilot or a person"
+        " with a revoked or mistyped token, or someone guessing.",
+        auth.rate_grafana_unit,
+        [Target(or_zero(f"sum by (instance) (rate({auth.name}[$__rate_interval]))"), "{{instance}}")],
+        budget=5,
+        question="Is anyone calling the controller with a bad token?",
+        w=24,
+    )
