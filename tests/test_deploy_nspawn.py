@@ -66,7 +66,9 @@ SERVICES = {
     "jaeger": "http://127.0.0.1:13134/status",
     "otelcol-gwms": "http://127.0.0.1:13133/",
     "gwms-obs-exporter": "http://127.0.0.1:9822/metrics",
+    "gwms-obs-controller": "http://127.0.0.1:9830/healthz",
 }
+CONTROLLER = "http://127.0.0.1:9830"
 TEST_RULES = "gwms-deploy-test.rules.yml"
 OPS_MAIL = "factory-ops@factory.test"
 PILOTS = 300
@@ -161,6 +163,11 @@ def _artifacts(dest: Path) -> dict[str, str]:
     }
 
 
+def _token(work: Path, role: str) -> str:
+    """A controller token of this test run (as `gwms-obs controller token` makes them: prefix and 256 bits)."""
+    return "gwmsc_" + hashlib.sha256(f"{work}-controller-{role}".encode()).hexdigest()
+
+
 def _vault(conf: Path, action: str, path: Path) -> str:
     """ansible-vault with the test's vault password (conf/ is /srv/gwms-test in the container)."""
     return subprocess.run(
@@ -218,11 +225,17 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     conf = work / "conf"
     conf.mkdir()
     (conf / "vault-pass").write_text("gwms-obs-deploy-test-vault-pass\n")
+    # the monitoring controller's tokens, plaintext in the vault only (the host keeps their sha256)
+    controller_tokens = [
+        {"name": "deploy-test-ops", "role": "operator", "token": _token(work, "operator")},
+        {"name": "deploy-test-pilots", "role": "pilot", "token": _token(work, "pilot")},
+    ]
     (conf / "vault.yml").write_text(
         yaml.safe_dump(
             {
                 "vault_grafana_admin_password": hashlib.sha256(str(work).encode()).hexdigest()[:24],
                 "vault_otel_collector_pilot_tokens": [hashlib.sha256(f"{work}-pilot".encode()).hexdigest()],
+                "vault_gwms_controller_tokens": controller_tokens,
             }
         )
     )
@@ -252,6 +265,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
                         "otel_collector_artifact_dir": "/srv/artifacts",
                         "jaeger_artifact_dir": "/srv/artifacts",
                         "gwms_exporter_artifact_dir": "/srv/artifacts",
+                        "gwms_controller_artifact_dir": "/srv/artifacts",
                         "gwms_exporter_interval": 5,
                         "gwms_exporter_settle_seconds": 0,
                         "prometheus_rules_src_dir": "/srv/rules",
@@ -367,6 +381,49 @@ def test_exporter_reads_the_factory_and_prometheus_holds_its_metrics(host: Host)
     assert up and up[0]["value"][1] == "1"
 
 
+def test_controller_answers_a_pilot_and_keeps_only_token_hashes(host: Host) -> None:
+    """The monitoring controller: /healthz with the migrated schema, a decision for a pilot's token,
+    401 without one, only the tokens' sha256 in its config, its SQLite database its own, Prometheus scraping it."""
+    assert host.active("gwms-obs-controller") == "active"
+    status, body = host.ct.http(f"{CONTROLLER}/healthz")
+    health = json.loads(body)
+    assert status == 200 and health["status"] == "ok" and health["schema"], body
+    pilot = _token(host.work, "pilot")
+    query = urllib.parse.urlencode({"factory": "gfactory-deploy-test", "entry": "ENTRY_DEPLOY", "site": "T2_Test"})
+    status, body = host.ct.http(f"{CONTROLLER}/v1/decide?{query}", {"Authorization": f"Bearer {pilot}"})
+    decision = json.loads(body)
+    # no rule yet: the role's default effect (gwms_controller_default)
+    assert status == 200 and decision["verbosity"] == "phases" and decision["kind"] == "default", body
+    assert host.ct.http(f"{CONTROLLER}/v1/decide?{query}")[0] == 401
+    assert host.ct.http(f"{CONTROLLER}/v1/decide?{query}", {"Authorization": "Bearer not-a-token"})[0] == 401
+    status, body = host.ct.http(f"{CONTROLLER}/v1/whoami", {"Authorization": f"Bearer {_token(host.work, 'operator')}"})
+    assert status == 200 and json.loads(body)["role"] == "operator", body
+    # the config: root:gwms-obs-controller 0640, the tokens' sha256 and never the tokens
+    cfg = "/etc/gwms-obs-controller/controller.toml"
+    assert host.ct.exec("stat", "-c", "%a %U %G", cfg).stdout.split() == ["640", "root", "gwms-obs-controller"]
+    text = (host.ct.root / cfg.lstrip("/")).read_text()
+    for role in ("operator", "pilot"):
+        assert _token(host.work, role) not in text
+        assert hashlib.sha256(_token(host.work, role).encode()).hexdigest() in text
+    db = "/var/lib/gwms-obs-controller/controller.db"
+    assert host.ct.exec("stat", "-c", "%U", db).stdout.strip() == "gwms-obs-controller"
+    # the first run migrated (changed), the second found the schema current (not changed)
+    for run, changed in (("first", True), ("second", False)):
+        out = host.runs[run].stdout
+        task = out.split("Create or upgrade the database schema", 1)[1].split("TASK [", 1)[0]
+        assert ("changed:" in task) is changed, (run, task[:500])
+    # decisions counted, and Prometheus scrapes the controller under the job GwmsControllerDown selects
+    metrics = host.ct.http_get(f"{CONTROLLER}/metrics")
+    assert 'gwms_controller_decisions_total{kind="default",verbosity="phases"}' in metrics
+    assert "gwms_controller_auth_failures_total 2.0" in metrics
+
+    def up() -> bool:
+        r = host.query('up{job="gwms-controller"}')
+        return bool(r) and r[0]["value"][1] == "1"
+
+    assert wait_for("Prometheus scraping the controller", up, timeout=60)
+
+
 def test_rules_and_dashboards_in_place(host: Host) -> None:
     rules = json.loads(host.ct.http_get("http://127.0.0.1:9090/api/v1/rules"))["data"]["groups"]
     names = {g["name"] for g in rules}
@@ -440,6 +497,7 @@ UNIT_ROLES = {
     "jaeger": "jaeger",
     "gwms-obs-exporter": "gwms_exporter",
     "otelcol-gwms": "otel_collector",
+    "gwms-obs-controller": "gwms_controller",
 }
 
 
@@ -535,7 +593,13 @@ def multi(host: Host) -> Iterator[Multi]:
     shutil.copytree(ANSIBLE / "inventories" / "multi-host" / "group_vars", inv / "group_vars")
     (inv / "group_vars" / "all" / "vault.yml.example").unlink()
     (inv / "hosts.yml").write_text(
-        yaml.safe_dump({"all": {"children": {g: {"hosts": {MULTI_HOST: None}} for g in ("factory", "monitoring")}}})
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {g: {"hosts": {MULTI_HOST: None}} for g in ("factory", "monitoring", "gwms_controller")}
+                }
+            }
+        )
     )
     with nspawn.peer_netns(host.ct, HOST_IP, PEER_IP) as peer:
         host.ct.exec("sh", "-c", f"echo '{HOST_IP} {MULTI_HOST}' >> /etc/hosts")
@@ -636,10 +700,22 @@ def test_a_span_through_the_collector_reaches_jaeger_and_its_metrics_reach_prome
 def test_prometheus_still_scrapes_exporter_collector_and_itself(multi: Multi) -> None:
     def all_up() -> bool:
         up = {r["metric"]["job"]: r["value"][1] for r in multi.query("up")}
-        return all(up.get(job) == "1" for job in ("gwms-obs", "otel-collector", "prometheus", "alertmanager"))
+        jobs = ("gwms-obs", "otel-collector", "prometheus", "alertmanager", "gwms-controller")
+        return all(up.get(job) == "1" for job in jobs)
 
     assert wait_for("every scrape target up (the self-scrape over TLS with a password)", all_up, timeout=60, step=1)
     assert multi.query('sum(gwms_pilots_total{job="gwms-obs"})')
+
+
+def test_off_loopback_controller_serves_https_only(multi: Multi) -> None:
+    """gwms_controller_listen 0.0.0.0 with the monitoring host's certificate: HTTPS, the bearer token required."""
+    ca = str(multi.pki.path("ca"))
+    assert multi.request(9830, "/healthz")["status"] in (None, 400)  # plain HTTP to the TLS listener
+    assert multi.request(9830, "/healthz", tls=True, ca=ca)["status"] == 200
+    pilot = _token(multi.host.work, "pilot")
+    assert multi.request(9830, "/v1/decide?site=T2_Test", tls=True, ca=ca)["status"] == 401
+    r = multi.request(9830, "/v1/decide?site=T2_Test", tls=True, ca=ca, headers={"Authorization": f"Bearer {pilot}"})
+    assert r["status"] == 200 and json.loads(r["body"])["kind"] == "default", r
 
 
 def test_grafana_provisioning_logs_in_to_prometheus_over_tls(multi: Multi) -> None:

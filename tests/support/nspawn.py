@@ -20,6 +20,7 @@ it, by its PID, in bounded waits.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -151,6 +152,23 @@ class Container:
         if r.returncode != 0:
             raise OSError(f"GET {url}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
         return r.stdout
+
+    def http(self, url: str, headers: dict[str, str] | None = None, timeout: float = 5) -> tuple[int, str]:
+        """GET ``url`` with ``headers`` inside the container's network namespace: (status, body), errors included."""
+        code = (
+            "import json, sys, urllib.error, urllib.request\n"
+            "req = urllib.request.Request(sys.argv[1], headers=json.loads(sys.argv[2]))\n"
+            "try:\n"
+            "    r = urllib.request.urlopen(req, timeout=float(sys.argv[3])); s, b = r.status, r.read()\n"
+            "except urllib.error.HTTPError as e:\n"
+            "    s, b = e.code, e.read()\n"
+            "sys.stdout.write(json.dumps([s, b.decode()]))"
+        )
+        r = self.netns(sys.executable, "-c", code, url, json.dumps(headers or {}), str(timeout), timeout=timeout + 10)
+        if r.returncode != 0:
+            raise OSError(f"GET {url}: {r.stderr.strip().splitlines()[-1:] or r.returncode}")
+        status, body = json.loads(r.stdout)
+        return int(status), str(body)
 
     def spawn_in_netns(self, cmd: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "wb") as out:
