@@ -39,7 +39,7 @@ from tools.mailsink import Mail
 pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "gwms-obs-test"
-PORTS = ("prometheus", "alertmanager", "mail", "exporter", "jaeger", "otlp_http", "otlp_grpc", "grafana")
+PORTS = ("prometheus", "alertmanager", "mail", "exporter", "jaeger", "otlp_http", "otlp_grpc", "grafana", "controller")
 
 
 @dataclass
@@ -178,7 +178,7 @@ def test_every_service_is_healthy_unprivileged_read_only_and_on_loopback(stack: 
         for bindings in (c["HostConfig"]["PortBindings"] or {}).values():
             assert all(b["HostIp"] == "127.0.0.1" for b in bindings), (name, bindings)
         assert not any("TOKEN" in e for e in c["Config"]["Env"] if name not in ("exporter", "otelcol")), name
-    assert set(found) == {"prometheus", "alertmanager", "mail", "exporter", "jaeger", "otelcol"}
+    assert set(found) == {"prometheus", "alertmanager", "mail", "exporter", "jaeger", "otelcol", "controller"}
     # the image installs the compiled readers from its wheelhouse where they fit, as the Ansible role does
     version = _docker("exec", found["exporter"]["Id"], "gwms-obs", "--version")
     assert "(readers: native " in version, version
