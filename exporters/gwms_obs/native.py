@@ -1,8 +1,8 @@
 """The compiled fast path of the hot readers: the ``gwms_obs_native`` module, when installed.
 
 ``gwms-obs-native`` (built from ``native/``, a Rust crate through PyO3) reads
-an ordinary .out, .err or completed_jobs buffer several times faster than the
-Python readers. It is a fast path only: for any input it does not fully
+an ordinary .out, .err, completed_jobs or HTCondor-G event-log buffer several
+times faster than the Python readers. It is a fast path only: for any input it does not fully
 understand — anything the Python reader would record as a parse error, or a
 construct it does not model (an XML entity, a ClassAd string escape, ...) — it
 returns None and the Python reader, which stays the reference, reads the input.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-ABI = 2  # must equal the module's ABI (native/src/lib.rs)
+ABI = 3  # must equal the module's ABI (native/src/lib.rs)
 ENV = "GWMS_OBS_NATIVE"
 
 

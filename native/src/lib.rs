@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 mod classad;
 mod completed;
 mod err;
+mod eventlog;
 mod out;
 mod scan;
 mod sweep;
@@ -20,7 +21,7 @@ mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 2;
+const ABI: u32 = 3;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -135,6 +136,42 @@ fn parse_err<'py>(
     PyTuple::new(py, items).map(Some)
 }
 
+/// `(events, bytes consumed)` of an event-log buffer, as `condor_eventlog.parse_buffer`
+/// returns them, or None. ``event`` is the CondorEvent class; ``tz_offset`` the zone of
+/// times without an offset (None: the host's local time; else whole seconds east of UTC);
+/// ``ref_day`` (year, month, day) anchors the year-less dates.
+#[pyfunction]
+fn parse_eventlog<'py>(
+    py: Python<'py>,
+    buf: &[u8],
+    event: &Bound<'py, PyAny>,
+    tz_offset: Option<i64>,
+    ref_day: (i64, i64, i64),
+    max_event: usize,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let zone = tz_offset.map_or(eventlog::Zone::Local, eventlog::Zone::Fixed);
+    let Some((events, used)) = py.detach(|| guarded(|| eventlog::parse(buf, zone, ref_day, max_event))) else {
+        return Ok(None);
+    };
+    let list = PyList::empty(py);
+    for e in &events {
+        let ev = match &e.reason {
+            None if e.return_value.is_none() => event.call1((e.cluster, e.proc_, e.code, e.time))?,
+            reason => {
+                let reason: Option<Bound<'py, PyAny>> = match reason {
+                    None => None,
+                    Some(eventlog::Reason::Signal(n)) => Some(obj(py, format!("signal {n}"))?),
+                    // the parse took only UTF-8
+                    Some(eventlog::Reason::Text(a, b)) => Some(obj(py, std::str::from_utf8(&buf[*a..*b]).ok())?),
+                };
+                event.call1((e.cluster, e.proc_, e.code, e.time, e.return_value, reason))?
+            }
+        };
+        list.append(ev)?;
+    }
+    PyTuple::new(py, [list.into_any(), obj(py, used)?]).map(Some)
+}
+
 #[pymodule]
 fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", ABI)?;
@@ -145,5 +182,6 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_err, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_eventlog, m)?)?;
     Ok(())
 }

@@ -9,6 +9,12 @@ factory's local time unless the ISO form carries ``Z`` or an offset.
 
 GlideinWMS's own timings break on the modern date form (formats doc 7.3),
 so this parser is the only source of pilot start/end when the .out is lost.
+
+``parse_buffer`` hands an ordinary buffer to the compiled reader when there is
+one (native/src/eventlog.rs, see :mod:`gwms_obs.native`): the same events, times
+bit for bit, local time included; anything it would not read exactly as the
+code below does (a parse error, a ZoneInfo ``tz``, a year out of its range) is
+read here, and this code stays the reference (tests/test_native_eventlog.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from gwms_obs import native
 from gwms_obs.catalogue import Source
 from gwms_obs.model import PilotTimes
 from gwms_obs.parse_errors import ParseErrors
@@ -142,6 +149,22 @@ def _parse_event(
     return e
 
 
+_PYTHON_ONLY = "python"
+
+
+def _native_zone(tz: tzinfo | None) -> int | str | None:
+    """The zone as the compiled reader takes it: None (local time), whole seconds east of
+    UTC (a fixed ``timezone``), or ``_PYTHON_ONLY`` (any other tzinfo: a ZoneInfo, a
+    sub-second offset) for the Python reader alone."""
+    if tz is None:
+        return None
+    if type(tz) is timezone:
+        off = tz.utcoffset(None)
+        if not off.microseconds:
+            return off.days * 86400 + off.seconds
+    return _PYTHON_ONLY
+
+
 def parse_buffer(
     buf: bytes,
     path: str,
@@ -161,6 +184,17 @@ def parse_buffer(
     """
     if ref_day is None:
         ref_day = names_from_path(path)[1] or date.today()
+    if native.core is not None and type(buf) is bytes:
+        # The compiled fast path (native/src/eventlog.rs): the same events and times, bit for
+        # bit, or None for any buffer this reader would find fault with.
+        zone = _native_zone(tz)
+        if zone is not _PYTHON_ONLY:
+            found = native.core.parse_eventlog(
+                buf, CondorEvent, zone, (ref_day.year, ref_day.month, ref_day.day), MAX_EVENT
+            )
+            if found is not None:
+                events: list[CondorEvent] = found[0]
+                return events, found[1]
     out: list[CondorEvent] = []
     pos = 0
     for em in _END.finditer(buf):
