@@ -1,6 +1,6 @@
 """Backfill benchmark: a one-shot full scan of a factory, serially and with a pool of workers.
 
-    python benchmarks/backfill.py [--pilots 20000] [--seed 7] [--workers 2] [--runs 3] [--record]
+    python benchmarks/backfill.py [--pilots 20000] [--seed 7] [--workers 2] [--runs 3] [--eventlog-python] [--record]
 
 Builds (once, cached under benchmarks/work/) a simulated factory of --pilots
 pilots, then times a full scan (``IngestConfig.one_shot``, as ``report`` reads
@@ -12,6 +12,10 @@ best and median wall time of each, the speed-up (serial / pool), the time in
 the pilots' files stage alone (what the pool spreads; the other stages stay
 serial), and the load average at the start and the end. Every run's ledger
 must be the same (a digest is compared), or the benchmark fails.
+
+--eventlog-python adds a third serial run to each round with the event logs read
+by the pure-Python reader (the compiled one off for that stage only): the
+before/after of the compiled event-log reader, in the same rounds.
 
 The aim (issue 14): >= 1.8x on 2 cores. --record writes benchmarks/results/backfill.md.
 """
@@ -28,6 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from bench import child, record, simulated_factory
@@ -37,10 +42,14 @@ WORK = HERE / "work"
 AIM = 1.8
 
 
-def _child(path: str, workers: int) -> None:
+def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
     """Runs in a subprocess: one full scan, printed as JSON."""
     from gwms_obs.ingest.glidein_files import GlideinFilesStage
     from gwms_obs.pipeline import Ingest, IngestConfig
+    from gwms_obs.sources import condor_eventlog
+
+    if eventlog_python:  # the event logs' pure-Python reader, every other reader compiled
+        condor_eventlog.native = SimpleNamespace(core=None)  # type: ignore[assignment]
 
     ing = Ingest(IngestConfig.one_shot(path, None, 3600.0, workers))
     stage = next(s for s in ing.stages if isinstance(s, GlideinFilesStage))
@@ -78,8 +87,8 @@ def _child(path: str, workers: int) -> None:
     )
 
 
-def run(path: Path, workers: int) -> dict[str, Any]:
-    return child(__file__, [str(path), str(workers)])
+def run(path: Path, workers: int, eventlog_python: bool = False) -> dict[str, Any]:
+    return child(__file__, [str(path), str(workers), "py" if eventlog_python else ""])
 
 
 def main() -> int:
@@ -88,11 +97,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3, help="runs of each (at least 3)")
+    ap.add_argument("--eventlog-python", action="store_true", help="also serial with the Python event-log reader")
     ap.add_argument("--record", action="store_true", help="write benchmarks/results/backfill.md")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        _child(a.child[0], int(a.child[1]))
+        _child(a.child[0], int(a.child[1]), a.child[2] == "py")
         return 0
     if a.runs < 3 or a.workers < 2:
         ap.error("--runs must be >= 3 and --workers >= 2")
@@ -102,14 +112,20 @@ def main() -> int:
 
     load = os.getloadavg()
     runs: dict[int, list[dict[str, Any]]] = {1: [], a.workers: []}
+    before: list[dict[str, Any]] = []  # serial, event logs read in Python
     for i in range(a.runs):
         for w, done in runs.items():
             r = run(fac, w)
             done.append(r)
             print(f"run {i + 1}, workers {w}: {r['seconds']:.2f} s (pilots' files {r['pilot_files_seconds']:.2f} s)")
+        if a.eventlog_python:
+            r = run(fac, 1, eventlog_python=True)
+            before.append(r)
+            print(f"run {i + 1}, workers 1, event logs in Python: {r['seconds']:.2f} s")
     load_end = os.getloadavg()
-    digests = {(r["ledger"], r["pilots"], r["errors"]) for rs in runs.values() for r in rs}
-    if len(digests) != 1 or any(r["failed"] for rs in runs.values() for r in rs):
+    everything = [*before, *(r for rs in runs.values() for r in rs)]
+    digests = {(r["ledger"], r["pilots"], r["errors"]) for r in everything}
+    if len(digests) != 1 or any(r["failed"] for r in everything):
         print(f"the runs disagree: {digests}", file=sys.stderr)
         return 1
 
@@ -120,6 +136,13 @@ def main() -> int:
     def cpu(w: int, key: str = "cpu_seconds") -> str:
         return f"{statistics.median(r[key] for r in runs[w]):.1f}"  # median over the runs
 
+    def cells(rs: list[dict[str, Any]]) -> str:
+        med = statistics.median
+        secs, files = [r["seconds"] for r in rs], [r["pilot_files_seconds"] for r in rs]
+        cpu_med = med(r["cpu_seconds"] for r in rs)
+        return f"{min(secs):.2f} | {med(secs):.2f} | {min(files):.2f} | {med(files):.2f} | {cpu_med:.1f}"
+
+    before_cells = cells(before) if before else ""
     s_best, s_med = stat(1, "seconds")
     p_best, p_med = stat(a.workers, "seconds")
     sf_best, sf_med = stat(1, "pilot_files_seconds")
@@ -128,6 +151,8 @@ def main() -> int:
     met = "met" if ratio >= AIM and ratio_med >= AIM else "NOT met"
     first = runs[1][0]
     cmd = f"python benchmarks/backfill.py --pilots {a.pilots} --seed {a.seed} --workers {a.workers} --runs {a.runs}"
+    if a.eventlog_python:
+        cmd += " --eventlog-python"
     lines = [
         f"# Backfill benchmark — {platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
         "",
@@ -142,6 +167,7 @@ def main() -> int:
         f"| 1 | {s_best:.2f} | {s_med:.2f} | {sf_best:.2f} | {sf_med:.2f} | {cpu(1)} | — |",
         f"| {a.workers} | {p_best:.2f} | {p_med:.2f} | {pf_best:.2f} | {pf_med:.2f} | {cpu(a.workers)} "
         f"| {cpu(a.workers, 'workers_cpu_seconds')} |",
+        *([f"| 1, event logs read in Python (before the compiled reader) | {before_cells} | — |"] if before else []),
         "",
         f"Speed-up of the full scan: **{ratio:.2f}x** best, {ratio_med:.2f}x median; "
         f"of the pilots' files stage (what the pool reads): {sf_best / pf_best:.2f}x best, "

@@ -10,6 +10,13 @@ Numbers are noisy on a shared VM: compare best-of runs made back to back.
     python benchmarks/readers.py -n 2000 -r 7
     python benchmarks/readers.py --simulated /tmp/sim --pilots 500   # simulator tree
     python benchmarks/readers.py --profile       # cProfile of the typical pilot
+    python benchmarks/readers.py --eventlog [--record]   # the event logs: Python vs compiled
+
+--eventlog times ``condor_eventlog.parse_buffer`` over every HTCondor-G event log
+of the cached 20k-pilot factory (benchmarks/work/, made once), the pure-Python
+reader and the compiled one interleaved in one process, in process CPU time;
+then the fold of the events into pilots (``PilotTimeline.feed``, Python either
+way). --record writes benchmarks/results/readers-eventlog.md.
 """
 
 from __future__ import annotations
@@ -194,19 +201,105 @@ def _simulated(root: Path, pilots: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
+def eventlog(repeats: int, pilots: int, seed: int, record: bool) -> int:
+    """Python vs compiled event-log parse on the same buffers, interleaved (see --eventlog)."""
+    import os
+    import platform
+    from datetime import date
+
+    from bench import record as write
+    from bench import simulated_factory
+    from gwms_obs import native
+    from gwms_obs.sources import condor_eventlog as el
+
+    core = native.core
+    if core is None:
+        sys.exit(f"no compiled readers here: {native.describe()}")
+    fac = simulated_factory(pilots, seed)
+    logs = [(str(p), p.read_bytes()) for p in sorted(fac.glob("client/*/*/entry_*/condor_activity_*.log"))]
+
+    def parse(use: object) -> list[list[el.CondorEvent]]:
+        native.core = use
+        try:
+            return [el.parse_buffer(buf, path, 0, ParseErrors())[0] for path, buf in logs]
+        finally:
+            native.core = core
+
+    want = parse(None)
+    assert parse(core) == want, "the compiled reader disagrees with the Python one"
+    for path, buf in logs:  # and it read them all: no file went to the Python reader
+        ref = el.names_from_path(path)[1] or date.today()
+        assert core.parse_eventlog(buf, el.CondorEvent, None, (ref.year, ref.month, ref.day), el.MAX_EVENT), path
+    events = sum(map(len, want))
+
+    def feed() -> None:
+        tl = el.PilotTimeline()
+        for (path, _), evs in zip(logs, want, strict=True):
+            tl.feed(evs, path)
+
+    runs: dict[str, list[float]] = {"python": [], "native": [], "feed": []}
+    load = os.getloadavg()
+    for _ in range(repeats):
+        for name, fn in (("python", lambda: parse(None)), ("native", lambda: parse(core)), ("feed", feed)):
+            t = time.process_time()
+            fn()
+            runs[name].append(time.process_time() - t)
+    load_end = os.getloadavg()
+
+    def row(label: str, xs: list[float]) -> str:
+        best, med = min(xs), statistics.median(xs)
+        return (f"| {label} | {best / events * 1e6:.2f} | {med / events * 1e6:.2f} "
+                f"| {best / len(logs) * 1e3:.2f} | {med / len(logs) * 1e3:.2f} | {best:.3f} |")  # fmt: skip
+
+    py, nat = runs["python"], runs["native"]
+    mb = sum(len(b) for _, b in logs) / 1e6
+    lines = [
+        f"# Event-log reader — {platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
+        "",
+        f"`condor_eventlog.parse_buffer` over the {len(logs)} event logs ({mb:.1f} MB, {events:,} events) "
+        f"of the simulated factory ({pilots} pilots, seed {seed}), in memory, tz=None (this host's local "
+        f"time, {time.tzname[0]}), as the event-log stage calls it. Python and compiled interleaved in one "
+        f"process, {repeats} repeats, process CPU time. Readers: {native.describe()}. "
+        f"Command: `python benchmarks/readers.py --eventlog -r {repeats}`.",
+        "",
+        "| what | best µs/event | median µs/event | best ms/file | median ms/file | best s, all files |",
+        "|---|---|---|---|---|---|",
+        row("parse, pure Python (before)", py),
+        row("parse, compiled (after)", nat),
+        row("fold into pilots (`PilotTimeline.feed`, Python)", runs["feed"]),
+        "",
+        f"Compiled / Python: **{min(py) / min(nat):.1f}x** best, "
+        f"{statistics.median(py) / statistics.median(nat):.1f}x median. Every file took the fast path, "
+        "with the same events (compared before timing).",
+        "",
+        f"Load average (1, 5, 15 min) at the start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if record:
+        write(Path(__file__).resolve().parent / "results" / "readers-eventlog.md", text)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--iterations", type=int, default=1000, help="pilots per repeat (typical mode)")
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--simulated", type=Path, metavar="DIR",
                     help="time every job.*.out/.err under DIR (simulated there first when empty)")  # fmt: skip
-    ap.add_argument("--pilots", type=int, default=300, help="pilots to simulate into an empty DIR")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--pilots", type=int, help="pilots to simulate (--simulated: 300; --eventlog: 20000)")
+    ap.add_argument("--seed", type=int, help="(typical: 1; --eventlog: 7, the ingest benchmarks' factory)")
     ap.add_argument("--profile", action="store_true", help="cProfile the typical pilot instead of timing")
+    ap.add_argument("--eventlog", action="store_true", help="the event logs, Python vs compiled (see above)")
+    ap.add_argument("--record", action="store_true", help="with --eventlog: write benchmarks/results/")
     a = ap.parse_args(argv)
+    if a.eventlog:
+        return eventlog(a.repeats, a.pilots or 20_000, 7 if a.seed is None else a.seed, a.record)
+    seed = 1 if a.seed is None else a.seed
 
     if a.simulated is not None:
-        pairs = _simulated(a.simulated, a.pilots, a.seed)
+        pairs = _simulated(a.simulated, a.pilots or 300, seed)
         size = sum(Path(p).stat().st_size for pair in pairs for p in pair) / len(pairs)
         print(f"{len(pairs)} simulated pilots under {a.simulated}, {size / 1024:.1f} KB/pilot on average")
         _time(pairs, 1, 1)  # warm the page cache
@@ -216,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "job.1.0.out", Path(tmp) / "job.1.0.err"
         out.write_bytes(REAL_OUT.read_bytes())
-        err.write_bytes(typical_err(a.seed))
+        err.write_bytes(typical_err(seed))
         print(f"typical pilot: .out {out.stat().st_size / 1024:.1f} KB, .err {err.stat().st_size / 1024:.1f} KB")
         pairs = [(str(out), str(err))]
         if a.profile:
