@@ -10,17 +10,16 @@ from typing import Any
 
 import pytest
 
-from gwms_obs.controller import config as C
 from gwms_obs.controller.api import create_app
 from gwms_obs.controller.service import Controller
 from gwms_obs.controller.store import Store
+from tests.support.controller import ROLES, in_process
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's notice about httpx versions
     from starlette.testclient import TestClient
 
 T0 = 1_800_000_000.0
-ROLES = ("operator", "site_admin", "vo_manager", "pilot", "reader")
 
 
 @dataclass
@@ -46,31 +45,10 @@ class Api:
         return got
 
 
-def make_config(db: str, tokens: dict[str, str], **extra: Any) -> C.ControllerConfig:
-    scope = {"site_admin": {"sites": ["T2_A"]}, "vo_manager": {"frontends": ["cms"]}}
-    return C.from_dict(
-        {
-            "database": db,
-            "tokens": [
-                {"name": f"{role}-1", "role": role, "sha256": C.token_hash(tok), **scope.get(role, {})}
-                for role, tok in tokens.items()
-            ],
-            **extra,
-        }
-    )
-
-
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    tokens = {r: C.new_token() for r in ROLES}
-    cfg = make_config(f"sqlite:///{tmp_path}/controller.db", tokens)
-    store = Store(cfg.database)
-    store.migrate()
-    clock = [T0]
-    controller = Controller(cfg, store, clock=lambda: clock[0])
-    with TestClient(create_app(controller, "s" * 40)) as client:
-        yield Api(client, controller, tokens, clock)
-    store.close()
+    with in_process(tmp_path, T0) as ip, TestClient(create_app(ip.controller, "s" * 40)) as client:
+        yield Api(client, ip.controller, ip.tokens, ip.clock)
 
 
 def audit(api: Api) -> list[dict[str, Any]]:
@@ -78,7 +56,9 @@ def audit(api: Api) -> list[dict[str, Any]]:
     return got
 
 
-SITE_OFF = {"kind": "site", "selector": {"site": "T2_A"}, "effect": {"verbosity": "off"}, "reason": "drain", "hours": 2}
+SITE_OFF: dict[str, Any] = {
+    "kind": "site", "selector": {"site": "T2_A"}, "effect": {"verbosity": "off"}, "reason": "drain", "hours": 2,
+}  # fmt: skip
 
 
 def test_every_request_needs_a_known_token(api: Api) -> None:
@@ -92,7 +72,7 @@ def test_every_request_needs_a_known_token(api: Api) -> None:
 
 def test_a_token_of_one_role_cannot_act_as_another(api: Api) -> None:
     """Each write is made with each role's token: only the roles the policy names succeed."""
-    attempts = {
+    attempts: dict[str, dict[str, Any]] = {
         "operator": {"kind": "operator", "selector": {}, "effect": {"verbosity": "commands"}, "reason": "debug"},
         "site": SITE_OFF,
         "cap": {**SITE_OFF, "kind": "cap"},

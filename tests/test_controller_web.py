@@ -23,6 +23,7 @@ from gwms_obs.controller import web
 from gwms_obs.controller.api import create_app
 from gwms_obs.controller.service import Controller
 from gwms_obs.controller.store import Store
+from tests.support.controller import in_process, in_process_config
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's notice about httpx versions
@@ -30,26 +31,11 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-ROLES = ("operator", "site_admin", "vo_manager", "pilot", "reader")
 SECRET = "s" * 40
 SCOPES = [
     {"factory": "gf1", "entry": "CMS_T2_A_ce1", "site": "T2_A", "frontend": "cms"},
     {"factory": "gf1", "entry": "CMS_T2_B_ce1", "site": "T2_B", "frontend": "cms"},
 ]
-
-
-def make_config(db: str, tokens: dict[str, str]) -> C.ControllerConfig:
-    scope = {"site_admin": {"sites": ["T2_A"]}, "vo_manager": {"frontends": ["cms"]}}
-    return C.from_dict(
-        {
-            "database": db,
-            "tokens": [
-                {"name": f"{role}-1", "role": role, "sha256": C.token_hash(tok), **scope.get(role, {})}
-                for role, tok in tokens.items()
-            ],
-            "scopes": SCOPES,
-        }
-    )
 
 
 def csrf_of(page: str) -> str:
@@ -88,17 +74,11 @@ class Site:
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
-    tokens = {r: C.new_token() for r in ROLES}
-    cfg = make_config(f"sqlite:///{tmp_path}/controller.db", tokens)
-    store = Store(cfg.database)
-    store.migrate()
-    clock = [T0]
-    controller = Controller(cfg, store, clock=lambda: clock[0])
-    s = Site(controller, tokens, clock, create_app(controller, SECRET))
-    yield s
-    for c in s.clients:
-        c.close()
-    store.close()
+    with in_process(tmp_path, T0, scopes=SCOPES) as ip:
+        s = Site(ip.controller, ip.tokens, ip.clock, create_app(ip.controller, SECRET))
+        yield s
+        for c in s.clients:
+            c.close()
 
 
 def post_form(client: TestClient, path: str = "/rules", **fields: str) -> httpx.Response:
@@ -181,7 +161,7 @@ def test_a_token_removed_from_the_config_ends_its_sessions(site: Site, tmp_path:
     assert client.get("/").status_code == 200
     kept = {r: t for r, t in site.tokens.items() if r != "site_admin"}
     store = Store(f"sqlite:///{tmp_path}/controller.db")
-    restarted = Controller(make_config(store.url, kept), store, clock=lambda: site.clock[0])
+    restarted = Controller(in_process_config(store.url, kept), store, clock=lambda: site.clock[0])
     with TestClient(create_app(restarted, SECRET), follow_redirects=False) as after:
         after.cookies = client.cookies
         assert after.get("/").headers["location"] == "/login"

@@ -153,3 +153,40 @@ def controller_server(
 
 
 __all__ = ["DEFAULT_SCOPES", "FRONTEND", "ROLES", "SITE", "RunningController", "controller_server", "to_toml"]
+
+
+@dataclass
+class InProcess:
+    """A Controller in this process on a real SQLite store, with a clock the test turns (``clock[0]``)."""
+
+    controller: Any  # gwms_obs.controller.service.Controller
+    tokens: dict[str, str]  # plaintext by role name; principals are named "<role>-1"
+    clock: list[float]
+
+
+def in_process_config(db: str, tokens: Mapping[str, str], **extra: Any) -> Any:
+    """A ControllerConfig with one token per role: the site admin of T2_A, the VO manager of frontend cms."""
+    from gwms_obs.controller import config as C
+
+    scope = {"site_admin": {"sites": ["T2_A"]}, "vo_manager": {"frontends": ["cms"]}}
+    tokens_ = [
+        {"name": f"{role}-1", "role": role, "sha256": token_hash(tok), **scope.get(role, {})}
+        for role, tok in tokens.items()
+    ]
+    return C.from_dict({"database": db, "tokens": tokens_, **extra})
+
+
+@contextlib.contextmanager
+def in_process(workdir: Path, t0: float, **extra: Any) -> Iterator[InProcess]:
+    from gwms_obs.controller.service import Controller
+    from gwms_obs.controller.store import Store
+
+    tokens = {r: new_token() for r in ROLES}
+    cfg = in_process_config(f"sqlite:///{workdir}/controller.db", tokens, **extra)
+    store = Store(cfg.database)
+    store.migrate()
+    clock = [t0]
+    try:
+        yield InProcess(Controller(cfg, store, clock=lambda: clock[0]), tokens, clock)
+    finally:
+        store.close()
