@@ -20,7 +20,8 @@ from gwms_obs.tracing.credentials import PilotSigner, generate_key
 from gwms_obs.tracing.spool import SpoolForwarder
 from tests.support.trace_pilot import run_pilot
 from tests.support.trace_secrets import SECRETS, secret_request
-from tests.test_trace_live import Stack, _binaries, _factory, _submit, _trace, stack
+from tests.support.trace_stack import Stack, binaries, stack
+from tests.test_trace_live import _factory, _submit, _trace
 from tools import tracing_backends
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
@@ -81,7 +82,7 @@ def test_a_secret_in_each_hiding_place_reaches_jaeger_redacted(tmp_path: Path) -
 
 
 def _jwt_stack(tmp_path: Path):  # type: ignore[no-untyped-def]
-    otelcol, jaeger = _binaries()
+    otelcol, jaeger = binaries()
     generate_key(tmp_path / "factory-key.pem", tmp_path / "jwks.json")
     jcfg = tracing_backends.jaeger_config(tmp_path / "jaeger")
     ccfg = tracing_backends.collector_config(tmp_path / "col", jaeger_otlp_grpc=jcfg.otlp_grpc,
