@@ -257,3 +257,17 @@ def test_metrics_count_decisions_denials_changes_and_active_rules(api: Api) -> N
 
 def test_healthz_names_the_schema(api: Api) -> None:
     assert api.client.get("/healthz").json() == {"status": "ok", "schema": api.controller.store.head()}
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["site=T2_A&entry=E1", "site=T2%5FA&entry=E+1&pilot=p%2F1%20x", "site=&entry", "a=1&&b=%zz&c=%C3%A9+%2B",
+     "site=T2_A&site=T2_B", "=x&pilot=é", ""],
+)  # fmt: skip
+def test_query_strings_read_as_parse_qsl_reads_them(query: str) -> None:
+    from urllib.parse import parse_qsl
+
+    from gwms_obs.controller.api import _query
+
+    raw = query.encode("utf-8")
+    assert list(_query(raw)) == parse_qsl(raw.decode("latin-1"), keep_blank_values=True)

@@ -6,6 +6,8 @@ import dataclasses
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwms_obs.controller.policy import (
     CEILING,
@@ -375,3 +377,49 @@ def test_the_worked_examples_of_docs_controller_md() -> None:
     authorize_create(vic, Kind.VO, Selector(frontend="cms"), Effect(V.COMMANDS), p, now)
     everywhere = Rule(5, Kind.VO, Selector(frontend="cms"), Effect(V.COMMANDS), "vic", Role.VO_MANAGER, "r", now)
     assert Policy((r2, everywhere), default, ceiling).decide(nebraska, now).effect.verbosity == V.PHASES
+
+
+# --- the kept per-scope scans decide as the whole scan does -------------------------------------------
+
+_SITES = ("S1", "S2")
+_rules_strategy = st.lists(
+    st.builds(
+        lambda i, kind, v, site, entry, frontend, pilot, created, life, sample, commands: Rule(
+            i, kind, Selector(site=site, entry=entry, frontend=frontend, pilot=pilot),
+            Effect(Verbosity(v), sample, commands), "o", Role.OPERATOR, "r", T0 + created,
+            None if life is None else T0 + created + life,
+        ),
+        st.integers(1, 10**6),
+        st.sampled_from(list(Kind)),
+        st.integers(0, 3),
+        st.sampled_from([None, *_SITES]),
+        st.sampled_from([None, "E1", "E*"]),
+        st.sampled_from([None, "cms", "dune"]),
+        st.sampled_from([None, "p1", "p*"]),
+        st.integers(-100, 100),
+        st.one_of(st.none(), st.integers(1, 200)),
+        st.sampled_from([0.0, 0.5, 1.0]),
+        st.booleans(),
+    ),
+    max_size=12,
+    unique_by=lambda r: r.id,
+)  # fmt: skip
+_asks = st.lists(
+    st.tuples(
+        st.sampled_from(_SITES), st.sampled_from(["E1", "E2"]), st.sampled_from(["cms", "dune"]),
+        st.sampled_from(["p1", "p2", "q"]), st.integers(-150, 350),
+    ),
+    min_size=1,
+    max_size=20,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=_rules_strategy, asks=_asks)
+def test_kept_scans_decide_as_the_whole_scan(rules: list[Rule], asks: list[tuple[str, str, str, str, int]]) -> None:
+    policy = Policy(rules, Effect(V.PHASES), Effect(V.COMMANDS, 0.75, True))
+    for site, entry, frontend, pilot, at in asks:  # one snapshot, asked at moving times, as a controller does
+        attrs = Attributes(site=site, entry=entry, frontend=frontend, pilot=pilot)
+        fast, whole = policy.decide(attrs, T0 + at), policy.decide(attrs, T0 + at, explain=True)
+        assert (fast.effect, fast.rule, fast.kind, fast.capped_by) == (
+            whole.effect, whole.rule, whole.kind, whole.capped_by)  # fmt: skip

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import unquote_plus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -145,7 +145,7 @@ class DecideFastPath:
         explain = False
         query = scope["query_string"]
         if query:
-            for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            for key, value in _query(query):
                 if key in _DECIDE_FIELDS:
                     values[key] = value
                 elif key == "explain":
@@ -164,6 +164,20 @@ class DecideFastPath:
                     self._bodies.clear()
                 body = self._bodies[decision] = _Json({}).render(decision.as_dict())
         await _send(send, 200, body)
+
+
+def _query(raw: bytes) -> Iterator[tuple[str, str]]:
+    """``parse_qsl(..., keep_blank_values=True)`` for a query string, unquoting only what is quoted:
+    pilots' queries rarely are, and parse_qsl's unquoting was a fifth of a decision."""
+    for part in raw.decode("latin-1").split("&"):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        if "%" in key or "+" in key:
+            key = unquote_plus(key)
+        if "%" in value or "+" in value:
+            value = unquote_plus(value)
+        yield key, value
 
 
 def _error_body(reason: str, detail: str) -> bytes:

@@ -22,6 +22,7 @@ request why every other rule did not decide.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -326,74 +327,146 @@ class Decision:
 CEILING = 0  # the id named in capped_by when the controller's max_effect cut the effect
 
 
+_Best = tuple[Rule | None, tuple[int, int, float, int]]
+_NO_BEST: _Best = (None, (0, -1, 0.0, 0))
+MAX_SCOPES = 20_000  # scopes whose decision a snapshot keeps (one per factory, entry, site, frontend, class)
+
+
+def _rank(rule: Rule) -> tuple[int, int, float, int]:
+    return (_RANK[rule.kind], rule.selector.specificity, rule.created, rule.id)
+
+
 class Policy:
-    """A snapshot of the rules, indexed for deciding; rebuilt whenever a rule changes."""
+    """A snapshot of the rules, indexed for deciding; rebuilt whenever a rule changes.
+
+    Deciding scans the pilot's site's rules and the site-less ones. Pilots of
+    one entry share everything but their id, so the scan of the rules that
+    name no pilot is kept per scope (factory, entry, site, frontend, security
+    class) until the next instant a rule starts or expires; per pilot only the
+    few rules with a ``pilot`` pattern are looked at. ``explain=True`` takes
+    the whole scan every time, and a test holds the two equal.
+    """
 
     def __init__(self, rules: Iterable[Rule], default: Effect, ceiling: Effect = UNBOUNDED) -> None:
         self.rules: tuple[Rule, ...] = tuple(sorted(rules, key=lambda r: r.id))
         self.default = default.bounded(ceiling)
         self.ceiling = ceiling
-        # rules by the site they name (None: any site), so a decision looks at its site's rules only
+        # rules by the site they name (None: any site), so a decision looks at its site's rules only;
+        # those naming a pilot apart, as they are looked at for every pilot
         self._by_site: dict[str | None, list[Rule]] = {}
+        self._scoped: dict[str | None, list[Rule]] = {}
+        self._per_pilot: dict[str | None, list[tuple[re.Pattern[str], Rule]]] = {}
         for rule in self.rules:
             self._by_site.setdefault(rule.selector.site, []).append(rule)
+            if rule.selector.pilot is None:
+                self._scoped.setdefault(rule.selector.site, []).append(rule)
+            else:  # its pilot pattern first: it rules out nearly every pilot, cheaply
+                pattern = re.compile(fnmatch.translate(rule.selector.pilot))
+                self._per_pilot.setdefault(rule.selector.site, []).append((pattern, rule))
+        # the instants at which the set of active rules changes: a scope's scan holds between two
+        self._instants = sorted({t for r in self.rules for t in (r.created, r.expires) if t is not None})
+        self._cache: tuple[float, float, dict[tuple[str, ...], tuple[_Best, tuple[Rule, ...]]]] = (0.0, -1.0, {})
 
     def candidates(self, site: str) -> list[Rule]:
         return self._by_site.get(site, []) + self._by_site.get(None, [])
 
+    def _interval(self, now: float) -> tuple[float, float]:
+        i = bisect.bisect_right(self._instants, now)
+        lo = self._instants[i - 1] if i > 0 else float("-inf")
+        hi = self._instants[i] if i < len(self._instants) else float("inf")
+        return lo, hi
+
+    @staticmethod
+    def _scan(rules: Iterable[Rule], attrs: Attributes, now: float, best: _Best) -> tuple[_Best, list[Rule]]:
+        caps: list[Rule] = []
+        for rule in rules:
+            if not rule.active(now) or rule.selector.mismatch(attrs) is not None:
+                continue
+            if rule.kind == Kind.CAP:
+                caps.append(rule)
+                continue
+            key = _rank(rule)
+            if best[0] is None or key > best[1]:
+                best = (rule, key)
+        return best, caps
+
     def decide(self, attrs: Attributes, now: float, explain: bool = False) -> Decision:
+        if explain:
+            return self._explained(attrs, now)
+        lo, hi, scopes = self._cache
+        if not lo <= now < hi:
+            lo, hi = self._interval(now)
+            scopes = {}
+            self._cache = (lo, hi, scopes)
+        scope = (attrs.factory, attrs.entry, attrs.site, attrs.frontend, attrs.security_class)
+        found = scopes.get(scope)
+        if found is None:
+            site = attrs.site
+            best, caps = self._scan(self._scoped.get(site, []) + self._scoped.get(None, []), attrs, now, _NO_BEST)
+            found = (best, tuple(caps))
+            if len(scopes) < MAX_SCOPES:
+                scopes[scope] = found
+        best, caps_ = found
+        per_pilot = self._per_pilot
+        if per_pilot:
+            pilot = attrs.pilot
+            rules = [r for p, r in per_pilot.get(attrs.site, []) + per_pilot.get(None, []) if p.match(pilot)]
+            if rules:
+                best, more = self._scan(rules, attrs, now, best)
+                caps_ = caps_ + tuple(more)
+        effect, capped = self._bounded(best[0], caps_)
+        winner = best[0]
+        return Decision(effect, winner.id if winner else None, winner.kind.value if winner else DEFAULT, tuple(capped))
+
+    def _bounded(self, best: Rule | None, caps: Iterable[Rule]) -> tuple[Effect, list[int]]:
+        """The winner's effect (or the default) cut by the caps and the ceiling, and who cut it."""
+        effect = best.effect if best is not None else self.default
+        capped = sorted(cap.id for cap in caps if effect.exceeds(cap.effect))  # by id, whichever scan found them
+        if self.ceiling is not UNBOUNDED and effect.exceeds(self.ceiling):
+            capped.append(CEILING)
+        for cap in caps:
+            effect = effect.bounded(cap.effect)
+        return effect.bounded(self.ceiling), capped
+
+    def _explained(self, attrs: Attributes, now: float) -> Decision:
+        """The whole scan, saying for each rule looked at why it did or did not decide."""
         best: Rule | None = None
         best_key: tuple[int, int, float, int] = (0, -1, 0.0, 0)
         caps: list[Rule] = []
         why: list[Why] = []
         for rule in self.candidates(attrs.site):
             if not rule.active(now):
-                if explain:
-                    when = "not yet" if now < rule.created else "expired"
-                    why.append(Why(rule.id, "inactive", when))
+                why.append(Why(rule.id, "inactive", "not yet" if now < rule.created else "expired"))
                 continue
             field_ = rule.selector.mismatch(attrs)
             if field_ is not None:
-                if explain:
-                    why.append(Why(rule.id, "no_match", field_))
+                why.append(Why(rule.id, "no_match", field_))
                 continue
             if rule.kind == Kind.CAP:
                 caps.append(rule)
                 continue
-            key = (_RANK[rule.kind], rule.selector.specificity, rule.created, rule.id)
+            key = _rank(rule)
             if best is None or key > best_key:
-                if best is not None and explain:
+                if best is not None:
                     why.append(Why(best.id, "outranked", ""))
                 best, best_key = rule, key
-            elif explain:
+            else:
                 why.append(Why(rule.id, "outranked", ""))
-        effect = best.effect if best is not None else self.default
-        capped: list[int] = []
-        for cap in caps:
-            if effect.exceeds(cap.effect):
-                capped.append(cap.id)
-            elif explain:
-                why.append(Why(cap.id, "cap_not_binding", ""))
-        if self.ceiling is not UNBOUNDED and effect.exceeds(self.ceiling):
-            capped.append(CEILING)
-        for cap in caps:
-            effect = effect.bounded(cap.effect)
-        effect = effect.bounded(self.ceiling)
-        if explain:
-            if best is not None:
-                why.append(Why(best.id, "decided", f"{best.kind.value} rule, specificity {best.selector.specificity}"))
-            why.extend(Why(c, "capped", "") for c in capped if c != CEILING)
-            # the winner's "outranked" entries were added before it was known: keep the final word per rule
-            final: dict[int, Why] = {}
-            for w in why:
-                final[w.rule] = w
-            why = sorted(final.values(), key=lambda w: w.rule)
+        effect, capped = self._bounded(best, caps)
+        why.extend(Why(c.id, "cap_not_binding", "") for c in caps if c.id not in capped)
+        if best is not None:
+            why.append(Why(best.id, "decided", f"{best.kind.value} rule, specificity {best.selector.specificity}"))
+        why.extend(Why(c, "capped", "") for c in capped if c != CEILING)
+        # the winner's "outranked" entries were added before it was known: keep the final word per rule
+        final: dict[int, Why] = {}
+        for w in why:
+            final[w.rule] = w
         return Decision(
             effect,
             best.id if best is not None else None,
             best.kind.value if best is not None else DEFAULT,
             tuple(capped),
-            tuple(why),
+            tuple(sorted(final.values(), key=lambda w: w.rule)),
         )
 
     def cap_for(self, selector: Selector, now: float, by: Role | None = None) -> Effect:
