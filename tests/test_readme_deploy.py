@@ -272,7 +272,8 @@ def test_readme_deployment_steps_find_the_artifacts(tmp_path: Path, inventory: s
             assert (cwd / "deploy.yml").is_file()
             checked = write_check_playbook(cwd, out)
             # grafana's runs only with grafana_install_method: artifact (a package make does not build)
-            assert sorted(checked) == ["grafana", "gwms_exporter", "jaeger", "otel_collector"], checked
+            roles = ["grafana", "gwms_controller", "gwms_exporter", "jaeger", "otel_collector"]
+            assert sorted(checked) == roles, checked
             cmd = [CHECK_PLAYBOOK if a == "deploy.yml" else a for a in argv if a != "--ask-vault-pass"]
             r = subprocess.run(
                 [
