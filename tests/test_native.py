@@ -330,3 +330,14 @@ def test_huge_values_decline_to_the_python_sweep() -> None:
     j = Job(start=0.0, end=10.0, cpus=1 << 62, memory_mb=1, gpus=0, exited=True)
     u = PilotUsage(start=0.0, end=10.0, cpus=4, memory_mb=None, condor_started=True, jobs=[j])
     assert list(partition(u).cpu.items()) == list(python_partition(u).cpu.items())
+
+
+def test_the_native_extra_pins_the_crates_version() -> None:
+    """pyproject's `native` extra names the version native/Cargo.toml builds (maturin takes it from there)."""
+    import tomllib
+
+    from tools import ROOT
+
+    crate = tomllib.loads((ROOT / "native" / "Cargo.toml").read_text())["package"]["version"]
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["native"]
+    assert extra == [f"gwms-obs-native=={crate}"]
