@@ -49,7 +49,7 @@ def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
     from gwms_obs.sources import condor_eventlog
 
     if eventlog_python:  # the event logs' pure-Python reader, every other reader compiled
-        condor_eventlog.native = SimpleNamespace(core=None)  # type: ignore[assignment]
+        vars(condor_eventlog)["native"] = SimpleNamespace(core=None)
 
     ing = Ingest(IngestConfig.one_shot(path, None, 3600.0, workers))
     stage = next(s for s in ing.stages if isinstance(s, GlideinFilesStage))

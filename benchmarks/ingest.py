@@ -33,6 +33,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench import child, record, simulated_factory
 
@@ -89,6 +90,10 @@ def _child(kind: str, path: str, extra: str) -> None:
         nbytes = os.path.getsize(path)
     elif kind == "pilots_scan":
         from gwms_obs.pipeline import Ingest, IngestConfig
+        from gwms_obs.sources import condor_eventlog
+
+        if extra == "eventlog-python":  # every reader compiled but the event logs'
+            vars(condor_eventlog)["native"] = SimpleNamespace(core=None)
 
         ing = Ingest(IngestConfig(factory_dir=path, settle_seconds=0.0))
         res = ing.scan()
@@ -182,6 +187,9 @@ def main() -> int:
     for m in modes:
         # one full scan of the factory per run; the page cache is warm from the bare read
         rows.append((f"full pilots (.out+.err), whole scan [{m}]", best("pilots_scan", fac, a.repeat, "", m), bare_p))
+        if m == "native":  # the compiled event-log reader's before/after, in the same run
+            label = "full pilots (.out+.err), whole scan [native, event logs in Python: before parse_eventlog]"
+            rows.append((label, best("pilots_scan", fac, a.repeat, "eventlog-python", m), bare_p))
 
     flat = []
     for frac in (4, 2, 1):

@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.write import osg_test_result
@@ -218,7 +219,7 @@ def eventlog(repeats: int, pilots: int, seed: int, record: bool) -> int:
     fac = simulated_factory(pilots, seed)
     logs = [(str(p), p.read_bytes()) for p in sorted(fac.glob("client/*/*/entry_*/condor_activity_*.log"))]
 
-    def parse(use: object) -> list[list[el.CondorEvent]]:
+    def parse(use: ModuleType | None) -> list[list[el.CondorEvent]]:
         native.core = use
         try:
             return [el.parse_buffer(buf, path, 0, ParseErrors())[0] for path, buf in logs]
