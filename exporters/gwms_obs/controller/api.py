@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from .policy import SELECTOR_FIELDS, Attributes, Denied, Effect, Kind, Principal, Role, Selector
+from .policy import SELECTOR_FIELDS, Attributes, Denied, Effect, Kind, Principal, Selector
 
 log = logging.getLogger("gwms_obs.controller")
 
@@ -35,23 +35,30 @@ STATUS = {
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+UNAUTHENTICATED = "a valid bearer token is required"
+
+
+def _dumps(content: Any) -> bytes:
+    return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+
+
 class _Json(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+        return _dumps(content)
 
 
 def error(status: int, reason: str, detail: str, headers: dict[str, str] | None = None) -> Response:
     return _Json({"error": reason, "detail": detail}, status_code=status, headers=headers)
 
 
-def bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+def bearer(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` header's value ("" for any other scheme)."""
+    scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
 def _unauthorized() -> Response:
-    return error(401, "unauthenticated", "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
+    return error(401, "unauthenticated", UNAUTHENTICATED, {"WWW-Authenticate": "Bearer"})
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -116,8 +123,8 @@ class DecideFastPath:
     Pilots ask once each, thousands a second: Starlette's request objects,
     routing and JSONResponse cost more than the decision itself, so this path
     reads the raw scope, and renders each distinct answer (a handful: effect,
-    rule, kind, caps) once. The errors are the routed handlers': 401 without
-    a known token, 400 for an unknown parameter.
+    rule, kind, caps) once. Its refusals are the routed handlers': 401
+    without a known token, 400 for an unknown parameter.
     """
 
     def __init__(self, controller: Any, app: Starlette) -> None:
@@ -129,16 +136,10 @@ class DecideFastPath:
         if scope["type"] != "http" or scope["path"] != "/v1/decide" or scope["method"] not in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
-        token = ""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, rest = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer":
-                    token = rest.strip()
-                break
+        token = next((bearer(v.decode("latin-1")) for k, v in scope["headers"] if k == b"authorization"), "")
         if self.controller.authenticate(token) is None:
             self.controller.metrics.auth_failures.inc()
-            await _send(send, 401, _error_body("unauthenticated", "a valid bearer token is required"),
+            await _send(send, 401, _dumps({"error": "unauthenticated", "detail": UNAUTHENTICATED}),
                         [(b"www-authenticate", b"Bearer")])  # fmt: skip
             return
         values: dict[str, str] = {}
@@ -152,17 +153,17 @@ class DecideFastPath:
                     explain = value in ("1", "true")
                 else:
                     detail = f"unknown parameter {key[:40]!r}: {', '.join(SELECTOR_FIELDS)}, explain"
-                    await _send(send, 400, _error_body("invalid", detail))
+                    await _send(send, 400, _dumps({"error": "invalid", "detail": detail}))
                     return
         decision = self.controller.decide(Attributes.from_mapping(values), explain)
         if explain:
-            body = _Json({}).render(decision.as_dict(True))
+            body = _dumps(decision.as_dict(True))
         else:
             body = self._bodies.get(decision)  # type: ignore[assignment]
             if body is None:
                 if len(self._bodies) >= MAX_BODIES:
                     self._bodies.clear()
-                body = self._bodies[decision] = _Json({}).render(decision.as_dict())
+                body = self._bodies[decision] = _dumps(decision.as_dict())
         await _send(send, 200, body)
 
 
@@ -180,10 +181,6 @@ def _query(raw: bytes) -> Iterator[tuple[str, str]]:
         yield key, value
 
 
-def _error_body(reason: str, detail: str) -> bytes:
-    return json.dumps({"error": reason, "detail": detail}, separators=(",", ":")).encode()
-
-
 async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({
         "type": "http.response.start",
@@ -199,7 +196,7 @@ def create_app(controller: Any, session_secret: str, https_only: bool = False) -
 
     def authed(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
         async def wrapped(request: Request) -> Response:
-            who = controller.authenticate(bearer(request))
+            who = controller.authenticate(bearer(request.headers.get("authorization", "")))
             if who is None:
                 controller.metrics.auth_failures.inc()
                 return _unauthorized()
@@ -303,4 +300,4 @@ def vars_(a: Attributes) -> dict[str, str]:
     return {f: v for f in SELECTOR_FIELDS if (v := getattr(a, f))}
 
 
-__all__ = ["Role", "create_app", "error", "rule_request"]
+__all__ = ["bearer", "create_app", "error", "rule_request"]

@@ -25,8 +25,8 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -554,15 +554,6 @@ def _scope_text(selector: Selector) -> str:
     return ", ".join(f"{k}={v}" for k, v in selector.as_dict().items()) or "every pilot"
 
 
-def effective(policy: Policy, scopes: Sequence[Attributes], now: float) -> list[tuple[Attributes, Decision]]:
-    """The decision for each known (factory, entry, site, frontend): the web page's effective-verbosity table."""
-    return [(a, policy.decide(a, now)) for a in scopes]
-
-
-def with_expiry(rule: Rule, expires: float) -> Rule:
-    return replace(rule, expires=expires)
-
-
 __all__ = [
     "CEILING",
     "DEFAULT",
@@ -583,7 +574,5 @@ __all__ = [
     "Why",
     "authorize_change",
     "authorize_create",
-    "effective",
     "sampled",
-    "with_expiry",
 ]
