@@ -15,6 +15,7 @@ from dashboards.gen import board as B
 from dashboards.gen import dashboards as D
 from dashboards.gen import lint, rules
 from dashboards.gen import names as N
+from dashboards.gen.boards.overview import THIS_FACTORY
 from gwms_obs import __version__, catalogue
 from tools import ROOT, compose
 from tools.render import role_defaults
@@ -63,33 +64,48 @@ def test_stack_health_has_the_monitoring_controller_row() -> None:
     below = [p for p in b["panels"] if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]
     above = [p for p in b["panels"] if p["type"] != "row" and p["gridPos"]["y"] < row["gridPos"]["y"]]
     exprs = " ".join(t["expr"] for p in below for t in p["targets"])
-    assert f'up{{job="{N.JOB_CONTROLLER}"}}' in exprs
+    assert f'up{{{B.FACTORY_SEL},job="{N.JOB_CONTROLLER}"}}' in exprs
     for m in catalogue.CONTROLLER_METRICS:
         assert m.name in exprs, m.name
     assert all(m.name not in t["expr"] for p in above for t in p["targets"] for m in catalogue.CONTROLLER_METRICS)
     dec, den = catalogue.CONTROLLER_DECISIONS.name, catalogue.CONTROLLER_DENIALS.name
     for by, name in (("verbosity", dec), ("kind", dec), ("reason", den)):
-        assert f"sum by ({by}) (rate({name}[$__rate_interval]))" in exprs, by
+        assert f"sum by ({by}) (rate({name}{{{B.FACTORY_SEL}}}[$__rate_interval]))" in exprs, by
     # nothing overlaps the row: its panels start on the line below it
     assert min(p["gridPos"]["y"] for p in below) == row["gridPos"]["y"] + 1
     assert max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in above) <= row["gridPos"]["y"]
 
 
 def test_template_variables() -> None:
+    F = catalogue.FACTORY_LABEL
     for b in BOARDS.values():
         names = [v["name"] for v in b["templating"]["list"]]
-        assert names[0] == "datasource"
+        # Every board, the stack's own included, chooses the factories first.
+        assert names[:2] == ["datasource", F], b["uid"]
         # Ours preselected by uid, whatever the Grafana's default datasource is.
         assert b["templating"]["list"][0]["current"]["value"] == N.DATASOURCE_PROMETHEUS
         if b["uid"] == "gwms-site-health":
-            assert names == ["datasource", "entry", "site", "topn"]
-        elif b["uid"] not in ("gwms-stack-health", "gwms-pilot-phases"):
-            assert names == ["datasource", "entry", "client", "site", "topn"], b["uid"]
+            assert names == ["datasource", F, "entry", "site", "topn"]
+        elif b["uid"] == "gwms-pilot-phases":
+            assert names == ["datasource", F, "entry", "topn"]
+        elif b["uid"] == "gwms-stack-health":
+            assert names == ["datasource", F]
+        else:
+            assert names == ["datasource", F, "entry", "client", "site", "topn"], b["uid"]
         for v in b["templating"]["list"][1:]:
             if v["name"] == "topn":
                 assert v["type"] == "custom" and v["current"]["value"] == str(B.TOPN_DEFAULT)
                 continue
             assert v["datasource"]["uid"] == "${datasource}" and v["includeAll"] and v["allValue"] == ".*"
+            assert v["multi"] and v["refresh"] == 2, v  # 2: on time range change
+            if v["name"] == F:
+                # From a series every factory's exporter exports; All (".*") preselected, which on one
+                # factory's Prometheus, where the label is absent and the query finds no value, matches all.
+                assert v["query"] == f"label_values({catalogue.BUILD_INFO.name}, {F})"
+                assert v["current"]["value"] == ["$__all"]
+            else:
+                # The entry, client and site variables chain on the factories chosen.
+                assert B.FACTORY_SEL in v["query"], v["query"]
         # The link menu to every other board, carrying the time range and the variables.
         (link,) = b["links"]
         assert link["type"] == "dashboards" and link["tags"] == [B.TAG] and link["keepTime"] and link["includeVars"]
@@ -108,6 +124,8 @@ def test_panels_that_rank_use_topn_and_drill_down_where_they_name_an_entry() -> 
             assert links, f"{b['uid']} {p['title']!r}: per-entry panel without a drill-down link"
             for link in links:
                 assert "${__url_time_range}" in link["url"] and "var-" in link["url"], link
+                # the factories chosen go along, as the time range and datasource do
+                assert f"${{{catalogue.FACTORY_LABEL}:queryparam}}" in link["url"], link
                 target = link["url"].split("/d/")[1].split("/")[0]
                 assert target in {x["uid"] for x in BOARDS.values()}, link
     assert ranked >= 20
@@ -119,7 +137,7 @@ def test_every_per_entry_timeseries_is_bounded_by_topn() -> None:
         if p["type"] != "timeseries":
             continue
         for t in p["targets"]:
-            if re.search(r"by \((entry|site|gwms_entry)\b", t["expr"]) or "by (entry," in t["expr"]:
+            if re.search(rf"by \(({catalogue.FACTORY_LABEL}, )?(entry|site|gwms_entry)\b", t["expr"]):
                 assert "topk($topn," in t["expr"] or "bottomk($topn," in t["expr"], (b["uid"], p["title"])
             assert p["options"]["legend"]["displayMode"] == "table", (b["uid"], p["title"])
 
@@ -178,6 +196,72 @@ def test_every_expression_is_promql_with_known_names() -> None:
             problems += [f"{where}: {p}" for p in lint.check_expr(expr)]
     assert not problems, "\n".join(problems)
     assert n > 60
+
+
+def test_every_panel_and_variable_selector_carries_the_factory_matcher() -> None:
+    """On the global Thanos query a selector without it would mix every factory, whatever the variable says."""
+    problems: list[str] = []
+    n = 0
+    for b in BOARDS.values():
+        for where, expr in lint.dashboard_exprs(b):
+            if where.endswith(f"variable {catalogue.FACTORY_LABEL}"):
+                continue  # the variable's own source: which factories there are
+            n += 1
+            problems += [f"{where}: {p}" for p in lint.missing_factory(expr)]
+    assert not problems, "\n".join(problems)
+    assert n > 100
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "sum(rate(gwms_pilots_total[$__rate_interval]))",  # no matcher at all
+        'sum(gwms_entry_glideins{factory=~"$factory"}) / sum(gwms_entry_glideins{entry=~"$entry"})',  # one side
+        'gwms_entry_glideins{factory=~".*"}',  # hard-coded: ignores the variable
+        'gwms_entry_glideins{factory="$factory"}',  # equality: a multi-value or All selection matches nothing
+        'topk($topn, gwms_entry_glideins{factory!~"$factory"})',
+    ],
+)
+def test_lint_finds_a_selector_without_the_factory_matcher(expr: str) -> None:
+    assert lint.missing_factory(expr), expr
+    assert not lint.missing_factory(
+        'topk($topn, sum(rate(gwms_pilots_total{factory=~"$factory"}[$__rate_interval])) or on () vector(0))'
+    )
+
+
+def test_per_factory_panel_names_the_absent_label() -> None:
+    """Which factory provides how much, and is any silent: one series per factory and quantity; on one
+    factory's Prometheus the one unlabelled series is named, and the age has its own unit and axis."""
+    F = catalogue.FACTORY_LABEL
+    overview = BOARDS["dashboards/grafana/gwms-factory-overview.json"]
+    (p,) = (p for p in overview["panels"] if p["title"] == "CPU units and last pilot age, per factory")
+    cpu, age = p["targets"]
+    assert f"sum by ({F}) ({N.RR_CPU_RATE}{{" in cpu["expr"]
+    assert f"time() - max by ({F}) ({catalogue.PILOT_LAST_COMPLETED.name}{{" in age["expr"]
+    for t in (cpu, age):
+        # label_replace's regex is anchored: "" matches only the absent (empty) label
+        assert t["expr"].startswith("label_replace(")
+        assert t["expr"].endswith(f', "{F}", "{THIS_FACTORY}", "{F}", "")')
+        assert t["legendFormat"].startswith(f"{{{{{F}}}}} ")
+    (override,) = p["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": age["refId"]}
+    assert {x["id"]: x["value"] for x in override["properties"]} == {"unit": "s", "custom.axisPlacement": "right"}
+
+
+def test_series_per_entry_process_or_alert_keep_the_factory() -> None:
+    """The rule in dashboards/README.md: an entry, a process (instance, job) or an alert is one factory's,
+    so grouping by one keeps the factory label; sites, frontends, categories are summed across factories."""
+    F = catalogue.FACTORY_LABEL
+    loose = []
+    for b, p in _panels():
+        for t in p["targets"]:
+            for by in re.findall(r"\bby \(([^)]*)\)", t["expr"]):
+                labels = [x.strip() for x in by.split(",")]
+                if {"entry", N.SPAN_ENTRY, "instance", "job", "alertname"} & set(labels) and F not in labels:
+                    loose.append(f"{b['uid']} {p['title']!r}: by ({by})")
+    assert not loose, "\n".join(loose)
+    readme = (ROOT / "dashboards/README.md").read_text()
+    assert "summed across factories" in readme
 
 
 @pytest.mark.parametrize(

@@ -21,14 +21,18 @@ import pytest
 from dashboards.gen import board as B
 from dashboards.gen import dashboards as D
 from dashboards.gen import lint
+from dashboards.gen.boards.overview import THIS_FACTORY
 from gwms_obs import catalogue
-from tests.support.fleet_stack import RANGE, SITES_PER_ENTRY, fleet_stack, panel_series
+from tests.support.fleet_stack import RANGE, RATE_INTERVAL, SITES_PER_ENTRY, fleet_stack, panel_series
 from tests.support.servers import have, prom_query, prom_value
 
 pytestmark = [pytest.mark.live, pytest.mark.skipif(not have("prometheus"), reason="Debian prometheus missing")]
 
 ENTRIES = 500
-VARS = {"entry": ".*", "client": ".*", "site": ".*", B.TOPN: str(B.TOPN_DEFAULT)}
+F = catalogue.FACTORY_LABEL
+# One factory's own Prometheus, as Grafana runs the boards there: every variable at All, the
+# factory's too (its series carry no factory label: only Thanos attaches it).
+VARS = {F: ".*", "entry": ".*", "client": ".*", "site": ".*", B.TOPN: str(B.TOPN_DEFAULT)}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +45,30 @@ def test_the_factory_is_500_entries_wide(prom: str) -> None:
     """What the dashboards would draw without Top N: one series per entry."""
     assert prom_value(prom, f"count(count by (entry) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES
     assert prom_value(prom, f"count(count by (site) ({catalogue.ENTRY_DOWNTIME.name}))") == ENTRIES // SITES_PER_ENTRY
+
+
+def test_factory_at_all_matches_a_factory_without_the_label(prom: str) -> None:
+    """PromQL takes an absent label for the empty string, which the variable's All, ".*", matches;
+    a factory's name (a value the label would have on Thanos) matches nothing here."""
+    m = catalogue.ENTRY_DOWNTIME.name
+    assert prom_query(prom, f'count by ({F}) ({m}{{{F}!=""}})') == []  # no series carries the label
+    assert prom_value(prom, f'count({m}{{{F}=~".*"}})') == prom_value(prom, f"count({m})") == ENTRIES
+    assert prom_query(prom, f'{m}{{{F}=~"some-factory"}}') == []
+    # The variable's own query finds no factory, so Grafana keeps it at All.
+    assert prom_query(prom, f'count by ({F}) ({catalogue.BUILD_INFO.name}{{{F}!=""}})') == []
+
+
+def test_the_per_factory_panel_shows_one_named_series_without_the_label(prom: str) -> None:
+    """Which factory provides how much, and is any silent: here, the one factory as "this factory"."""
+    (spec,) = (s for b in D.boards() for s in b.specs if s.question.startswith("Which factory provides"))
+    values = []
+    for t in spec.targets:
+        q = lint.substitute(t.expr.replace("$__rate_interval", RATE_INTERVAL), VARS)
+        (series,) = prom_query(prom, q)
+        assert series["metric"] == {F: THIS_FACTORY}, series
+        values.append(float(series["value"][1]))
+    cpu, age = values
+    assert cpu >= 0 and age > 0, values  # the simulated pilots ended in the past
 
 
 def test_every_panel_stays_within_its_series_budget(prom: str) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards.gen import health, rulefiles, rules
+from dashboards.gen import health, lint, rulefiles, rules
 from dashboards.gen import names as N
+from gwms_obs import catalogue
 from tests.support.servers import have
 from tools import ROOT
 
@@ -47,6 +48,30 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     names = {a.name for a in rulefiles.all_alerts()}
     assert names == firing, names ^ firing
     assert names == quiet, names ^ quiet
+
+
+def test_rules_name_no_factory_and_need_no_global_tier() -> None:
+    """Each factory's Prometheus evaluates the rules on its own series, which have no factory or replica
+    label there (external labels are attached by Thanos): a rule grouping, matching or templating on one
+    would match nothing or mean nothing, and no alert may read the global tier (thanos_*)."""
+    external = {catalogue.FACTORY_LABEL, catalogue.REPLICA_LABEL}
+    grouping = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+    checked = 0
+    for rel in ("gwms-recording.rules.yml", "gwms-alerts.rules.yml"):
+        for g in yaml.safe_load((RULES / rel).read_text())["groups"]:
+            for r in g["rules"]:
+                name, expr = r.get("alert") or r["record"], r["expr"]
+                tree = lint.pp.parse(lint.substitute(expr))
+                for sel in lint.selectors(tree):
+                    assert not sel.name.startswith("thanos_"), (name, sel)
+                    assert not external & {m.name for m in sel.matchers.matchers}, (name, sel)
+                for labels in grouping.findall(expr):
+                    assert not external & {x.strip() for x in labels.split(",")}, (name, labels)
+                templates = " ".join([*r.get("labels", {}).values(), *r.get("annotations", {}).values()])
+                assert not any(f"Labels.{x}" in templates or f"labels.{x}" in templates for x in external), name
+                assert not external & set(r.get("labels", {})), name
+                checked += 1
+    assert checked > 30
 
 
 # What rules.runbook_url() renders: the operator's base (an external label) or the default, then the anchor.

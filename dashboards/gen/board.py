@@ -6,9 +6,10 @@ answers (dashboards/README.md lists them) and how many series it may return
 on a factory of 500 entries with the default Top N (the series-budget test
 runs every query on a real Prometheus to hold it). The conventions shared by
 every board live here: the datasource variable preselecting our datasource
-by uid, the chained entry/client/site variables, the Top N variable, the
-links between boards that carry the time range and variables, legends as
-sortable tables.
+by uid, the factory variable (many factories, one view: see
+:data:`FACTORY_SEL`), the entry/client/site variables chained on it, the Top N
+variable, the links between boards that carry the time range and variables,
+legends as sortable tables.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DashboardLinkType,
     DataSourceRef,
+    DynamicConfigValue,
     GridPos,
     ValueMap,
     ValueMappingResult,
@@ -42,6 +44,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from gwms_obs import __version__, catalogue
+from gwms_obs.catalogue import FACTORY_LABEL as FACTORY
 
 from . import names as N
 
@@ -51,8 +54,16 @@ TAG = "gwms-obs"  # every board carries it; the boards' link menu lists the boar
 TOPN = "topn"  # the Top N variable; ranked panels read $topn
 TOPN_CHOICES = (5, 10, 20, 50)
 TOPN_DEFAULT = 10  # what the series budgets are declared for
-# What each drill-down variable is read from: a label of the panel's series.
-_URL_TIME = "${__url_time_range}&${datasource:queryparam}"
+# Many factories, one view. Grafana reads either one factory's Prometheus, whose series do not
+# carry the factory label (it is an external label: only Thanos attaches it), or the global Thanos
+# query, where every series does. The variable's All is ".*", and an absent label is the empty
+# string to a matcher, which ".*" matches: at All every selector matches on both. Every selector of
+# every panel and variable carries FACTORY_SEL (lint.missing_factory holds it).
+FACTORY_SEL = f'{FACTORY}=~"${FACTORY}"'
+# Which factories there are: a series every factory's exporter exports, once per exporter.
+FACTORY_SOURCE = catalogue.BUILD_INFO.name
+# Drill-down links carry the time range, the datasource and the factories selected.
+_URL_TIME = f"${{__url_time_range}}&${{datasource:queryparam}}&${{{FACTORY}:queryparam}}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class Target:
     legend: str = ""
     instant: bool = False
     exemplar: bool = False
+    # Another unit than the panel's, on a right-hand axis (a time series of two quantities).
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,7 @@ class Board:
                 ]
             )
             .with_variable(_datasource_var())
+            .with_variable(_factory_var())
         )
         for v in self.variables:
             d = d.with_variable(_topn_var() if v == TOPN else _query_var(v))
@@ -186,6 +200,27 @@ def _datasource_var() -> D.DatasourceVariable:
     )
 
 
+def _factory_var() -> D.QueryVariable:
+    # On one factory's Prometheus the label is absent: no values, All (".*") selected,
+    # and every selector still matches. On the global Thanos query: one value per factory.
+    return (
+        D.QueryVariable(FACTORY)
+        .label("Factory")
+        .description(
+            "The GlideinWMS factories (the factory external label, on the global Thanos query);"
+            " empty on one factory's own Prometheus, where All matches everything."
+        )
+        .datasource(DS)
+        .query(f"label_values({FACTORY_SOURCE}, {FACTORY})")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(VariableOption(selected=True, text=["All"], value=["$__all"]))
+    )
+
+
 def _topn_var() -> D.CustomVariable:
     choices = ",".join(str(n) for n in TOPN_CHOICES)
     return (
@@ -199,12 +234,12 @@ def _topn_var() -> D.CustomVariable:
 
 
 def _query_var(name: str) -> D.QueryVariable:
-    # Chained: client and site narrow to the chosen entries. The metric is
-    # one every entry has (its downtime flag / its queue), so no entry is missed.
+    # Chained: entry narrows to the chosen factories, client and site to the chosen entries.
+    # The metric is one every entry has (its downtime flag / its queue), so no entry is missed.
     src = {
-        "entry": f"label_values({catalogue.ENTRY_DOWNTIME.name}, entry)",
-        "site": f'label_values({catalogue.ENTRY_DOWNTIME.name}{{entry=~"$entry"}}, site)',
-        "client": f'label_values({catalogue.ENTRY_GLIDEINS.name}{{entry=~"$entry"}}, client)',
+        "entry": f"label_values({catalogue.ENTRY_DOWNTIME.name}{{{FACTORY_SEL}}}, entry)",
+        "site": f'label_values({catalogue.ENTRY_DOWNTIME.name}{{{FACTORY_SEL},entry=~"$entry"}}, site)',
+        "client": f'label_values({catalogue.ENTRY_GLIDEINS.name}{{{FACTORY_SEL},entry=~"$entry"}}, client)',
     }[name]
     return (
         D.QueryVariable(name)
@@ -278,6 +313,15 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
         if t.exemplar:
             q = q.exemplar(True)
         p = p.with_target(q)
+        if t.unit:
+            assert isinstance(p, timeseries.Panel), "a second unit needs a time series' second axis"
+            p = p.override_by_query(
+                chr(ord("A") + i),
+                [
+                    DynamicConfigValue(id_val="unit", value=t.unit),
+                    DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                ],
+            )
     return p
 
 

@@ -3,6 +3,9 @@
 Grafana's ``$__`` macros are not PromQL, so they are replaced by durations
 first; template variables inside label-matcher strings (``=~"$entry"``)
 are valid as they are. Names must come from the catalogue or names.py.
+Every selector of a panel or variable must carry the factory matcher
+(:func:`missing_factory`): the boards read one factory's Prometheus or the
+global Thanos query, and the factory variable chooses on the latter.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from typing import Any
 
 import promql_parser as pp
 
+from gwms_obs.catalogue import FACTORY_LABEL as FACTORY
+
 from . import names as N
-from .board import TOPN, TOPN_DEFAULT
+from .board import FACTORY_SEL, TOPN, TOPN_DEFAULT
 
 # Grafana's macros -> something PromQL accepts with the same type.
 MACROS = {
@@ -27,14 +32,16 @@ MACROS = {
 }
 _VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 # Variables used outside label matchers (topk($topn, ...)) must become PromQL too: their defaults.
-DEFAULTS = {TOPN: str(TOPN_DEFAULT)}
+# The factory variable's default is its All, ".*": what a query run outside Grafana means by it.
+DEFAULTS = {TOPN: str(TOPN_DEFAULT), FACTORY: ".*"}
 
 
-def substitute(expr: str, variables: dict[str, str] | None = None) -> str:
-    """``expr`` with Grafana's macros replaced (longest first) and, if given, variables."""
+def substitute(expr: str, variables: dict[str, str] | None = None, *, keep: tuple[str, ...] = ()) -> str:
+    """``expr`` with Grafana's macros replaced (longest first) and, if given, variables;
+    the variables named in ``keep`` are left as they are."""
     for k in sorted(MACROS, key=len, reverse=True):
         expr = expr.replace(k, MACROS[k])
-    values = {**DEFAULTS, **(variables or {})}
+    values = {k: v for k, v in {**DEFAULTS, **(variables or {})}.items() if k not in keep}
     return _VAR.sub(lambda m: values.get(m.group(1) or m.group(2), m.group(0)), expr)
 
 
@@ -68,6 +75,25 @@ def check_expr(expr: str, allowed: frozenset[str] | None = None) -> list[str]:
         elif sel.name not in allowed:
             problems.append(f"unknown metric {sel.name!r} (not in the catalogue or names.py): {expr}")
     return problems
+
+
+def missing_factory(expr: str) -> list[str]:
+    """Selectors of a panel or variable expression without ``factory=~"$factory"`` (board.FACTORY_SEL).
+
+    Without it a panel would mix every factory on the global Thanos query, whatever the
+    factory variable says; with it the panel is the same on one factory's Prometheus,
+    where the label is absent and the variable's All (".*") matches the empty string.
+    """
+    want = f"${FACTORY}"
+    try:
+        tree = pp.parse(substitute(expr, keep=(FACTORY,)))
+    except ValueError as e:
+        return [f"not PromQL: {e}: {expr}"]
+    return [
+        f"selector {sel} without {FACTORY_SEL}: {expr}"
+        for sel in selectors(tree)
+        if not any(m.name == FACTORY and m.op == pp.MatchOp.Re and m.value == want for m in sel.matchers.matchers)
+    ]
 
 
 def metric_names(expr: str) -> set[str]:

@@ -9,11 +9,13 @@ from .. import names as N
 from ..board import TOPN, Board, Drill, Target, ranked
 from .common import (
     ACCOUNTING,
+    BY_ENTRY,
     CPU_UNITS,
     ENTRY_HEALTH,
     ENTRY_LINKS,
     GPU_UNITS,
     HOURS,
+    LEGEND_ENTRY,
     PHASES,
     SEL,
     TO_CLIENT,
@@ -60,7 +62,7 @@ def accounting() -> Board:
         f"Canonical CPU hours of pilots completed in the range no user job used to completion"
         f" ({', '.join(catalogue.WASTE)}).",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'entry')}))", "{{entry}}")],
+        [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries waste the most canonical core-hours?",
         drill=ENTRY_LINKS,
@@ -72,9 +74,9 @@ def accounting() -> Board:
         "percentunit",
         [
             Target(
-                f"sort_desc(topk(${TOPN}, sum by (entry) (increase({CPU.name}{{{WASTE_SEL}}}[$__range]))"
-                f" / sum by (entry) (increase({CPU.name}{{{SEL}}}[$__range]))))",
-                "{{entry}}",
+                f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}) (increase({CPU.name}{{{WASTE_SEL}}}[$__range]))"
+                f" / sum by ({BY_ENTRY}) (increase({CPU.name}{{{SEL}}}[$__range]))))",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -90,9 +92,9 @@ def accounting() -> Board:
             Target(
                 "sort_desc("
                 + ranked(
-                    "entry",
-                    hours(CPU, WASTE_SEL, "entry, site, category"),
-                    over_range(CPU, WASTE_SEL, "entry"),
+                    BY_ENTRY,
+                    hours(CPU, WASTE_SEL, f"{BY_ENTRY}, site, category"),
+                    over_range(CPU, WASTE_SEL, BY_ENTRY),
                 )
                 + ")"
             )
@@ -139,11 +141,11 @@ def accounting() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f'sum by (entry) ({N.RR_CPU_RATE}{{{SEL},category="{Category.PREEMPTION_BADPUT}"}})',
-                    over_range(CPU, f'{SEL},category="{Category.PREEMPTION_BADPUT}"', "entry"),
+                    BY_ENTRY,
+                    f'sum by ({BY_ENTRY}) ({N.RR_CPU_RATE}{{{SEL},category="{Category.PREEMPTION_BADPUT}"}})',
+                    over_range(CPU, f'{SEL},category="{Category.PREEMPTION_BADPUT}"', BY_ENTRY),
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -194,7 +196,7 @@ def accounting() -> Board:
         "GPU hours by entry, top $topn",
         "GPU-hours of pilots completed in the range, the entries with the most.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(GPU, SEL, 'entry')}))", "{{entry}}")],
+        [Target(f"sort_desc(topk(${TOPN}, {hours(GPU, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries provide the GPUs?",
         drill=ENTRY_LINKS,
@@ -207,9 +209,10 @@ def accounting() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"sum by (entry, client, site, category, accuracy) (increase({m.name}{{{SEL}}}[$__range])) / 3600",
-                    over_range(m, SEL, "entry"),
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}, client, site, category, accuracy)"
+                    f" (increase({m.name}{{{SEL}}}[$__range])) / 3600",
+                    over_range(m, SEL, BY_ENTRY),
                 )
             )
             for m in (CPU, GPU)

@@ -8,10 +8,19 @@ from gwms_obs.catalogue import Category, Outcome
 
 from .. import health
 from .. import names as N
-from ..board import Drill, at_end
+from ..board import FACTORY_SEL, Drill, at_end
 
-SEL = 'entry=~"$entry",client=~"$client",site=~"$site"'  # POOL-labelled metrics
-SEL_ENTRY = 'entry=~"$entry",site=~"$site"'  # ENTRY-labelled metrics
+FACTORY = catalogue.FACTORY_LABEL  # the label Thanos attaches; the boards' factory variable
+
+SEL = f'{FACTORY_SEL},entry=~"$entry",client=~"$client",site=~"$site"'  # POOL-labelled metrics
+SEL_ENTRY = f'{FACTORY_SEL},entry=~"$entry",site=~"$site"'  # ENTRY-labelled metrics
+# Aggregating across factories (the global Thanos view): sites, frontends, categories, states and
+# outcomes are summed across factories, which is what that view is for; an entry is one factory's
+# (two factories may configure entries of the same name, each with its own queue, status and
+# downtime), and so is each of our own processes (instance and job names repeat, localhost:9090 in
+# every factory) and each alert: series per entry, per process or per alert keep the factory label.
+# On one factory's Prometheus the label is absent and "by (factory, ...)" is "by (...)".
+BY_ENTRY = f"{FACTORY}, entry"
 WASTE = "|".join(catalogue.WASTE)
 WASTE_SEL = f'{SEL},category=~"{WASTE}"'
 GOODPUT_SEL = f'{SEL},category="{Category.GOODPUT}"'
@@ -44,7 +53,7 @@ TO_ACCOUNTING = Drill(ACCOUNTING, "Accounting of ${__field.labels.entry}", "entr
 TO_CLIENT = Drill(ACCOUNTING, "Accounting of frontend ${__field.labels.client}", "client")
 TO_PROVISIONING = Drill(PROVISIONING, "Provisioning of ${__field.labels.entry}", "entry")
 ENTRY_LINKS = (TO_ENTRY, TO_ACCOUNTING, TO_PHASES)
-RUNTIME_SEL = f'job="{N.JOB_EXPORTER}"'
+RUNTIME_SEL = f'{FACTORY_SEL},job="{N.JOB_EXPORTER}"'
 
 
 def rate(m: catalogue.MetricDef, sel: str = SEL, extra: str = "", suffix: str = "") -> str:
@@ -64,3 +73,17 @@ def hours(m: catalogue.MetricDef, sel: str, by: str) -> str:
 def or_zero(expr: str) -> str:
     # Counters some processes create only at their first event: 0, not "No data", when healthy.
     return f"({expr}) or on () vector(0)"  # the 0 only when there is no series at all
+
+
+def legend(*labels: str) -> str:
+    """A legend naming the series by ``labels``: ``{{a}} {{b}}``; an absent label shows as nothing."""
+    return " ".join(f"{{{{{label}}}}}" for label in labels)
+
+
+# Per-entry legends name the factory after the entry: nothing (a trailing space) on one factory's Prometheus.
+LEGEND_ENTRY = legend("entry", FACTORY)
+
+
+def sel(name: str, matchers: str = "") -> str:
+    """``name{factory=~"$factory"[,matchers]}``: a selector of a series with no other variable to match."""
+    return f"{name}{{{FACTORY_SEL},{matchers}}}" if matchers else f"{name}{{{FACTORY_SEL}}}"

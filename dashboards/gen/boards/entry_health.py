@@ -8,9 +8,12 @@ from gwms_obs.catalogue import Category
 from .. import names as N
 from ..board import TOPN, Board, Drill, Target, at_end, ranked
 from .common import (
+    BY_ENTRY,
     ENTRY_HEALTH,
     ENTRY_LINKS,
+    FACTORY,
     GOODPUT_SEL,
+    LEGEND_ENTRY,
     NO_MATCH,
     PROVISIONING,
     SEL,
@@ -19,6 +22,7 @@ from .common import (
     TO_PHASES,
     TO_SITE,
     VALIDATION_FAILED,
+    legend,
     over_range,
     rate,
 )
@@ -42,11 +46,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"sum by (entry, state) ({G}{{{SEL}}})",
-                    over_range(catalogue.ENTRY_GLIDEINS, SEL, "entry", "avg_over_time"),
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}, state) ({G}{{{SEL}}})",
+                    over_range(catalogue.ENTRY_GLIDEINS, SEL, BY_ENTRY, "avg_over_time"),
                 ),
-                "{{entry}} {{state}}",
+                legend("entry", "state", FACTORY),
             )
         ],
         budget=10 * 10,
@@ -61,11 +65,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f'sum by (entry) ({G}{{{SEL},state="held"}})',
-                    over_range(catalogue.ENTRY_GLIDEINS, f'{SEL},state="held"', "entry", "max_over_time"),
+                    BY_ENTRY,
+                    f'sum by ({BY_ENTRY}) ({G}{{{SEL},state="held"}})',
+                    over_range(catalogue.ENTRY_GLIDEINS, f'{SEL},state="held"', BY_ENTRY, "max_over_time"),
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -99,11 +103,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"sum by (entry) ({rate(P, extra=VALIDATION_FAILED)}) / sum by (entry) ({rate(P)})",
-                    over_range(P, f"{SEL},{VALIDATION_FAILED}", "entry"),
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}) ({rate(P, extra=VALIDATION_FAILED)}) / sum by ({BY_ENTRY}) ({rate(P)})",
+                    over_range(P, f"{SEL},{VALIDATION_FAILED}", BY_ENTRY),
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -117,7 +121,7 @@ def entry_health() -> Board:
         P.grafana_unit,
         [
             Target(
-                f"sort_desc(topk(${TOPN}, sum by (entry, site, client)"
+                f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, client)"
                 f" (increase({P.name}{{{SEL},{NO_MATCH}}}[$__range]))))"
             )
         ],
@@ -136,13 +140,13 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"histogram_quantile(0.9, sum by (entry, le)"
+                    BY_ENTRY,
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le)"
                     f" ({rate(catalogue.PILOT_VALIDATION, suffix='_bucket')}))",
-                    f"histogram_quantile(0.9, sum by (entry, le)"
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le)"
                     f" (increase({at_end(f'{catalogue.PILOT_VALIDATION.name}_bucket{{{SEL}}}')})))",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -157,13 +161,14 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"histogram_quantile(0.5, sum by (entry, le) ({rate(catalogue.PILOT_LIFETIME, suffix='_bucket')}))",
-                    f"histogram_quantile(0.5, sum by (entry, le)"
+                    BY_ENTRY,
+                    f"histogram_quantile(0.5, sum by ({BY_ENTRY}, le)"
+                    f" ({rate(catalogue.PILOT_LIFETIME, suffix='_bucket')}))",
+                    f"histogram_quantile(0.5, sum by ({BY_ENTRY}, le)"
                     f" (increase({at_end(f'{catalogue.PILOT_LIFETIME.name}_bucket{{{SEL}}}')})))",
                     "bottomk",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -178,15 +183,15 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f'sum by (entry) ({N.RR_CPU_RATE}{{{SEL},category="{Category.GOODPUT}"}})'
-                    f" / sum by (entry) ({N.RR_CPU_RATE}{{{SEL}}})",
-                    over_range(catalogue.CPU_SECONDS, GOODPUT_SEL, "entry")
+                    BY_ENTRY,
+                    f'sum by ({BY_ENTRY}) ({N.RR_CPU_RATE}{{{SEL},category="{Category.GOODPUT}"}})'
+                    f" / sum by ({BY_ENTRY}) ({N.RR_CPU_RATE}{{{SEL}}})",
+                    over_range(catalogue.CPU_SECONDS, GOODPUT_SEL, BY_ENTRY)
                     + " / "
-                    + over_range(catalogue.CPU_SECONDS, SEL, "entry"),
+                    + over_range(catalogue.CPU_SECONDS, SEL, BY_ENTRY),
                     "bottomk",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -200,7 +205,7 @@ def entry_health() -> Board:
         "s",
         [
             Target(
-                f"sort_desc(topk(${TOPN}, time() - max by (entry, site)"
+                f"sort_desc(topk(${TOPN}, time() - max by ({BY_ENTRY}, site)"
                 f" ({catalogue.PILOT_LAST_COMPLETED.name}{{{SEL}}})))"
             )
         ],
@@ -216,11 +221,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"max by (entry) ({catalogue.ENTRY_INFO_AGE.name}{{{SEL}}})",
-                    over_range(catalogue.ENTRY_INFO_AGE, SEL, "entry", "max_over_time"),
+                    BY_ENTRY,
+                    f"max by ({BY_ENTRY}) ({catalogue.ENTRY_INFO_AGE.name}{{{SEL}}})",
+                    over_range(catalogue.ENTRY_INFO_AGE, SEL, BY_ENTRY, "max_over_time"),
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -235,11 +240,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"time() - max by (entry) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}})",
-                    f"-max by (entry) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}} @ end())",
+                    BY_ENTRY,
+                    f"time() - max by ({BY_ENTRY}) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}})",
+                    f"-max by ({BY_ENTRY}) ({catalogue.ENTRY_UPDATED.name}{{{SEL_ENTRY}}} @ end())",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -254,11 +259,11 @@ def entry_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"max by (entry) ({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})",
-                    over_range(catalogue.ENTRY_DOWNTIME, SEL_ENTRY, "entry", "avg_over_time"),
+                    BY_ENTRY,
+                    f"max by ({BY_ENTRY}) ({catalogue.ENTRY_DOWNTIME.name}{{{SEL_ENTRY}}})",
+                    over_range(catalogue.ENTRY_DOWNTIME, SEL_ENTRY, BY_ENTRY, "avg_over_time"),
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,

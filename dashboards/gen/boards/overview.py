@@ -6,12 +6,15 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
 
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
 from .common import (
+    BY_ENTRY,
     CPU_UNITS,
     ENTRY_HEALTH,
     ENTRY_LINKS,
+    FACTORY,
     HOURS,
+    LEGEND_ENTRY,
     NO_MATCH,
     OVERVIEW,
     SEL,
@@ -20,6 +23,16 @@ from .common import (
     WASTE_SEL,
     hours,
 )
+
+# The factory series' name where there is no factory label (one factory's own Prometheus).
+THIS_FACTORY = "this factory"
+FACTORIES = 20  # most factories a global view is budgeted for: two series each on the per-factory panel
+
+
+def _per_factory(expr: str) -> str:
+    """``expr`` (by factory) with the absent label named: on one factory's Prometheus the one series
+    has no factory label (only Thanos attaches it), and label_replace's anchored "" matches only that."""
+    return f'label_replace({expr}, "{FACTORY}", "{THIS_FACTORY}", "{FACTORY}", "")'
 
 
 def factory_overview() -> Board:
@@ -77,6 +90,26 @@ def factory_overview() -> Board:
         b.add("stat", title, description, unit, [Target(expr, instant=True)], budget=1, question=q, w=4, h=4)
     b.add(
         "timeseries",
+        "CPU units and last pilot age, per factory",
+        "Canonical CPU units of completed pilots per factory (left axis), and the time since each factory's"
+        " newest completed pilot ended (right axis): a factory whose age climbs has stopped returning pilots;"
+        " one whose lines end has stopped reporting at all. On one factory's own Prometheus the series carry"
+        f" no factory label: one pair of lines, named {THIS_FACTORY!r}.",
+        CPU_UNITS,
+        [
+            Target(_per_factory(f"sum by ({FACTORY}) ({N.RR_CPU_RATE}{{{SEL}}})"), f"{{{{{FACTORY}}}}} CPU units"),
+            Target(
+                _per_factory(f"time() - max by ({FACTORY}) ({catalogue.PILOT_LAST_COMPLETED.name}{{{SEL}}})"),
+                f"{{{{{FACTORY}}}}} last pilot age",
+                unit="s",
+            ),
+        ],
+        budget=2 * FACTORIES,
+        question="Which factory provides how much, and is any factory silent?",
+        w=24,
+    )
+    b.add(
+        "timeseries",
         "Glideins by state",
         "Factory queue per state, all selected entries.",
         catalogue.ENTRY_GLIDEINS.grafana_unit,
@@ -104,11 +137,11 @@ def factory_overview() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}",
-                    f"max by (entry) (avg_over_time({at_end(f'{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (avg_over_time({at_end(f'{N.RR_BADPUT_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -134,9 +167,15 @@ def factory_overview() -> Board:
     b.add(
         "table",
         "Alerts firing",
-        "gwms-obs alerts firing now (Prometheus ALERTS series), one row per alert and entry.",
+        "gwms-obs alerts firing now (Prometheus ALERTS series), one row per alert and entry"
+        " (and factory, on the global view: each factory's Prometheus evaluates its own alerts).",
         "short",
-        [Target(f'sum by (alertname, entry, site, severity) ({N.ALERTS}{{alertstate="firing"}})')],
+        [
+            Target(
+                f"sum by (alertname, {FACTORY}, entry, site, severity)"
+                f' ({N.ALERTS}{{{FACTORY_SEL},alertstate="firing"}})'
+            )
+        ],
         budget=5000,  # bounded by alerts x entries; a table, not a chart
         question="What is alerting, and where?",
         w=24,

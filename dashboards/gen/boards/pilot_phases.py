@@ -5,11 +5,13 @@ from __future__ import annotations
 from gwms_obs import catalogue
 
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
 from .common import (
     ACCOUNTING,
     ENTRY_HEALTH,
+    FACTORY,
     PHASES,
+    legend,
 )
 
 
@@ -21,9 +23,10 @@ def pilot_phases() -> Board:
         "pilot developers and operators",
         variables=("entry", TOPN),
     )
-    sel = f'service_name="{N.TRACE_SERVICE}",{N.SPAN_ENTRY}=~"$entry"'
+    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_ENTRY}=~"$entry"'
     bucket = f"{N.SPAN_DURATION}_bucket"
     e = N.SPAN_ENTRY
+    by_e = f"{FACTORY}, {e}"  # an entry is one factory's (boards/common.py)
     phase_links = (
         Drill(ENTRY_HEALTH, f"Entry health of ${{__field.labels.{e}}}", "entry", e),
         Drill(ACCOUNTING, f"Accounting of ${{__field.labels.{e}}}", "entry", e),
@@ -52,12 +55,13 @@ def pilot_phases() -> Board:
         [
             Target(
                 ranked(
-                    e,
-                    f"histogram_quantile(0.5, sum by ({e}, span_name, le) (rate({bucket}{{{sel}}}[$__rate_interval])))",
-                    f"max by ({e}) (histogram_quantile(0.5, sum by ({e}, span_name, le)"
+                    by_e,
+                    f"histogram_quantile(0.5, sum by ({by_e}, span_name, le)"
+                    f" (rate({bucket}{{{sel}}}[$__rate_interval])))",
+                    f"max by ({by_e}) (histogram_quantile(0.5, sum by ({by_e}, span_name, le)"
                     f" (increase({at_end(f'{bucket}{{{sel}}}')}))))",
                 ),
-                f"{{{{{e}}}}} {{{{span_name}}}}",
+                legend(e, "span_name", FACTORY),
                 exemplar=True,
             )
         ],
@@ -86,7 +90,7 @@ def pilot_phases() -> Board:
         "s",
         [
             Target(
-                f"sort_desc(topk(${TOPN}, histogram_quantile(0.99, sum by ({e}, span_name, le)"
+                f"sort_desc(topk(${TOPN}, histogram_quantile(0.99, sum by ({by_e}, span_name, le)"
                 f" (increase({bucket}{{{sel}}}[$__range])))))"
             )
         ],

@@ -6,7 +6,9 @@ from gwms_obs import catalogue
 
 from ..board import TOPN, Board, Drill, Target, ranked
 from .common import (
+    BY_ENTRY,
     ENTRY_HEALTH,
+    FACTORY,
     HOURS,
     IDLE_STATES,
     PROVISIONING,
@@ -15,6 +17,7 @@ from .common import (
     TO_ENTRY,
     TO_PROVISIONING,
     hours,
+    legend,
     over_range,
     rate,
 )
@@ -53,11 +56,11 @@ def provisioning() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f'sum by (entry, kind) ({R.name}{{{SEL},kind=~"idle|adjusted_idle"}})',
-                    over_range(R, f'{SEL},kind="idle"', "entry", "avg_over_time"),
+                    BY_ENTRY,
+                    f'sum by ({BY_ENTRY}, kind) ({R.name}{{{SEL},kind=~"idle|adjusted_idle"}})',
+                    over_range(R, f'{SEL},kind="idle"', BY_ENTRY, "avg_over_time"),
                 ),
-                "{{entry}} {{kind}}",
+                legend("entry", "kind", FACTORY),
             )
         ],
         budget=2 * 10,
@@ -72,16 +75,16 @@ def provisioning() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"sum by (entry, client, kind) ({R.name}{{{SEL}}})",
-                    f'sum by (entry) ({R.name}{{{SEL},kind="idle"}})',
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}, client, kind) ({R.name}{{{SEL}}})",
+                    f'sum by ({BY_ENTRY}) ({R.name}{{{SEL},kind="idle"}})',
                 )
             ),
             Target(
                 ranked(
-                    "entry",
-                    f'sum by (entry, client, state) ({G.name}{{{SEL},state=~"running|held"}})',
-                    f'sum by (entry) ({R.name}{{{SEL},kind="idle"}})',
+                    BY_ENTRY,
+                    f'sum by ({BY_ENTRY}, client, state) ({G.name}{{{SEL},state=~"running|held"}})',
+                    f'sum by ({BY_ENTRY}) ({R.name}{{{SEL},kind="idle"}})',
                 )
             ),
         ],
@@ -141,7 +144,7 @@ def provisioning() -> Board:
         "Insufficient demand over the range, top $topn entries (core-hours)",
         "Idle pilot core-hours with no matching job waiting, per entry, in the time range.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(IDS, SEL, 'entry')}))", "{{entry}}")],
+        [Target(f"sort_desc(topk(${TOPN}, {hours(IDS, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries have the most idle cores for lack of demand?",
         drill=(TO_PROVISIONING, TO_ENTRY),
@@ -151,7 +154,7 @@ def provisioning() -> Board:
         "Provisioning bottleneck over the range, top $topn entries (job-hours)",
         "Hours user jobs waited at the entry while none of its pilots was idle, in the time range.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(BNS, SEL, 'entry')}))", "{{entry}}")],
+        [Target(f"sort_desc(topk(${TOPN}, {hours(BNS, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries need more pilots (the most job-hours waiting)?",
         drill=(TO_PROVISIONING, TO_ENTRY),

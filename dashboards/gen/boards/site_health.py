@@ -6,12 +6,15 @@ from gwms_obs import catalogue
 
 from .. import health
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
 from .common import (
     ACCOUNTING,
+    BY_ENTRY,
     ENTRY_HEALTH,
     ENTRY_LINKS,
+    FACTORY,
     HOURS,
+    LEGEND_ENTRY,
     SEL,
     SEL_ENTRY,
     SITE_HEALTH,
@@ -19,6 +22,7 @@ from .common import (
     TO_SITE,
     WASTE_SEL,
     hours,
+    legend,
     over_range,
     rate,
 )
@@ -34,20 +38,22 @@ def site_health() -> Board:
         variables=("entry", "site", TOPN),
     )
     st, pr = N.RR_SITE_STATUS, N.RR_SITE_PROBLEM
-    site_sel = 'site=~"$site"'
+    site_sel = f'{FACTORY_SEL},site=~"$site"'
+    # A site is one site whichever factories send it pilots: its status is the worst of them.
+    site_status = f"max by (site) ({st}{{{site_sel}}})"
     for title, expr, q in (
-        ("Sites failing", f"count({st}{{{site_sel}}} == 2) or on () vector(0)", "How many sites are failing?"),
-        ("Sites degraded", f"count({st}{{{site_sel}}} == 1) or on () vector(0)", "How many sites are degraded?"),
-        ("Sites ok", f"count({st}{{{site_sel}}} == 0) or on () vector(0)", "How many sites are green?"),
+        ("Sites failing", f"count({site_status} == 2) or on () vector(0)", "How many sites are failing?"),
+        ("Sites degraded", f"count({site_status} == 1) or on () vector(0)", "How many sites are degraded?"),
+        ("Sites ok", f"count({site_status} == 0) or on () vector(0)", "How many sites are green?"),
     ):
         b.add("stat", title, "Sites with this status now.", "short", [Target(expr, instant=True)], budget=1,
               question=q, w=8, h=4)  # fmt: skip
     b.add(
         "statetimeline",
         "Status of every site",
-        "0 ok, 1 degraded, 2 failing: the worst problem of the site's entries.",
+        "0 ok, 1 degraded, 2 failing: the worst problem of the site's entries (in every selected factory).",
         "short",
-        [Target(f"max by (site) ({st}{{{site_sel}}})", "{{site}}")],
+        [Target(site_status, "{{site}}")],
         budget=100,  # every site: 500 entries are 100 sites
         question="Which sites are failing or degraded, and since when?",
         w=24,
@@ -77,7 +83,7 @@ def site_health() -> Board:
         HOURS,
         [
             Target(
-                f"sort_desc(topk(${TOPN}, {hours(CPU, f'{WASTE_SEL},{site_sel}', 'site')} and on (site) ({st} > 0)))",
+                f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')} and on (site) ({site_status} > 0)))",
                 "{{site}}",
             )
         ],
@@ -103,11 +109,11 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"{N.RR_JOB_FAILURE_RATIO}{{{SEL_ENTRY}}}",
-                    f"max by (entry) (max_over_time({at_end(f'{N.RR_JOB_FAILURE_RATIO}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_JOB_FAILURE_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -122,19 +128,19 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}",
-                    f"max by (entry) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             ),
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"predict_linear({N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}[6h], 86400)",
-                    f"max by (entry) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}} a day ahead",
+                legend("entry", FACTORY) + " a day ahead",
             ),
         ],
         budget=2 * 10,
@@ -149,11 +155,11 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"{N.RR_WASTE_Z}{{{SEL_ENTRY}}}",
-                    f"max by (entry) (max_over_time({at_end(f'{N.RR_WASTE_Z}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_WASTE_Z}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}}",
+                LEGEND_ENTRY,
             )
         ],
         budget=10,
@@ -170,11 +176,11 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
+                    BY_ENTRY,
                     f"{N.RR_JOB_OVERUSE_RATIO}{{{SEL_ENTRY}}}",
-                    f"max by (entry) (max_over_time({at_end(f'{N.RR_JOB_OVERUSE_RATIO}{{{SEL_ENTRY}}}')}))",
+                    f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_JOB_OVERUSE_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
-                "{{entry}} {{resource}}",
+                legend("entry", "resource", FACTORY),
             )
         ],
         budget=2 * 10,
@@ -190,11 +196,11 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    "entry",
-                    f"sum by (entry, resource) ({rate(OV, SEL)})",
-                    over_range(OV, SEL, "entry"),
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}, resource) ({rate(OV, SEL)})",
+                    over_range(OV, SEL, BY_ENTRY),
                 ),
-                "{{entry}} {{resource}}",
+                legend("entry", "resource", FACTORY),
             )
         ],
         budget=2 * 10,
@@ -202,8 +208,9 @@ def site_health() -> Board:
         drill=ENTRY_LINKS,
     )
     bucket = f"{N.SPAN_DURATION}_bucket"
-    sel = f'service_name="{N.TRACE_SERVICE}",{N.SPAN_SITE}=~"$site"'
+    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_SITE}=~"$site"'
     e = N.SPAN_ENTRY
+    by_e = f"{FACTORY}, {e}"
     b.add(
         "timeseries",
         "Phase p95 at the selected sites, slowest $topn entries",
@@ -213,12 +220,12 @@ def site_health() -> Board:
         [
             Target(
                 ranked(
-                    e,
-                    f"histogram_quantile(0.95, sum by ({e}, span_name, le)"
+                    by_e,
+                    f"histogram_quantile(0.95, sum by ({by_e}, span_name, le)"
                     f" (rate({bucket}{{{sel}}}[$__rate_interval])))",
-                    f"max by ({e}) ({N.RR_PHASE_Z})",
+                    f"max by ({by_e}) ({N.RR_PHASE_Z}{{{FACTORY_SEL}}})",
                 ),
-                f"{{{{{e}}}}} {{{{span_name}}}}",
+                legend(e, "span_name", FACTORY),
                 exemplar=True,
             )
         ],

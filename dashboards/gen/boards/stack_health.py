@@ -7,9 +7,12 @@ from gwms_obs import catalogue
 from .. import names as N
 from ..board import Board, Target
 from .common import (
+    FACTORY,
     RUNTIME_SEL,
     STACK,
+    legend,
     or_zero,
+    sel,
 )
 
 
@@ -26,7 +29,7 @@ def stack_health() -> Board:
         "Targets up",
         "Scrape targets up, by job.",
         "short",
-        [Target("sum by (job) (up)", "{{job}}", instant=True)],
+        [Target(f"sum by ({FACTORY}, job) ({sel('up')})", legend("job", FACTORY), instant=True)],
         budget=10,
         question="Is every part of the stack being scraped?",
         w=16,
@@ -37,7 +40,7 @@ def stack_health() -> Board:
         "Exporter build",
         "Which gwms-obs version runs where, on which Python.",
         "short",
-        [Target(f"max by (instance, version, python_version) ({catalogue.BUILD_INFO.name})")],
+        [Target(f"max by ({FACTORY}, instance, version, python_version) ({sel(catalogue.BUILD_INFO.name)})")],
         budget=10,
         question="Which gwms-obs version is running?",
         w=8,
@@ -48,7 +51,12 @@ def stack_health() -> Board:
         "Exporter lag",
         "Age of the oldest input not yet accounted.",
         catalogue.LAG.grafana_unit,
-        [Target(f"max by (instance, source) ({catalogue.LAG.name})", "{{instance}} {{source}}")],
+        [
+            Target(
+                f"max by ({FACTORY}, instance, source) ({sel(catalogue.LAG.name)})",
+                legend("instance", "source", FACTORY),
+            )
+        ],
         budget=10,
         question="Is the exporter keeping up with the factory?",
     )
@@ -57,7 +65,11 @@ def stack_health() -> Board:
         "Time since the last scan",
         "Seconds since the exporter's last scan of the factory tree ended.",
         "s",
-        [Target(f"time() - max by (instance) ({catalogue.LAST_SCAN.name})", "{{instance}}")],
+        [
+            Target(
+                f"time() - max by ({FACTORY}, instance) ({sel(catalogue.LAST_SCAN.name)})", legend("instance", FACTORY)
+            )
+        ],
         budget=5,
         question="Is the exporter still scanning?",
     )
@@ -68,7 +80,7 @@ def stack_health() -> Board:
         catalogue.PARSE_ERRORS.rate_grafana_unit,
         [
             Target(
-                or_zero(f"sum by (source, reason) (rate({catalogue.PARSE_ERRORS.name}[$__rate_interval]))"),
+                or_zero(f"sum by (source, reason) (rate({sel(catalogue.PARSE_ERRORS.name)}[$__rate_interval]))"),
                 "{{source}} {{reason}}",
             )
         ],
@@ -82,7 +94,7 @@ def stack_health() -> Board:
         catalogue.LABEL_OVERFLOW.rate_grafana_unit,
         [
             Target(
-                or_zero(f"sum by (label) (rate({catalogue.LABEL_OVERFLOW.name}[$__rate_interval]))"),
+                or_zero(f"sum by (label) (rate({sel(catalogue.LABEL_OVERFLOW.name)}[$__rate_interval]))"),
                 "{{label}}",
             )
         ],
@@ -94,7 +106,7 @@ def stack_health() -> Board:
         "Exporter scan duration",
         "How long the last scan took.",
         catalogue.SCAN_DURATION.grafana_unit,
-        [Target(f"max by (instance) ({catalogue.SCAN_DURATION.name})", "{{instance}}")],
+        [Target(f"max by ({FACTORY}, instance) ({sel(catalogue.SCAN_DURATION.name)})", legend("instance", FACTORY))],
         budget=5,
         question="How long does a scan take?",
     )
@@ -103,7 +115,7 @@ def stack_health() -> Board:
         "Exporter read rate",
         "Bytes read per second by source.",
         catalogue.BYTES_READ.rate_grafana_unit,
-        [Target(f"sum by (source) (rate({catalogue.BYTES_READ.name}[$__rate_interval]))", "{{source}}")],
+        [Target(f"sum by (source) (rate({sel(catalogue.BYTES_READ.name)}[$__rate_interval]))", "{{source}}")],
         budget=len(catalogue.Source),
         question="How much does the exporter read?",
     )
@@ -112,7 +124,7 @@ def stack_health() -> Board:
         "Exporter records read",
         "Records read per second by source.",
         catalogue.RECORDS.rate_grafana_unit,
-        [Target(f"sum by (source) (rate({catalogue.RECORDS.name}[$__rate_interval]))", "{{source}}")],
+        [Target(f"sum by (source) (rate({sel(catalogue.RECORDS.name)}[$__rate_interval]))", "{{source}}")],
         budget=len(catalogue.Source),
         question="How many records does the exporter process?",
     )
@@ -121,7 +133,7 @@ def stack_health() -> Board:
         "Files followed",
         "Files the exporter follows, by source.",
         catalogue.FILES_TRACKED.grafana_unit,
-        [Target(f"sum by (source) ({catalogue.FILES_TRACKED.name})", "{{source}}")],
+        [Target(f"sum by (source) ({sel(catalogue.FILES_TRACKED.name)})", "{{source}}")],
         budget=len(catalogue.Source),
         question="How many files does the exporter follow?",
     )
@@ -132,8 +144,9 @@ def stack_health() -> Board:
         "percentunit",
         [
             Target(
-                f"sum by (instance) (rate({catalogue.PROCESS_CPU_SECONDS}{{{RUNTIME_SEL}}}[$__rate_interval]))",
-                "{{instance}}",
+                f"sum by ({FACTORY}, instance)"
+                f" (rate({catalogue.PROCESS_CPU_SECONDS}{{{RUNTIME_SEL}}}[$__rate_interval]))",
+                legend("instance", FACTORY),
             )
         ],
         budget=5,
@@ -144,7 +157,12 @@ def stack_health() -> Board:
         "Exporter resident memory",
         "Resident memory of the exporter process (its unit's MemoryMax bounds it).",
         "bytes",
-        [Target(f"max by (instance) ({catalogue.PROCESS_RESIDENT_MEMORY}{{{RUNTIME_SEL}}})", "{{instance}}")],
+        [
+            Target(
+                f"max by ({FACTORY}, instance) ({catalogue.PROCESS_RESIDENT_MEMORY}{{{RUNTIME_SEL}}})",
+                legend("instance", FACTORY),
+            )
+        ],
         budget=5,
         question="What does the exporter cost the factory host in memory?",
     )
@@ -155,7 +173,7 @@ def stack_health() -> Board:
         catalogue.TRACE_SPOOLS.rate_grafana_unit,
         [
             Target(
-                or_zero(f"sum by (result) (rate({catalogue.TRACE_SPOOLS.name}[$__rate_interval]))"),
+                or_zero(f"sum by (result) (rate({sel(catalogue.TRACE_SPOOLS.name)}[$__rate_interval]))"),
                 "{{result}}",
             ),
         ],
@@ -169,11 +187,11 @@ def stack_health() -> Board:
         catalogue.TRACE_SPANS.rate_grafana_unit,
         [
             Target(
-                or_zero(f"sum by (result) (rate({catalogue.TRACE_SPANS.name}[$__rate_interval]))"),
+                or_zero(f"sum by (result) (rate({sel(catalogue.TRACE_SPANS.name)}[$__rate_interval]))"),
                 "spans {{result}}",
             ),
             Target(
-                or_zero(f"sum by (result) (rate({catalogue.TRACE_REQUESTS.name}[$__rate_interval]))"),
+                or_zero(f"sum by (result) (rate({sel(catalogue.TRACE_REQUESTS.name)}[$__rate_interval]))"),
                 "requests {{result}}",
             ),
         ],
@@ -186,8 +204,8 @@ def stack_health() -> Board:
         "Spans accepted and exported per second.",
         "cps",
         [
-            Target(f"sum(rate({N.OTELCOL_RECEIVER_ACCEPTED}[$__rate_interval]))", "accepted"),
-            Target(f"sum(rate({N.OTELCOL_EXPORTER_SENT}[$__rate_interval]))", "sent"),
+            Target(f"sum(rate({sel(N.OTELCOL_RECEIVER_ACCEPTED)}[$__rate_interval]))", "accepted"),
+            Target(f"sum(rate({sel(N.OTELCOL_EXPORTER_SENT)}[$__rate_interval]))", "sent"),
         ],
         budget=2,
         question="Are traces flowing through the collector?",
@@ -198,9 +216,9 @@ def stack_health() -> Board:
         "Spans refused, failed or not enqueued per second (0 when none).",
         "cps",
         [
-            Target(or_zero(f"sum(rate({N.OTELCOL_RECEIVER_REFUSED}[$__rate_interval]))"), "refused"),
-            Target(or_zero(f"sum(rate({N.OTELCOL_EXPORTER_FAILED}[$__rate_interval]))"), "send failed"),
-            Target(or_zero(f"sum(rate({N.OTELCOL_EXPORTER_ENQUEUE_FAILED}[$__rate_interval]))"), "enqueue failed"),
+            Target(or_zero(f"sum(rate({sel(N.OTELCOL_RECEIVER_REFUSED)}[$__rate_interval]))"), "refused"),
+            Target(or_zero(f"sum(rate({sel(N.OTELCOL_EXPORTER_FAILED)}[$__rate_interval]))"), "send failed"),
+            Target(or_zero(f"sum(rate({sel(N.OTELCOL_EXPORTER_ENQUEUE_FAILED)}[$__rate_interval]))"), "enqueue failed"),
         ],
         budget=3,
         question="Is the collector losing spans?",
@@ -212,8 +230,9 @@ def stack_health() -> Board:
         "percentunit",
         [
             Target(
-                f"max by (instance, exporter) ({N.OTELCOL_QUEUE_SIZE} / {N.OTELCOL_QUEUE_CAPACITY})",
-                "{{instance}} {{exporter}}",
+                f"max by ({FACTORY}, instance, exporter)"
+                f" ({sel(N.OTELCOL_QUEUE_SIZE)} / {sel(N.OTELCOL_QUEUE_CAPACITY)})",
+                legend("instance", "exporter", FACTORY),
             )
         ],
         budget=10,
@@ -225,8 +244,8 @@ def stack_health() -> Board:
         "Per second (0 when none).",
         "cps",
         [
-            Target(f"sum(rate({N.PROM_RULE_EVAL_FAILURES}[$__rate_interval]))", "rule evaluation failures"),
-            Target(f"sum(rate({N.PROM_NOTIFICATIONS_DROPPED}[$__rate_interval]))", "notifications dropped"),
+            Target(f"sum(rate({sel(N.PROM_RULE_EVAL_FAILURES)}[$__rate_interval]))", "rule evaluation failures"),
+            Target(f"sum(rate({sel(N.PROM_NOTIFICATIONS_DROPPED)}[$__rate_interval]))", "notifications dropped"),
         ],
         budget=2,
         question="Do the rules evaluate and the alerts leave Prometheus?",
@@ -236,7 +255,7 @@ def stack_health() -> Board:
         "Prometheus head series",
         "Series in memory.",
         "short",
-        [Target(f"max by (instance) ({N.PROM_HEAD_SERIES})", "{{instance}}")],
+        [Target(f"max by ({FACTORY}, instance) ({sel(N.PROM_HEAD_SERIES)})", legend("instance", FACTORY))],
         budget=5,
         question="How many series does Prometheus hold?",
     )
@@ -246,9 +265,10 @@ def stack_health() -> Board:
         "Notifications sent and failed per second, by integration.",
         "cps",
         [
-            Target(f"sum by (integration) (rate({N.AM_NOTIFICATIONS}[$__rate_interval]))", "{{integration}} sent"),
+            Target(f"sum by (integration) (rate({sel(N.AM_NOTIFICATIONS)}[$__rate_interval]))", "{{integration}} sent"),
             Target(
-                f"sum by (integration) (rate({N.AM_NOTIFICATIONS_FAILED}[$__rate_interval]))", "{{integration}} failed"
+                f"sum by (integration) (rate({sel(N.AM_NOTIFICATIONS_FAILED)}[$__rate_interval]))",
+                "{{integration}} failed",
             ),
         ],
         budget=40,
@@ -259,7 +279,7 @@ def stack_health() -> Board:
         "Alertmanager alerts",
         "Alerts held by Alertmanager, by state.",
         "short",
-        [Target(f"sum by (state) ({N.AM_ALERTS})", "{{state}}")],
+        [Target(f"sum by (state) ({sel(N.AM_ALERTS)})", "{{state}}")],
         budget=5,
         question="How many alerts does Alertmanager hold?",
     )
@@ -269,7 +289,7 @@ def stack_health() -> Board:
 
 def _controller(b: Board) -> None:
     """The monitoring controller's row: is it up, what it decides, what it refuses, its rules."""
-    up = f'up{{job="{N.JOB_CONTROLLER}"}}'
+    up = sel("up", f'job="{N.JOB_CONTROLLER}"')
     dec, den = catalogue.CONTROLLER_DECISIONS, catalogue.CONTROLLER_DENIALS
     changes, expiries = catalogue.CONTROLLER_CHANGES, catalogue.CONTROLLER_EXPIRIES
     rules, auth = catalogue.CONTROLLER_RULES, catalogue.CONTROLLER_AUTH_FAILURES
@@ -279,7 +299,7 @@ def _controller(b: Board) -> None:
         "Controller up",
         "Whether Prometheus scrapes each monitoring controller (GwmsControllerDown fires after 5 minutes down).",
         "short",
-        [Target(f"max by (instance) ({up})", "{{instance}}", instant=True)],
+        [Target(f"max by ({FACTORY}, instance) ({up})", legend("instance", FACTORY), instant=True)],
         budget=5,
         question="Is the monitoring controller up?",
         w=6,
@@ -291,7 +311,7 @@ def _controller(b: Board) -> None:
         "Controller decisions by verbosity",
         "Decisions answered to pilots per second, by the verbosity granted.",
         dec.rate_grafana_unit,
-        [Target(f"sum by (verbosity) (rate({dec.name}[$__rate_interval]))", "{{verbosity}}")],
+        [Target(f"sum by (verbosity) (rate({sel(dec.name)}[$__rate_interval]))", "{{verbosity}}")],
         budget=4,
         question="How many pilots ask the controller, and what verbosity do they get?",
         w=9,
@@ -303,7 +323,7 @@ def _controller(b: Board) -> None:
         "Controller decisions by deciding kind",
         "Decisions per second by the kind of rule that decided (default: no rule matched).",
         dec.rate_grafana_unit,
-        [Target(f"sum by (kind) (rate({dec.name}[$__rate_interval]))", "{{kind}}")],
+        [Target(f"sum by (kind) (rate({sel(dec.name)}[$__rate_interval]))", "{{kind}}")],
         budget=4,
         question="Which kind of rule decides the pilots' verbosity?",
         w=9,
@@ -315,7 +335,7 @@ def _controller(b: Board) -> None:
         "Controller denials by reason",
         "Rule changes refused (and audited) per second, by reason (0 when none).",
         den.rate_grafana_unit,
-        [Target(or_zero(f"sum by (reason) (rate({den.name}[$__rate_interval]))"), "{{reason}}")],
+        [Target(or_zero(f"sum by (reason) (rate({sel(den.name)}[$__rate_interval]))"), "{{reason}}")],
         budget=7,
         question="Are people being refused by the controller, and why?",
         w=8,
@@ -325,7 +345,7 @@ def _controller(b: Board) -> None:
         "Controller rules in force",
         "Rules in force now, by kind (overrides and caps).",
         rules.grafana_unit,
-        [Target(f"sum by (kind) ({rules.name})", "{{kind}}")],
+        [Target(f"sum by (kind) ({sel(rules.name)})", "{{kind}}")],
         budget=4,
         question="How many controller rules are in force, of which kind?",
         w=8,
@@ -337,8 +357,8 @@ def _controller(b: Board) -> None:
         " none).",
         changes.rate_grafana_unit,
         [
-            Target(or_zero(f"sum by (action) (rate({changes.name}[$__rate_interval]))"), "{{action}}"),
-            Target(or_zero(f"sum by (kind) (rate({expiries.name}[$__rate_interval]))"), "{{kind}} expired"),
+            Target(or_zero(f"sum by (action) (rate({sel(changes.name)}[$__rate_interval]))"), "{{action}}"),
+            Target(or_zero(f"sum by (kind) (rate({sel(expiries.name)}[$__rate_interval]))"), "{{kind}} expired"),
         ],
         budget=8,
         question="Are controller rules being changed, or running out?",
@@ -350,7 +370,12 @@ def _controller(b: Board) -> None:
         "Requests refused for a missing or unknown bearer token, per second (0 when none): a pilot or a person"
         " with a revoked or mistyped token, or someone guessing.",
         auth.rate_grafana_unit,
-        [Target(or_zero(f"sum by (instance) (rate({auth.name}[$__rate_interval]))"), "{{instance}}")],
+        [
+            Target(
+                or_zero(f"sum by ({FACTORY}, instance) (rate({sel(auth.name)}[$__rate_interval]))"),
+                legend("instance", FACTORY),
+            )
+        ],
         budget=5,
         question="Is anyone calling the controller with a bad token?",
         w=24,
