@@ -79,11 +79,11 @@ def site_health() -> Board:
     b.add(
         "bargauge",
         "Hours at stake at sites not green, top $topn (canonical CPU hours of waste)",
-        "Waste of pilots completed in the range at each site that is degraded or failing now.",
+        "Waste of pilots completed in the range at each site that is degraded or failing now (has a problem).",
         HOURS,
         [
             Target(
-                f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')} and on (site) ({site_status} > 0)))",
+                f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')} and on (site) {pr}{{{site_sel}}}))",
                 "{{site}}",
             )
         ],
