@@ -157,7 +157,7 @@ def _preflight(
     return _run(
         _tool("ansible-playbook"),
         "-i",
-        f"inventories/{inventory}/hosts.yml",
+        str(ANSIBLE / "inventories" / inventory / "hosts.yml"),  # a name here, or a copy's absolute path
         playbook,
         "--tags",
         "preflight",
@@ -717,3 +717,206 @@ def test_prometheus_scrapes_the_controller_over_https_when_it_serves_tls() -> No
         prometheus_controller_targets=["mon:9830"], prometheus_controller_scheme="https", prometheus_web_tls_cert="C"
     )
     assert tls and tls["scheme"] == "https" and tls["tls_config"]["ca_file"].endswith("/web-ca.crt")
+
+
+# --- Many factories, one view (thanos role, multi-factory inventory) ----------------------------
+
+
+def _multi_factory_vault(tmp_path: Path) -> dict[str, Any]:
+    from tests.support import tls
+
+    pki = tls.make_pki(tmp_path / "pki", "thanos-store.example.org", "192.0.2.1")
+    doc: dict[str, Any] = yaml.safe_load(
+        (ANSIBLE / "inventories/multi-factory/group_vars/all/vault.yml.example").read_text()
+    )
+    return {
+        **doc,
+        "vault_grafana_admin_password": "a-long-enough-password",
+        "vault_otel_collector_pilot_tokens": ["a-real-token-0123456789"],
+        "vault_thanos_s3_access_key": "gwms-thanos",
+        "vault_thanos_s3_secret_key": "a-real-s3-secret-0123456789",
+        "vault_thanos_grpc_tls_ca": pki.ca,
+        "vault_thanos_grpc_tls_cert": pki.server_cert,
+        "vault_thanos_grpc_tls_key": pki.server_key,
+        "vault_thanos_grpc_tls_client_cert": pki.client_cert,
+        "vault_thanos_grpc_tls_client_key": pki.client_key,
+        "vault_gwms_central_tls_cert": pki.server_cert,
+        "vault_gwms_central_tls_key": pki.server_key,
+    }
+
+
+def test_the_roles_thanos_labels_are_the_catalogues() -> None:
+    """The external labels the prometheus role requires and the label the query dedups by."""
+    from gwms_obs import catalogue
+
+    constants = yaml.safe_load((ANSIBLE / "roles/prometheus/vars/main.yml").read_text())
+    assert constants["prometheus_thanos_required_labels"] == [catalogue.FACTORY_LABEL, catalogue.REPLICA_LABEL]
+    assert render.role_defaults("thanos")["thanos_query_replica_label"] == catalogue.REPLICA_LABEL
+    hosts = yaml.safe_load((ANSIBLE / "inventories/multi-factory/hosts.yml").read_text())
+    labels = [h["prometheus_external_labels"] for h in hosts["all"]["children"]["factory"]["hosts"].values()]
+    assert all(set(x) == {catalogue.FACTORY_LABEL, catalogue.REPLICA_LABEL} for x in labels), labels
+    # three factories, one of them an HA pair (same factory, its own replica each)
+    factories = [x[catalogue.FACTORY_LABEL] for x in labels]
+    assert len(set(factories)) == 3 and len(factories) == 4
+    assert len({tuple(sorted(x.items())) for x in labels}) == len(labels)
+
+
+def test_prometheus_runs_without_local_compaction_only_beside_a_sidecar() -> None:
+    def flags(**overrides: Any) -> str:
+        return render.render("prometheus", "prometheus.service.j2", **overrides)
+
+    two_h = "--storage.tsdb.min-block-duration=2h \\\n  --storage.tsdb.max-block-duration=2h"
+    assert "block-duration" not in flags()
+    assert two_h in flags(thanos_components=["sidecar"])
+    assert "block-duration" not in flags(thanos_components=["query", "store"])
+
+
+def _thanos_unit(component: str, **overrides: Any) -> dict[str, list[str]]:
+    text = render.render("thanos", f"thanos-{component}.service.j2", **overrides)
+    out: dict[str, list[str]] = {}
+    body = text.split("ExecStart=", 1)[1].split("\n")
+    exec_lines = []
+    for line in body:
+        exec_lines.append(line.rstrip(" \\").strip())
+        if not line.endswith("\\"):
+            break
+    out["exec"] = exec_lines
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", " ", "ExecStart")):
+            k, v = line.split("=", 1)
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def test_thanos_units_carry_each_components_flags() -> None:
+    side = _thanos_unit("sidecar")
+    assert side["exec"][0] == "/usr/local/bin/thanos sidecar"
+    assert {"--prometheus.url=http://127.0.0.1:9090", "--tsdb.path=/var/lib/prometheus/metrics2",
+            "--objstore.config-file=/etc/thanos/objstore.yml", "--grpc-address=127.0.0.1:10901",
+            "--http-address=127.0.0.1:10902"} <= set(side["exec"])  # fmt: skip
+    # the TSDB's owner, and the thanos group for /etc/thanos and the bucket
+    assert side["User"] == ["prometheus"] and side["SupplementaryGroups"] == ["thanos"]
+    assert side["ReadWritePaths"] == ["/var/lib/prometheus/metrics2 /var/lib/thanos/bucket"]
+    query = _thanos_unit("query")
+    assert {"--query.replica-label=replica", "--endpoint.sd-config-file=/etc/thanos/endpoints.yml"} <= set(
+        query["exec"]
+    )
+    assert not any(f.startswith(("--objstore", "--grpc-client-tls")) for f in query["exec"])
+    assert "ReadWritePaths" not in query and query["User"] == ["thanos"]
+    store = _thanos_unit("store")
+    assert {"--data-dir=/var/lib/thanos/store", "--objstore.config-file=/etc/thanos/objstore.yml"} <= set(store["exec"])
+    compact = _thanos_unit("compact")
+    assert {"--wait", "--retention.resolution-raw=30d", "--retention.resolution-5m=180d",
+            "--retention.resolution-1h=5y"} <= set(compact["exec"])  # fmt: skip
+    assert "--downsampling.disable" not in compact["exec"]
+    assert "--downsampling.disable" in _thanos_unit("compact", thanos_compact_downsampling=False)["exec"]
+    # mutual TLS: the servers ask for a client certificate, the query presents one and checks the name
+    tls = {"thanos_grpc_tls_cert": "C", "thanos_grpc_tls_key": "K", "thanos_grpc_tls_ca": "A",
+           "thanos_grpc_tls_client_cert": "CC", "thanos_grpc_tls_client_key": "CK",
+           "thanos_grpc_tls_server_name": "thanos-store.example.org"}  # fmt: skip
+    for c in ("sidecar", "store"):
+        assert "--grpc-server-tls-client-ca=/etc/thanos/grpc-ca.crt" in _thanos_unit(c, **tls)["exec"]
+    q = _thanos_unit("query", **tls)["exec"]
+    assert {"--grpc-client-tls-secure", "--grpc-client-server-name=thanos-store.example.org",
+            "--grpc-client-tls-cert=/etc/thanos/grpc-client.crt"} <= set(q)  # fmt: skip
+
+
+def test_thanos_binary_accepts_every_flag_of_the_units(tmp_path: Path) -> None:
+    """Each unit's command line as thanos parses it: an unknown or misspelt flag fails here, not on a host."""
+    binary = os.environ.get("GWMS_OBS_THANOS")
+    if not binary or not Path(binary).exists():
+        pytest.skip("thanos not built (make thanos; GWMS_OBS_THANOS)")
+    for c in ("sidecar", "query", "store", "compact"):
+        argv = _thanos_unit(c, thanos_grpc_tls_cert="C", thanos_grpc_tls_key="K", thanos_grpc_tls_ca="A",
+                            thanos_grpc_tls_client_cert="CC", thanos_grpc_tls_client_key="CK",
+                            thanos_grpc_tls_server_name="n")["exec"]  # fmt: skip
+        # --help after the flags: kingpin parses (and refuses unknown) flags, then prints help and exits 0
+        r = subprocess.run([binary, *argv[0].split()[1:], *argv[1:], "--help"], capture_output=True, text=True,
+                           timeout=60, check=False)  # fmt: skip
+        assert r.returncode == 0, (c, r.stderr[-2000:])
+    r = subprocess.run([binary, "sidecar", "--no-such-flag", "--help"], capture_output=True, text=True, check=False)
+    assert r.returncode != 0
+
+
+def test_thanos_endpoints_come_from_the_inventorys_sidecars() -> None:
+    hostvars = {
+        "f1": {"thanos_components": ["sidecar"]},
+        "f2": {"thanos_components": ["sidecar"], "thanos_sidecar_grpc_address": "0.0.0.0:19091"},
+        "f3": {},  # a monitoring host without a sidecar
+        "central": {"thanos_components": ["query", "store", "sidecar"]},
+    }
+    doc = yaml.safe_load(
+        render.render(
+            "thanos",
+            "endpoints.yml.j2",
+            thanos_components=["query", "store"],
+            groups={"monitoring": ["f1", "f2", "f3", "central"]},
+            hostvars=hostvars,
+            inventory_hostname="central",
+            thanos_query_extra_endpoints=["other-site.example.org:10905"],
+        )
+    )
+    assert [e["address"] for e in doc["endpoints"]] == [
+        "f1:10901", "f2:19091", "127.0.0.1:10901", "127.0.0.1:10905", "other-site.example.org:10905"
+    ]  # fmt: skip
+    assert yaml.safe_load(render.render("thanos", "endpoints.yml.j2")) == {"endpoints": []}
+
+
+def test_grafana_datasource_points_at_the_global_query_when_there_is_one() -> None:
+    local = _datasources(grafana_prometheus_basic_auth_user="gwms-obs", grafana_prometheus_basic_auth_password="p" * 16)
+    assert local["prometheus"]["url"] == "http://localhost:9090" and local["prometheus"]["basicAuth"] is True
+    ds = _datasources(
+        grafana_thanos_query_url="http://127.0.0.1:10904",
+        grafana_prometheus_basic_auth_user="gwms-obs",
+        grafana_prometheus_basic_auth_password="p" * 16,
+        grafana_prometheus_tls_ca="CA",
+    )
+    prom = ds["prometheus"]
+    assert prom["url"] == "http://127.0.0.1:10904" and prom["uid"] == "gwms-obs-prometheus"
+    assert "basicAuth" not in prom and "secureJsonData" not in prom and "tlsAuthWithCACert" not in prom["jsonData"]
+
+
+def test_multi_factory_inventory_passes_with_real_secrets(tmp_path: Path) -> None:
+    r = _preflight(tmp_path, _multi_factory_vault(tmp_path), inventory="multi-factory")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    for check in (
+        "Require the factory and replica external labels",
+        "Refuse two sidecars with the same external labels",
+        "Refuse a StoreAPI (sidecar, store gateway) off loopback without mutual TLS",
+        "Preflight of the central Thanos host",
+    ):
+        assert check in r.stdout, check
+
+
+@pytest.mark.parametrize(
+    "extra, limit, message",
+    [
+        ({"prometheus_external_labels": {"factory": "fnal"}}, "factory-fnal.example.org", "lacks replica"),
+        ({"prometheus_external_labels": {"factory": "", "replica": "a"}}, "factory-fnal.example.org", "lacks"),
+        ({"thanos_grpc_tls_key": ""}, "factory-fnal.example.org", "Thanos listeners"),
+        ({"thanos_query_http_address": "0.0.0.0:10904"}, "global01.example.org", "Thanos listeners"),
+        ({"thanos_grpc_tls_server_name": ""}, "global01.example.org", "thanos_grpc_tls_client_cert is set"),
+        ({"vault_thanos_s3_secret_key": "minioadmin"}, "global01.example.org", "thanos_s3_access_key"),
+        ({"thanos_components": ["sidecar", "ruler"]}, "factory-fnal.example.org", "each of sidecar"),
+    ],
+)
+def test_multi_factory_preflight_refuses(tmp_path: Path, extra: dict[str, Any], limit: str, message: str) -> None:
+    secrets = _multi_factory_vault(tmp_path)
+    vault_keys = {k: v for k, v in extra.items() if k.startswith("vault_")}
+    others = {k: v for k, v in extra.items() if not k.startswith("vault_")}
+    r = _preflight(tmp_path, {**secrets, **vault_keys}, others, inventory="multi-factory", limit=limit)
+    assert r.returncode != 0
+    out = " ".join(r.stdout.split())  # the messages are folded YAML, wrapped anywhere
+    assert message in out and "refusing to deploy" in out, r.stdout[-4000:]
+
+
+def test_multi_factory_preflight_refuses_an_ha_pair_with_one_replica_label(tmp_path: Path) -> None:
+    """Two Prometheus with the same factory and replica would ship colliding blocks."""
+    inv = tmp_path / "inv"
+    shutil.copytree(ANSIBLE / "inventories/multi-factory", inv)
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("{factory: cern, replica: b}", "{factory: cern, replica: a}"))
+    secrets = _multi_factory_vault(tmp_path)
+    r = _preflight(tmp_path, secrets, inventory=str(inv), limit="factory-cern-b.example.org")
+    assert r.returncode != 0
+    assert "have the same external labels" in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-4000:]
