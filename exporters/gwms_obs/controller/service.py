@@ -86,7 +86,10 @@ class Controller:
         )
 
     def policy(self) -> Policy:
-        now = self.clock()
+        return self._snapshot(self.clock())
+
+    def _snapshot(self, now: float) -> Policy:
+        """The policy to decide with at ``now``: refreshed when another process changed the rules."""
         if now >= self._next_expiry:
             self._count_expiries(now)
         if now - self._checked >= self.config.refresh_seconds:
@@ -114,8 +117,8 @@ class Controller:
 
     # --- deciding ----------------------------------------------------------------------------------
     def decide(self, attrs: Attributes, explain: bool = False) -> Decision:
-        policy = self.policy()
-        decision = policy.decide(attrs, self.clock(), explain)
+        now = self.clock()
+        decision = self._snapshot(now).decide(attrs, now, explain)
         self.metrics.decided(decision)
         self._remember(attrs)
         return decision
@@ -134,12 +137,12 @@ class Controller:
         """The decision, now, for every configured scope and every scope a pilot asked about lately."""
         scopes = list(dict.fromkeys([*self.config.scopes, *list(self._seen)]))
         scopes.sort(key=lambda a: (a.site, a.entry, a.frontend, a.factory, a.security_class))
-        policy, now = self.policy(), self.clock()
+        now = self.clock()
+        policy = self._snapshot(now)
         return [(a, policy.decide(a, now)) for a in scopes]
 
     # --- reading -----------------------------------------------------------------------------------
     def rules(self, active_only: bool = False) -> list[Rule]:
-        self.policy()
         now = self.clock()
         rules = self.store.rules()
         return [r for r in rules if r.active(now)] if active_only else rules
