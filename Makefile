@@ -43,6 +43,11 @@ export GWMS_OBS_DASHBOARD_LINTER := $(DASHBOARD_LINTER)
 VEGETA_VERSION := v12.13.0
 VEGETA := $(TOOLS_BIN)/vegeta-$(VEGETA_VERSION)
 export GWMS_OBS_VEGETA := $(VEGETA)
+# Thanos (sidecar, query, store gateway, compactor: docs/scale-out.md), pinned. v0.40.1 is the
+# newest whose go.mod this Go accepts (v0.42.x wants Go >= 1.26.10).
+THANOS_VERSION := v0.40.1
+THANOS := $(TOOLS_BIN)/thanos-$(THANOS_VERSION)
+export GWMS_OBS_THANOS := $(THANOS)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
 # The compiled fast path of the readers (native/: Rust through PyO3, see
@@ -69,7 +74,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta bench-controller
+.PHONY: thanos native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta bench-controller
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -119,7 +124,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q -m "not live" -p no:cacheprovider
 
-live: venv otelcol jaeger vegeta
+live: venv otelcol jaeger thanos vegeta
 	$(BIN)/pytest -q -m live -p no:cacheprovider -rs
 
 check: lint typecheck unit
@@ -131,7 +136,7 @@ prereqs:
 
 # prereqs first: a missing package fails here, not as skips after the Go builds.
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
-test: prereqs lint typecheck otelcol jaeger dashboard-linter compose-plugin vegeta
+test: prereqs lint typecheck otelcol jaeger thanos dashboard-linter compose-plugin vegeta
 	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
@@ -211,6 +216,18 @@ $(VEGETA):
 vegeta: $(VEGETA)
 	@echo "$(VEGETA)"
 
+# Not `go install`: Thanos's go.mod has replace directives, which go install refuses; build the
+# pinned module from the proxy as the main module, honouring its go.sum (~10 min cold on 2 cores).
+$(THANOS):
+	@mkdir -p $(TOOLS_BIN)
+	go mod download github.com/thanos-io/thanos@$(THANOS_VERSION)
+	cd $(GOMODCACHE)/github.com/thanos-io/thanos@$(THANOS_VERSION) && CGO_ENABLED=0 go build -trimpath \
+	  -ldflags='-s -w -X github.com/prometheus/common/version.Version=$(THANOS_VERSION:v%=%) -X github.com/prometheus/common/version.Branch=HEAD' \
+	  -o $@.tmp ./cmd/thanos
+	mv $@.tmp $@
+thanos: $(THANOS)
+	@echo "$(THANOS)"
+
 # Artifacts for `ansible-playbook deploy.yml` on air-gapped hosts (docs/deploy.md):
 # the exporter's wheelhouse, our collector and Jaeger, each with its sha256. The
 # inventories read them from here ({{ playbook_dir }}/../build/artifacts, whatever
@@ -218,9 +235,9 @@ vegeta: $(VEGETA)
 ARTIFACTS_DIR := build/artifacts
 wheelhouse: venv
 	$(BIN)/python -m tools.wheelhouse $(ARTIFACTS_DIR)
-deploy-artifacts: wheelhouse otelcol jaeger
-	cp $(OTELCOL) $(ARTIFACTS_DIR)/otelcol-gwms && cp $(JAEGER) $(ARTIFACTS_DIR)/jaeger
-	cd $(ARTIFACTS_DIR) && sha256sum otelcol-gwms jaeger *-wheelhouse.tar.gz
+deploy-artifacts: wheelhouse otelcol jaeger thanos
+	cp $(OTELCOL) $(ARTIFACTS_DIR)/otelcol-gwms && cp $(JAEGER) $(ARTIFACTS_DIR)/jaeger && cp $(THANOS) $(ARTIFACTS_DIR)/thanos
+	cd $(ARTIFACTS_DIR) && sha256sum otelcol-gwms jaeger thanos *-wheelhouse.tar.gz
 
 # `make -s print-ARTIFACTS_DIR`: a variable's value, for the tests and scripts.
 print-%:

@@ -90,6 +90,14 @@ LABEL_CAPS: dict[str, int] = {"entry": 2000, "client": 500, "site": 2000}
 OVERFLOW = "_overflow"
 ENTRY = ("entry", "site")
 
+# Many factories, one view (docs/scale-out.md): each factory's Prometheus carries these two
+# external labels, which Thanos attaches to everything it ships and serves. ``factory`` names
+# the GlideinWMS factory (a dashboard variable, never emitted by the exporter: one exporter
+# reads one factory); ``replica`` tells an HA pair's two Prometheus apart, and the global
+# query removes it (--query.replica-label) so a pair's series are counted once.
+FACTORY_LABEL: Final = "factory"
+REPLICA_LABEL: Final = "replica"
+
 MetricType = Literal["counter", "gauge", "histogram"]
 
 
