@@ -212,19 +212,27 @@ def _factory_window_ok(a: argparse.Namespace) -> bool:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    from .outputs.history import History
     from .outputs.report import Report
     from .pipeline import Ingest, IngestConfig
 
     if not _factory_window_ok(a):
         return 2
+    if a.format == "openmetrics" and a.plot:
+        log.error("--plot draws the report's table; with --format openmetrics, run report again without it")
+        return 2
     rep = Report(since=a.since, until=a.until)
+    history = History(step=a.step, since=a.since, until=a.until) if a.format == "openmetrics" else None
     ingest = Ingest(
         IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
-        sink=rep.add,
+        sink=history.add if history else rep.add,
         progress=True,
     )
     res = ingest.scan()
-    text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
+    if history:
+        text = history.to_openmetrics()
+    else:
+        text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
     return _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
 
 
@@ -441,13 +449,19 @@ def cmd_check_config(a: argparse.Namespace) -> int:
     return 0
 
 
-def _factory_window(p: argparse.ArgumentParser, factory_help: str, format_help: str, plot_help: str) -> None:
+def _factory_window(
+    p: argparse.ArgumentParser,
+    factory_help: str,
+    format_help: str,
+    plot_help: str,
+    formats: tuple[str, ...] = ("table", "csv", "json"),
+) -> None:
     """The arguments report and analyze share: the factory, the pilots' time window, the outputs."""
     p.add_argument("--factory-dir", required=True, help=factory_help)
     p.add_argument("--monitor-dir", help="entry monitoring dir, for site names (default <factory-dir>/monitor)")
     p.add_argument("--since", type=_time, help="pilots that ended at or after (ISO 8601 or epoch)")
     p.add_argument("--until", type=_time, help="pilots that ended before (ISO 8601 or epoch)")
-    p.add_argument("--format", choices=("table", "csv", "json"), default="table", help=format_help)
+    p.add_argument("--format", choices=formats, default="table", help=format_help)
     p.add_argument("--output", "-o", help="write here instead of stdout")
     p.add_argument("--plot", help=plot_help)
     p.add_argument(
@@ -538,8 +552,17 @@ def parser() -> argparse.ArgumentParser:
     _factory_window(
         r,
         "the factory log dir, with client/ and server/",
-        "table: hours and shares by entry; csv: tidy seconds per entry, client, category; json: with pilot counts",
+        "table: hours and shares by entry; csv: tidy seconds per entry, client, category; json: with pilot counts; "
+        "openmetrics: the exporter's counters every --step, to backfill with promtool tsdb create-blocks-from "
+        "openmetrics (docs/scale-out.md)",
         "also draw the categories per entry into this PNG (needs gwms-obs[plot])",
+        formats=("table", "csv", "json", "openmetrics"),
+    )
+    r.add_argument(
+        "--step",
+        type=_positive_seconds,
+        default=300.0,
+        help="with --format openmetrics: seconds between samples (default 300)",
     )
     r.set_defaults(func=cmd_report)
 

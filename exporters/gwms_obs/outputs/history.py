@@ -1,0 +1,115 @@
+"""A factory's accounting as history: what the exporter's counters read at every step, in OpenMetrics.
+
+``gwms-obs report --format openmetrics --step 300`` replays the pilots in the
+order they ended into the exporter's own :class:`Ledger` and samples its
+counters and histograms every ``step`` seconds, with the exporter's names and
+labels (catalogue.py). ``promtool tsdb create-blocks-from openmetrics`` turns
+the file into TSDB blocks: the years a factory ran before gwms-obs, backfilled
+into its Prometheus and shipped to Thanos (docs/scale-out.md). A sample at
+``t`` counts the pilots that ended at or before ``t``, so the last sample of a
+history equals what the exporter serves for the same pilots.
+
+Memory: every pilot's account is held until the end (they arrive in scan order,
+not end order), and every series' samples until its family is written, since
+OpenMetrics wants each series' samples together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .. import catalogue
+from ..accounting.ledger import Histogram, Labels, Ledger
+from ..accounting.pilot import PilotAccount
+
+# The counters a history carries, with the ledger's table each is read from.
+COUNTERS: tuple[tuple[catalogue.MetricDef, Callable[[Ledger], dict[Labels, Any]]], ...] = (
+    (catalogue.CPU_SECONDS, lambda led: led.cpu),
+    (catalogue.GPU_SECONDS, lambda led: led.gpu),
+    (catalogue.PILOTS, lambda led: led.pilots),
+    (catalogue.USER_JOBS, lambda led: led.user_jobs),
+    (catalogue.USER_JOBS_OVERUSING, lambda led: led.overusing),
+    (catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
+)
+HISTOGRAMS: tuple[tuple[catalogue.MetricDef, Callable[[Ledger], dict[Labels, Histogram]]], ...] = (
+    (catalogue.PILOT_LIFETIME, lambda led: led.lifetime),
+    (catalogue.PILOT_VALIDATION, lambda led: led.validation),
+)
+
+
+@dataclass
+class History:
+    """A report sink: pilots that ended inside [since, until), sampled every ``step`` seconds."""
+
+    step: float = 300.0
+    since: float | None = None
+    until: float | None = None
+    accounts: list[PilotAccount] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.step > 0 or math.isinf(self.step):
+            raise ValueError(f"step must be a positive number of seconds, not {self.step}")
+
+    def add(self, a: PilotAccount) -> None:
+        if (self.since is None or a.end >= self.since) and (self.until is None or a.end < self.until):
+            self.accounts.append(a)
+
+    def instants(self) -> list[float]:
+        """The sample times: multiples of ``step`` from the first pilot's end to the first at or after the last's."""
+        if not self.accounts:
+            return []
+        ends = [a.end for a in self.accounts]
+        first, last = math.ceil(min(ends) / self.step), math.ceil(max(ends) / self.step)
+        return [k * self.step for k in range(first, last + 1)]
+
+    def series(self) -> Iterator[Metric]:
+        """The metric families, each series' samples together and in time order."""
+        counters: list[dict[Labels, list[tuple[float, float]]]] = [defaultdict(list) for _ in COUNTERS]
+        hists: list[dict[Labels, list[tuple[float, Histogram]]]] = [defaultdict(list) for _ in HISTOGRAMS]
+        led = Ledger()
+        pending = sorted(self.accounts, key=lambda a: a.end)
+        i = 0
+        for t in self.instants():
+            while i < len(pending) and pending[i].end <= t:
+                led.add(pending[i])
+                i += 1
+            for out, (_, table) in zip(counters, COUNTERS, strict=True):
+                for labels, v in table(led).items():
+                    out[labels].append((t, float(v)))
+            for hout, (_, htable) in zip(hists, HISTOGRAMS, strict=True):
+                for labels, h in htable(led).items():
+                    hout[labels].append((t, Histogram(h.bounds, list(h.counts), h.total)))
+        for (m, _), samples in zip(COUNTERS, counters, strict=True):
+            fam = CounterMetricFamily(m.base, m.help, labels=list(m.labels))
+            for labels, points in sorted(samples.items()):
+                for t, v in points:
+                    fam.add_metric(list(labels), v, timestamp=t)
+            yield fam
+        for (m, _), hsamples in zip(HISTOGRAMS, hists, strict=True):
+            hfam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
+            for labels, hpoints in sorted(hsamples.items()):
+                for t, h in hpoints:
+                    hfam.add_metric(list(labels), h.cumulative(), h.total, timestamp=t)
+            yield hfam
+
+    def to_openmetrics(self) -> str:
+        """The history as an OpenMetrics text file, ``# EOF`` ended, for promtool's backfill."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(self))
+        return generate_latest(registry).decode()
+
+
+class _Families(Collector):
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.history.series()
