@@ -104,7 +104,8 @@ class History:
         """The history as an OpenMetrics text file, ``# EOF`` ended, for promtool's backfill."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families(self))
-        return generate_latest(registry).decode()
+        body: bytes = generate_latest(registry)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
+        return body.decode()
 
 
 class _Families(Collector):
