@@ -46,7 +46,11 @@ export GWMS_OBS_VEGETA := $(VEGETA)
 # Thanos (sidecar, query, store gateway, compactor: docs/scale-out.md), pinned. v0.40.1 is the
 # newest whose go.mod this Go accepts (v0.42.x wants Go >= 1.26.10).
 THANOS_VERSION := v0.40.1
-THANOS := $(TOOLS_BIN)/thanos-$(THANOS_VERSION)
+# Built with Prometheus's slicelabels layout, as Thanos's own release builds are: its labelpb casts
+# []ZLabel to labels.Labels, which is only sound under that layout (thanos-io/thanos#8947; without
+# it the store gateway dies with SIGSEGV on its first sync). The tag is in the binary's name.
+THANOS_TAGS := slicelabels
+THANOS := $(TOOLS_BIN)/thanos-$(THANOS_VERSION)-$(THANOS_TAGS)
 export GWMS_OBS_THANOS := $(THANOS)
 # tests/test_deploy_nspawn.py caches its debootstrap rootfs and .debs here
 export GWMS_OBS_CACHE_DIR := $(CACHE_DIR)
@@ -221,7 +225,7 @@ vegeta: $(VEGETA)
 $(THANOS):
 	@mkdir -p $(TOOLS_BIN)
 	go mod download github.com/thanos-io/thanos@$(THANOS_VERSION)
-	cd $(GOMODCACHE)/github.com/thanos-io/thanos@$(THANOS_VERSION) && CGO_ENABLED=0 go build -trimpath \
+	cd $(GOMODCACHE)/github.com/thanos-io/thanos@$(THANOS_VERSION) && CGO_ENABLED=0 go build -trimpath -tags $(THANOS_TAGS) \
 	  -ldflags='-s -w -X github.com/prometheus/common/version.Version=$(THANOS_VERSION:v%=%) -X github.com/prometheus/common/version.Branch=HEAD' \
 	  -o $@.tmp ./cmd/thanos
 	mv $@.tmp $@

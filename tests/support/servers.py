@@ -69,6 +69,15 @@ def prometheus(
 
     ``port``: when the config must name it (Prometheus scraping itself).
     """
+    with prometheus_process(workdir, config_yaml, extra_args, port) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def prometheus_process(
+    workdir: Path, config_yaml: str, extra_args: list[str] | None = None, port: int | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`prometheus`, yielding its process too, for a test that stops it early."""
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = workdir / "prometheus.yml"
     cfg.write_text(config_yaml)
@@ -83,8 +92,8 @@ def prometheus(
         "--enable-feature=exemplar-storage",
         *(extra_args or []),
     ]
-    with process(cmd, workdir / "prometheus.log", f"{url}/-/ready"):
-        yield url
+    with process(cmd, workdir / "prometheus.log", f"{url}/-/ready") as p:
+        yield url, p
 
 
 def prom_query(url: str, expr: str) -> list[dict[str, Any]]:
