@@ -78,7 +78,7 @@ OFFLINE_FILES := --env-file $(OFFLINE_ENV) -f compose/docker-compose.yml -f comp
 # compose-up: registry (official images), offline (built here), or auto (offline when no registry answers)
 COMPOSE_VARIANT ?= auto
 
-.PHONY: thanos native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta bench-controller
+.PHONY: bench-thanos thanos native compose-up compose-down compose-plugin compose-images help venv run sample prereqs test check lint typecheck unit live bench generate clean otelcol jaeger bench-collector bench-dashboards bench-detection dashboard-linter wheelhouse deploy-artifacts vegeta bench-controller
 help:
 	@echo "make run    - simulate a factory, print its accounting, serve /metrics on $(LISTEN) until Ctrl-C"
 	@echo "make test   - everything CI runs (lint, types, unit, live tests against real Prometheus)"
@@ -175,6 +175,11 @@ bench-dashboards: venv
 # Precision/recall of analyze, an isolation forest and the site-health rules on labelled anomalies.
 bench-detection: venv
 	$(BIN)/python benchmarks/detection.py
+
+# The global tier's sizing: series per factory, bytes per sample after compaction, disk per year,
+# 30-day global query latency over three backfilled factories: benchmarks/results/thanos.md.
+bench-thanos: venv thanos
+	$(BIN)/python benchmarks/thanos.py
 
 bench-collector: venv otelcol jaeger
 	$(BIN)/python benchmarks/collector.py

@@ -21,13 +21,15 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from tests.support import thanos_stack as T
-from tests.support.servers import http_get, wait_for
+from tools.polling import http_get
+from tools.polling import poll as wait_for
 
 _why = T.unavailable()
 pytestmark = [pytest.mark.live, pytest.mark.skipif(_why is not None, reason=f"Thanos stack: {_why}")]
@@ -183,7 +185,7 @@ def test_a_stopped_prometheus_leaves_the_others_answering_and_is_named(
     expr = f"sum by ({CLIENT}) ({CPU})"
     want = summed(reports["factory-a"], reports["factory-c"])
 
-    def answered_without_b() -> dict | None:
+    def answered_without_b() -> dict[str, Any] | None:
         doc = stack.query_api(expr, partial_response="true")
         got = {r["metric"].get(CLIENT, ""): float(r["value"][1]) for r in doc["data"]["result"]}
         return doc if got == pytest.approx(want, rel=1e-9) and doc.get("warnings") else None

@@ -24,14 +24,16 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gwms_obs import catalogue
-from tests.support.servers import export_command, first_scan_done, have, http_get, process, prometheus_process, wait_for
+from tests.support.servers import export_command, first_scan_done, have, process, prometheus_process
 from tools import render
+from tools.polling import http_get
+from tools.polling import poll as wait_for
 from tools.tracing_backends import free_port, stop
 
 
@@ -219,7 +221,7 @@ def thanos_stack(work: Path, factories: list[FactorySpec], store_sync: str = "2s
             cmd = export_command(f.tree, port, fw / "checkpoint.json", interval=3600, settle=0)
             es.enter_context(process(cmd, fw / "exporter.log"))
             url = f"http://127.0.0.1:{port}/metrics"
-            wait_for(f"{f.name}'s exporter's first scan", lambda u=url: first_scan_done(http_get(u)), 300)
+            wait_for(f"{f.name}'s exporter's first scan", _scanned(url), 300)
             exporters[f.name] = url
             for rep in f.replicas:
                 rw = fw / f"prometheus-{rep}"
@@ -270,6 +272,10 @@ def thanos_stack(work: Path, factories: list[FactorySpec], store_sync: str = "2s
         want = len(endpoints)
         wait_for(f"the query to see its {want} stores", lambda: len(healthy_stores(stack)) == want, 120, 0.5)
         yield stack
+
+
+def _scanned(url: str) -> Callable[[], bool]:
+    return lambda: first_scan_done(http_get(url))
 
 
 def healthy_stores(stack: ThanosStack) -> list[str]:
