@@ -231,6 +231,33 @@ def peer_netns(ct: Container, host_ip: str, peer_ip: str, prefix: int = 24) -> I
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30, check=False)
 
 
+@contextlib.contextmanager
+def linked(a: Container, b: Container, ip_a: str, ip_b: str, prefix: int = 24) -> Iterator[None]:
+    """Two booted containers on one network: a veth pair straight between their network namespaces.
+
+    The pair is created inside ``a``'s namespace with its other end moved into
+    ``b``'s (this machine's own namespace never sees either end), each end
+    gets its address on one private subnet, and nothing else is routed. The
+    pair goes with either namespace; it is also deleted on exit.
+    """
+    name_a, name_b = "gwms-link0", "gwms-link1"
+    for ct, args in (
+        (a, ("link", "add", name_a, "type", "veth", "peer", "name", name_b, "netns", str(b.leader))),
+        (a, ("addr", "add", f"{ip_a}/{prefix}", "dev", name_a)),
+        (a, ("link", "set", name_a, "up")),
+        (b, ("addr", "add", f"{ip_b}/{prefix}", "dev", name_b)),
+        (b, ("link", "set", name_b, "up")),
+    ):
+        r = ct.netns("ip", *args)
+        if r.returncode != 0:
+            a.netns("ip", "link", "del", name_a)
+            raise RuntimeError(f"ip {' '.join(args)} -> {r.returncode}: {r.stderr.strip()}")
+    try:
+        yield
+    finally:
+        a.netns("ip", "link", "del", name_a)
+
+
 def stop(p: subprocess.Popen[bytes], timeout: float = 30) -> None:
     if p.poll() is None:
         p.terminate()
