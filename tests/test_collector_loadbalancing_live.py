@@ -196,7 +196,7 @@ def split(series: dict[tuple[str, ...], float]) -> tuple[dict[tuple[str, ...], f
     """(the standalone's, the gateways' summed), keyed without the instance label.
 
     A gateway's collector_instance_id is its otel_collector_instance_id; the standalone's
-    is whatever else is there (the collector draws a random one at start, see the template).
+    is its own (the role's default, not a gateway's).
     """
     alone: dict[tuple[str, ...], float] = {}
     pool: dict[tuple[str, ...], float] = {}
