@@ -270,7 +270,7 @@ compose-plugin:
 	  ln -sf $(COMPOSE_BIN) $(COMPOSE_PLUGIN) && docker compose version; fi
 
 # The offline variant's images (tools/images.py), tagged by the hash of their inputs.
-compose-images: venv otelcol jaeger
+compose-images: venv otelcol jaeger thanos
 	$(BIN)/python -m tools.images --env-file $(OFFLINE_ENV)
 
 # The same stack on a laptop (Docker with compose v2); configs from `make generate`.

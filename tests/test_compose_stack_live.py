@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +33,17 @@ from gwms_obs import catalogue
 from gwms_obs.tracing import conventions as C
 from tests.support import alert_scenario as S
 from tests.support.otlp_spans import complete_trace, pilot_trace
-from tests.support.servers import first_scan_done, free_port, http_get, prom_query, wait_for
+from tests.support.servers import first_scan_done, free_port, http_get, prom_query, prom_value, wait_for
 from tools import compose, docker_engine, images, render, tracing_backends
 from tools.mailsink import Mail
 
 pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "gwms-obs-test"
-PORTS = ("prometheus", "alertmanager", "mail", "exporter", "jaeger", "otlp_http", "otlp_grpc", "grafana", "controller")
+PORTS = (
+    *("prometheus", "alertmanager", "mail", "exporter", "jaeger", "otlp_http", "otlp_grpc", "grafana", "controller"),
+    "thanos_query",
+)
 
 
 @dataclass
@@ -178,7 +182,10 @@ def test_every_service_is_healthy_unprivileged_read_only_and_on_loopback(stack: 
         for bindings in (c["HostConfig"]["PortBindings"] or {}).values():
             assert all(b["HostIp"] == "127.0.0.1" for b in bindings), (name, bindings)
         assert not any("TOKEN" in e for e in c["Config"]["Env"] if name not in ("exporter", "otelcol")), name
-    assert set(found) == {"prometheus", "alertmanager", "mail", "exporter", "jaeger", "otelcol", "controller"}
+    assert set(found) == {
+        *("prometheus", "alertmanager", "mail", "exporter", "jaeger", "otelcol", "controller"),
+        *("thanos-sidecar", "thanos-store", "thanos-query"),
+    }
     # the image installs the compiled readers from its wheelhouse where they fit, as the Ansible role does
     version = _docker("exec", found["exporter"]["Id"], "gwms-obs", "--version")
     assert "(readers: native " in version, version
@@ -204,3 +211,22 @@ def test_bad_site_mails_exactly_its_admin_and_every_dashboard_query_has_data(sta
     empty, _ = S.dashboard_queries_without_data(stack.url["prometheus"], collector=True)
     assert not empty, "queries without data:\n" + "\n".join(empty)
     S.site_resolves(stack.mails)
+
+
+def test_the_thanos_query_serves_the_factory_with_its_labels(stack: Stack) -> None:
+    """The laptop's factory through its sidecar and the global query: the factory label on, the replica off."""
+    q = urllib.parse.urlencode({"query": f"sum by (factory, replica) ({catalogue.PILOTS.name})"})
+
+    def answered() -> list[dict[str, Any]]:
+        doc = json.loads(http_get(f"{stack.url['thanos_query']}/api/v1/query?{q}"))
+        return list(doc["data"]["result"])
+
+    res = wait_for("the exporter's pilots through the Thanos query", answered, 120, 1)
+    assert [r["metric"] for r in res] == [{catalogue.FACTORY_LABEL: "laptop"}]
+    local = prom_value(stack.url["prometheus"], f"sum({catalogue.PILOTS.name})")
+    assert float(res[0]["value"][1]) == local > 0
+    stores = json.loads(http_get(f"{stack.url['thanos_query']}/api/v1/stores"))["data"]
+    assert {s["name"] for group in stores.values() for s in group if not s.get("lastError")} == {
+        "thanos-sidecar:10901",
+        "thanos-store:10905",
+    }

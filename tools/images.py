@@ -61,7 +61,7 @@ def _source_files() -> Iterator[Path]:
 
 
 def _binary(env: str, make_target: str) -> Path:
-    """A Go build of `make otelcol jaeger` (the Makefile exports its path)."""
+    """A Go build of `make otelcol jaeger thanos` (the Makefile exports its path)."""
     path = os.environ.get(env)
     if not path or not Path(path).is_file():
         raise FileNotFoundError(f"{env} does not name a built binary: run `make {make_target}` first (or make it so)")
@@ -99,6 +99,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("alertmanager", lambda: []),
     Spec("otelcol", lambda: [_binary("GWMS_OBS_OTELCOL", "otelcol")]),
     Spec("jaeger", lambda: [_binary("GWMS_OBS_JAEGER", "jaeger")]),
+    # one image for thanos-sidecar, thanos-store and thanos-query (thanos/compose.yml names it)
+    Spec("thanos", lambda: [_binary("GWMS_OBS_THANOS", "thanos")]),
     # the compiled readers' wheel too: the image installs it where it fits, as the Ansible role does
     Spec("exporter", lambda: [*_source_files(), *wheelhouse.native_wheels()], _wheelhouse),
     # the same wheelhouse with the controller extra, as the gwms_controller role installs it
