@@ -74,31 +74,6 @@ OPS_MAIL = "factory-ops@factory.test"
 PILOTS = 300
 
 
-def _go_binary(env: str, target: str) -> Path:
-    """The collector/Jaeger binary `make otelcol`/`make jaeger` built (the Makefile exports its path)."""
-    path = os.environ.get(env)
-    if not path or not Path(path).exists():
-        out = subprocess.run(
-            ["make", "-s", "--no-print-directory", target],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"make {target} failed:\n{out.stderr[-3000:]}")
-        path = out.stdout.strip().splitlines()[-1]
-    return Path(path)
-
-
-def _recap(out: str) -> dict[str, int]:
-    m = re.search(r"^\S+\s*:\s*(ok=\d+.*)$", out.split("PLAY RECAP", 1)[-1], re.M)
-    if not m:
-        raise AssertionError(f"no PLAY RECAP in:\n{out[-3000:]}")
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
-
-
 @dataclass
 class Host:
     ct: nspawn.Container
@@ -153,8 +128,8 @@ class Host:
 def _artifacts(dest: Path) -> dict[str, str]:
     """The operator's artifact dir: our collector, Jaeger, and the exporter's wheelhouse."""
     _, wheelhouse_sha = wheelhouse.build(dest)
-    shutil.copy(_go_binary("GWMS_OBS_OTELCOL", "otelcol"), dest / "otelcol-gwms")
-    shutil.copy(_go_binary("GWMS_OBS_JAEGER", "jaeger"), dest / "jaeger")
+    shutil.copy(nspawn.go_binary("GWMS_OBS_OTELCOL", "otelcol"), dest / "otelcol-gwms")
+    shutil.copy(nspawn.go_binary("GWMS_OBS_JAEGER", "jaeger"), dest / "jaeger")
     return {
         "gwms_exporter_version": __version__,
         "gwms_exporter_wheelhouse_sha256": wheelhouse_sha,
@@ -310,7 +285,7 @@ def _ok(run: subprocess.CompletedProcess[str]) -> dict[str, int]:
     assert run.returncode == 0, (
         f"ansible-playbook failed ({run.returncode}):\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
     )
-    return _recap(run.stdout)
+    return nspawn.recap(run.stdout)
 
 
 def test_check_mode_on_a_fresh_host(host: Host) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -73,31 +72,6 @@ UNITS = {
     FACTORY: {"prometheus": "prometheus", "thanos-sidecar": "prometheus", "gwms-obs-exporter": "gwms-obs"},
     CENTRAL: {"thanos-query": "thanos", "thanos-store": "thanos", "thanos-compact": "thanos"},
 }
-
-
-def _binary(env: str, target: str) -> Path:
-    """A Go binary `make <target>` built (the Makefile exports its path in ``env``)."""
-    path = os.environ.get(env)
-    if not path or not Path(path).exists():
-        out = subprocess.run(
-            ["make", "-s", "--no-print-directory", target],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"make {target} failed:\n{out.stderr[-3000:]}")
-        path = out.stdout.strip().splitlines()[-1]
-    return Path(path)
-
-
-def _recap(out: str, host: str) -> dict[str, int]:
-    m = re.search(rf"^{re.escape(host)}\s*:\s*(ok=\d+.*)$", out.split("PLAY RECAP", 1)[-1], re.M)
-    if not m:
-        raise AssertionError(f"no PLAY RECAP for {host} in:\n{out[-3000:]}")
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
 
 
 @dataclass
@@ -154,7 +128,7 @@ def _artifacts(dest: Path) -> dict[str, str]:
         ("GWMS_OBS_JAEGER", "jaeger", "jaeger"),
         ("GWMS_OBS_THANOS", "thanos", "thanos"),
     ):
-        shutil.copy(_binary(env, target), dest / name)
+        shutil.copy(nspawn.go_binary(env, target), dest / name)
     return {
         "gwms_exporter_version": __version__,
         "gwms_exporter_wheelhouse_sha256": wheelhouse_sha,
@@ -294,7 +268,7 @@ def _ok(run: subprocess.CompletedProcess[str], host: str) -> dict[str, int]:
     assert run.returncode == 0, (
         f"ansible-playbook on {host} failed ({run.returncode}):\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
     )
-    return _recap(run.stdout, host)
+    return nspawn.recap(run.stdout, host)
 
 
 def test_both_hosts_deploy_and_a_second_run_changes_nothing(mesh: Mesh) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -325,3 +326,31 @@ def booted(
         yield ct
     finally:
         stop(proc)
+
+
+# --- what both deployment tests share ---------------------------------------------------------------
+def go_binary(env: str, target: str) -> Path:
+    """A Go binary `make <target>` built (otelcol, jaeger, thanos: the Makefile exports its path in ``env``)."""
+    path = os.environ.get(env)
+    if not path or not Path(path).exists():
+        out = subprocess.run(
+            ["make", "-s", "--no-print-directory", target],
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"make {target} failed:\n{out.stderr[-3000:]}")
+        path = out.stdout.strip().splitlines()[-1]
+    return Path(path)
+
+
+def recap(out: str, host: str | None = None) -> dict[str, int]:
+    """ansible-playbook's PLAY RECAP counts (ok, changed, failed...) of ``host``, or of its one host."""
+    name = re.escape(host) if host else r"\S+"
+    m = re.search(rf"^{name}\s*:\s*(ok=\d+.*)$", out.split("PLAY RECAP", 1)[-1], re.M)
+    if not m:
+        raise AssertionError(f"no PLAY RECAP{' for ' + host if host else ''} in:\n{out[-3000:]}")
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
