@@ -36,11 +36,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gwms_obs import __version__
 from gwms_obs.simulate.factory import simulate
 from tests.support import nspawn, tls
 from tests.support.servers import wait_for
-from tools import render, wheelhouse
+from tools import render
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSIBLE = ROOT / "ansible"
@@ -125,38 +124,9 @@ class Host:
         return result
 
 
-def _artifacts(dest: Path) -> dict[str, str]:
-    """The operator's artifact dir: our collector, Jaeger, and the exporter's wheelhouse."""
-    _, wheelhouse_sha = wheelhouse.build(dest)
-    shutil.copy(nspawn.go_binary("GWMS_OBS_OTELCOL", "otelcol"), dest / "otelcol-gwms")
-    shutil.copy(nspawn.go_binary("GWMS_OBS_JAEGER", "jaeger"), dest / "jaeger")
-    return {
-        "gwms_exporter_version": __version__,
-        "gwms_exporter_wheelhouse_sha256": wheelhouse_sha,
-        "otel_collector_binary_sha256": wheelhouse.sha256(dest / "otelcol-gwms"),
-        "jaeger_binary_sha256": wheelhouse.sha256(dest / "jaeger"),
-    }
-
-
 def _token(work: Path, role: str) -> str:
     """A controller token of this test run (as `gwms-obs controller token` makes them: prefix and 256 bits)."""
     return "gwmsc_" + hashlib.sha256(f"{work}-controller-{role}".encode()).hexdigest()
-
-
-def _vault(conf: Path, action: str, path: Path) -> str:
-    """ansible-vault with the test's vault password (conf/ is /srv/gwms-test in the container)."""
-    return subprocess.run(
-        [f"{VENV}/bin/ansible-vault", action, "--vault-password-file", str(conf / "vault-pass"), str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-
-
-def _encrypt(conf: Path, path: Path) -> None:
-    _vault(conf, "encrypt", path)
-    assert path.read_text().startswith("$ANSIBLE_VAULT")
 
 
 SINK = """
@@ -181,7 +151,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     nspawn.deb_repo(log)
     t_cache = time.monotonic()
     arts = work / "artifacts"
-    test_vars = _artifacts(arts)
+    test_vars = nspawn.artifacts(arts, ("otelcol", "jaeger"))
     t_arts = time.monotonic()
 
     rules = work / "rules"
@@ -214,7 +184,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
             }
         )
     )
-    _encrypt(conf, conf / "vault.yml")
+    nspawn.encrypt(conf / "vault-pass", conf / "vault.yml")
     mails = work / "mails.json"
 
     binds_ro = [
@@ -552,7 +522,7 @@ def multi(host: Host) -> Iterator[Multi]:
             }
         )
     )
-    _encrypt(conf, conf / "vault-multi.yml")
+    nspawn.encrypt(conf / "vault-pass", conf / "vault-multi.yml")
     (conf / "vars-multi.yml").write_text(
         yaml.safe_dump(
             {
@@ -578,7 +548,9 @@ def multi(host: Host) -> Iterator[Multi]:
     )
     with nspawn.peer_netns(host.ct, HOST_IP, PEER_IP) as peer:
         host.ct.exec("sh", "-c", f"echo '{HOST_IP} {MULTI_HOST}' >> /etc/hosts")
-        token = yaml.safe_load(_vault(conf, "view", conf / "vault.yml"))["vault_otel_collector_pilot_tokens"][0]
+        token = yaml.safe_load(nspawn.vault(conf / "vault-pass", "view", conf / "vault.yml"))[
+            "vault_otel_collector_pilot_tokens"
+        ][0]
         m = Multi(host, peer, pki, passwords, token)
         m.runs["first"] = host.timed("multi_first_run", m.playbook)
         m.runs["second"] = host.timed("multi_second_run", m.playbook)

@@ -40,10 +40,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gwms_obs import __version__, catalogue
+from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from tests.support import nspawn, tls
-from tools import wheelhouse
 from tools.polling import poll as wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,35 +119,6 @@ class Mesh:
         return data
 
 
-def _artifacts(dest: Path) -> dict[str, str]:
-    """The operator's artifact dir: the exporter's wheelhouse, our collector, Jaeger and Thanos."""
-    _, wheelhouse_sha = wheelhouse.build(dest)
-    for env, target, name in (
-        ("GWMS_OBS_OTELCOL", "otelcol", "otelcol-gwms"),
-        ("GWMS_OBS_JAEGER", "jaeger", "jaeger"),
-        ("GWMS_OBS_THANOS", "thanos", "thanos"),
-    ):
-        shutil.copy(nspawn.go_binary(env, target), dest / name)
-    return {
-        "gwms_exporter_version": __version__,
-        "gwms_exporter_wheelhouse_sha256": wheelhouse_sha,
-        "otel_collector_binary_sha256": wheelhouse.sha256(dest / "otelcol-gwms"),
-        "jaeger_binary_sha256": wheelhouse.sha256(dest / "jaeger"),
-        "thanos_binary_sha256": wheelhouse.sha256(dest / "thanos"),
-    }
-
-
-def _encrypt(conf: Path, path: Path) -> None:
-    subprocess.run(
-        [f"{VENV}/bin/ansible-vault", "encrypt", "--vault-password-file", str(conf / "vault-pass"), str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert path.read_text().startswith("$ANSIBLE_VAULT")
-
-
 def _inventory(conf: Path) -> None:
     """The multi-factory inventory's group_vars unchanged; hosts.yml names this test's two hosts."""
     inv = conf / "inv"
@@ -175,7 +145,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     nspawn.deb_repo(log)
     t_cache = time.monotonic()
     arts = work / "artifacts"
-    test_vars = _artifacts(arts)
+    test_vars = nspawn.artifacts(arts, ("otelcol", "jaeger", "thanos"))
     t_arts = time.monotonic()
 
     pki = tls.make_pki(work / "pki", GRPC_NAME, FACTORY_IP)
@@ -202,7 +172,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
             }
         )
     )
-    _encrypt(conf, conf / "vault.yml")
+    nspawn.encrypt(conf / "vault-pass", conf / "vault.yml")
     (conf / "vars.yml").write_text(
         yaml.safe_dump(
             {

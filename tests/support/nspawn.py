@@ -31,7 +31,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from tools import rootfs
+from gwms_obs import __version__
+from tools import rootfs, wheelhouse
 
 SUITE = rootfs.SUITE
 # systemd as init, and what Ansible needs on a managed Debian host (python3, python3-apt;
@@ -354,3 +355,40 @@ def recap(out: str, host: str | None = None) -> dict[str, int]:
     if not m:
         raise AssertionError(f"no PLAY RECAP{' for ' + host if host else ''} in:\n{out[-3000:]}")
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
+
+
+# name in the artifact dir, the Makefile's variable naming the build, the inventory's sha256 variable
+GO_ARTIFACTS = {
+    "otelcol": ("otelcol-gwms", "GWMS_OBS_OTELCOL", "otel_collector_binary_sha256"),
+    "jaeger": ("jaeger", "GWMS_OBS_JAEGER", "jaeger_binary_sha256"),
+    "thanos": ("thanos", "GWMS_OBS_THANOS", "thanos_binary_sha256"),
+}
+
+
+def artifacts(dest: Path, targets: Sequence[str]) -> dict[str, str]:
+    """The operator's artifact dir, as `make deploy-artifacts` fills it: the exporter's wheelhouse and
+    the Go builds ``targets`` (keys of GO_ARTIFACTS); the inventory variables naming their sha256."""
+    _, wheelhouse_sha = wheelhouse.build(dest)
+    found = {"gwms_exporter_version": __version__, "gwms_exporter_wheelhouse_sha256": wheelhouse_sha}
+    for target in targets:
+        name, env, sha_var = GO_ARTIFACTS[target]
+        shutil.copy(go_binary(env, target), dest / name)
+        found[sha_var] = wheelhouse.sha256(dest / name)
+    return found
+
+
+def vault(vault_pass: Path, action: str, path: Path) -> str:
+    """ansible-vault ``action`` on ``path`` with the test's vault password file."""
+    return subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "ansible-vault"), action, "--vault-password-file", str(vault_pass), str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+
+
+def encrypt(vault_pass: Path, path: Path) -> None:
+    """ansible-vault encrypt ``path`` in place, as an operator does with the secrets file."""
+    vault(vault_pass, "encrypt", path)
+    assert path.read_text().startswith("$ANSIBLE_VAULT")
