@@ -302,3 +302,33 @@ def test_workers_must_be_a_whole_number_of_at_least_one(command: str, capsys: py
     assert p.parse_args([command, "--factory-dir", "/x", "--workers", "3"]).workers == 3
     # export keeps the factory's cores unless told; report and analyze take up to 4 (pipeline.default_workers).
     assert p.parse_args([command, "--factory-dir", "/x"]).workers == (1 if command == "export" else None)
+
+
+def test_a_read_crosses_the_pipe_unchanged(factory: Path) -> None:
+    """The wire format (Read.__reduce__) gives back every field, of every kind of pilot."""
+    import pickle
+
+    from gwms_obs.accounting.overuse import Overuse
+    from gwms_obs.catalogue import Category, Overused
+    from gwms_obs.model import StatsFormat
+
+    cfg = IngestConfig.one_shot(str(factory), None, 3600.0, 1)
+    ing = Ingest(cfg)
+    ing.scan()
+    stage = next(s for s in ing.stages if isinstance(s, glidein_files.GlideinFilesStage))
+    listing = ing.books.list_clients()
+    ctx = stage._context(ing.books.clock(), ing.books.defaults)
+    tasks = [glidein_files._task(p, os.stat(p.out)) for p in listing.present.values()]
+    reads = pool.read_chunk(ctx, tasks)
+    assert sum(r.acc is not None for r in reads) > N * 0.8
+    assert any(r.acc is not None and r.acc.overuse for r in reads)
+    assert any(r.records for r in reads)
+    odd = pool.Read([("glidein_err", "bad", "/x", 3, "d")], 1, b"{}", True, True, True, 7, StatsFormat.REAL)
+    odd.failure, odd.trace = "ValueError: x", "Traceback"
+    acc = next(r.acc for r in reads if r.acc is not None)
+    acc.gpus, acc.warnings = 2, ["no_end_line"]
+    acc.partition.gpu[Category.GOODPUT] = 3.5
+    acc.overuse[Overused.MEMORY] = Overuse(4, 1, 12.25)
+    odd.acc = acc
+    for r in [*reads, odd]:
+        assert pickle.loads(pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)) == r

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from gwms_obs.accounting.partition import (
     JobTotals,
     PilotUsage,
+    Rules,
+    _classify_all,
     canonical_idle_units,
     classify_job,
     partition,
@@ -200,6 +202,16 @@ def pilots(draw: st.DrawFn) -> PilotUsage:
         condor_end=ce,
         jobs=jobs,
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(pilots(), st.floats(0, 300, allow_nan=False), st.floats(0, 300, allow_nan=False))
+def test_classify_all_is_classify_job_per_job(u: PilotUsage, grace: float, early: float) -> None:
+    """The inlined per-pilot loop the partition runs is classify_job, job by job."""
+    rules = Rules(grace_seconds=grace, early_failure_seconds=early)
+    jobs = list(u.jobs or ())
+    ce = u.condor_end if u.condor_end is not None else u.end
+    assert _classify_all(jobs, ce, u.end, rules) == [classify_job(j, ce, u.end, rules) for j in jobs]
 
 
 @settings(max_examples=400, deadline=None)

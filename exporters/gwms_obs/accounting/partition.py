@@ -88,6 +88,27 @@ def classify_job(job: Job, condor_end: float, pilot_end: float, rules: Rules = D
     return Category.GOODPUT  # the user's process was killed after using the resource
 
 
+def _classify_all(jobs: list[Job], condor_end: float, pilot_end: float, rules: Rules) -> list[Category]:
+    """:func:`classify_job` of each job, inlined: this runs for every job of every pilot."""
+    good, preempt, misconf = Category.GOODPUT, Category.PREEMPTION_BADPUT, Category.MISCONFIGURATION_BADPUT
+    ending_at = min(condor_end, pilot_end) - rules.grace_seconds
+    early = rules.early_failure_seconds
+    cats: list[Category] = []
+    add = cats.append
+    for j in jobs:
+        if j.exited and not j.exit_by_signal:
+            add(good)
+            continue
+        end = j.end
+        if end is None or end >= ending_at:
+            add(preempt)
+        elif not j.exited or end - j.start < early:
+            add(misconf)
+        else:
+            add(good)
+    return cats
+
+
 def _whole(p: Partition, cat: Category, u: PilotUsage, seconds: float) -> None:
     p.add(cat, u.cpus * seconds, u.gpus * seconds)
 
@@ -108,9 +129,10 @@ def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
     cs = min(max(u.condor_start if u.condor_start is not None else u.start, u.start), u.end)
     ce = min(max(u.condor_end if u.condor_end is not None else u.end, cs), u.end)
     _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))  # before and after HTCondor
-    cats = [classify_job(j, ce, u.end, rules) for j in jobs]
+    cats = _classify_all(jobs, ce, u.end, rules)
+    counts = p.jobs
     for c in cats:
-        p.jobs[c] = p.jobs.get(c, 0) + 1
+        counts[c] = counts.get(c, 0) + 1
     if native.core is not None:
         # The same sweep compiled (native/src/sweep.rs): bit for bit the same sums, in dict order.
         found = native.core.sweep(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..model import CompletedJob, GlideinErr, GlideinOut
+    from ..model import CompletedJob, GlideinErr, GlideinOut, Job
     from .pilot import EntryDefaults
 
 REASON = "implausible"
@@ -155,22 +155,29 @@ def check_glidein(out: GlideinOut, err: GlideinErr | None, b: Bounds) -> Verdict
     if start is not None and end is not None and not b.duration_ok(end - start):
         v.refuse(f"lifetime {end - start:.0f} s outside [0, {b.lifetime:.0f}]")
     max_jobs = b.max_jobs(out.cpus)
-    counts = [(f"{k} jobs", s.jobsnr) for k, s in out.stats.items()]
-    if out.stats_real_total is not None:
-        counts.append(("(Real) Total jobs", out.stats_real_total.jobsnr))
-    counts.append(("activations/claims", out.activations_claims or 0))
-    for name, n in counts:
-        if not 0 <= n <= max_jobs:
-            v.refuse(f"{name} {n} outside [0, {max_jobs}]")
+    # The names are built only for a value out of bounds: this runs for every pilot.
+    for k, s in out.stats.items():
+        if not 0 <= s.jobsnr <= max_jobs:
+            v.refuse(f"{k} jobs {s.jobsnr} outside [0, {max_jobs}]")
+    if out.stats_real_total is not None and not 0 <= out.stats_real_total.jobsnr <= max_jobs:
+        v.refuse(f"(Real) Total jobs {out.stats_real_total.jobsnr} outside [0, {max_jobs}]")
+    claims = out.activations_claims or 0
+    if not 0 <= claims <= max_jobs:
+        v.refuse(f"activations/claims {claims} outside [0, {max_jobs}]")
+    most = b.cpus * b.lifetime
     for name, s in out.stats.items():
-        if not 0 <= s.secs <= b.cpus * b.lifetime:
-            v.refuse(f"{name} utilization {s.secs} s outside [0, {b.cpus * b.lifetime:.0f}]")
+        if not 0 <= s.secs <= most:
+            v.refuse(f"{name} utilization {s.secs} s outside [0, {most:.0f}]")
     if err is not None and err.jobs:
-        bad = next((j for j in err.jobs if not (b.time_ok(j.start) and b.time_ok(j.end))), None)
-        if bad is not None:
-            # One forged ad makes the job history untrustworthy; the Stats block stands in.
-            v.problems.append(f"job time {bad.start}..{bad.end} outside [{b.earliest:.0f}, {b.latest:.0f}]")
-            err.jobs = None
+        lo, hi = b.earliest, b.latest
+        # Inlined time_ok over every job (the hot loop of the check).
+        for j in err.jobs:
+            t0, t1 = j.start, j.end
+            if (t0 is not None and not lo <= t0 <= hi) or (t1 is not None and not lo <= t1 <= hi):
+                # One forged ad makes the job history untrustworthy; the Stats block stands in.
+                v.problems.append(f"job time {t0}..{t1} outside [{lo:.0f}, {hi:.0f}]")
+                err.jobs = None
+                break
         else:
             _check_usage(err, b, v)
     return v
@@ -182,17 +189,22 @@ CPU_SLACK = 60.0
 
 def _check_usage(err: GlideinErr, b: Bounds, v: Verdict) -> None:
     """A job's usage beyond what its node could give is dropped (the job still counts)."""
+    most_mb, lifetime, node_cpus = b.memory_mb, b.lifetime, b.node_cpus
     for j in err.jobs or ():
-        what = j.global_job_id or f"started {j.start:.0f}"
-        if j.memory_usage_mb is not None and j.memory_usage_mb > b.memory_mb:
-            v.problems.append(f"job {what[:200]} MemoryUsage {j.memory_usage_mb} MB over {b.memory_mb}")
+        mem, cpu = j.memory_usage_mb, j.cpu_seconds
+        if mem is not None and mem > most_mb:
+            v.problems.append(f"job {_job_name(j)} MemoryUsage {mem} MB over {most_mb}")
             j.memory_usage_mb = None
-        if j.cpu_seconds is not None:
-            wall = j.end - j.start if j.end is not None else b.lifetime
-            cap = max(0.0, wall) * b.node_cpus + CPU_SLACK
-            if j.cpu_seconds > cap:
-                v.problems.append(f"job {what[:200]} CPU {j.cpu_seconds:.0f} s over {cap:.0f} (wall x {b.node_cpus})")
+        if cpu is not None:
+            wall = j.end - j.start if j.end is not None else lifetime
+            cap = max(0.0, wall) * node_cpus + CPU_SLACK
+            if cpu > cap:
+                v.problems.append(f"job {_job_name(j)} CPU {cpu:.0f} s over {cap:.0f} (wall x {node_cpus})")
                 j.cpu_seconds = None
+
+
+def _job_name(j: Job) -> str:
+    return (j.global_job_id or f"started {j.start:.0f}")[:200]
 
 
 def check_line(line: CompletedJob, b: Bounds) -> list[str]:
