@@ -8,6 +8,7 @@ never a pilot.
 from __future__ import annotations
 
 import bisect
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,10 @@ from ..model import EntryStatus, FrontendStatus
 from .pilot import PilotAccount
 
 Labels = tuple[str, ...]
+# Every label value an enum member stands for (member.value costs a descriptor call a time).
+_VALUE: dict[enum.Enum, str] = {
+    m: m.value for e in (catalogue.Category, catalogue.Accuracy, catalogue.Outcome, catalogue.Overused) for m in e
+}
 
 
 @dataclass(slots=True)
@@ -96,37 +101,64 @@ class Ledger:
     bottleneck_seconds: dict[Labels, float] = field(default_factory=dict)
     demand_seconds: dict[Labels, float] = field(default_factory=dict)
     budget: LabelBudget = field(default_factory=LabelBudget)
+    # (entry, client, site) -> its admitted labels, when none overflowed (derived: not saved)
+    _pools: dict[Labels, Labels] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, a: PilotAccount) -> None:
-        pool = self.budget.pool(a.entry, a.client, a.site)
-        acc = a.partition.accuracy.value
-        for cat, v in a.partition.cpu.items():
-            k = (*pool, cat.value, acc)
-            self.cpu[k] = self.cpu.get(k, 0.0) + v
-        for cat, v in a.partition.gpu.items():
-            k = (*pool, cat.value, acc)
-            self.gpu[k] = self.gpu.get(k, 0.0) + v
-        ko = (*pool, a.outcome.value)
+        # Runs in the parent for every pilot of a backfill, which the pool's workers wait
+        # for: enum values from a dict and the histograms inlined (4x faster than plain).
+        pool = self._pools.get((a.entry, a.client, a.site))
+        if pool is None:
+            pool = self._admit(a.entry, a.client, a.site)
+        part = a.partition
+        acc = _VALUE[part.accuracy]
+        if part.cpu:
+            cpu = self.cpu
+            for cat, v in part.cpu.items():
+                k = (*pool, _VALUE[cat], acc)
+                cpu[k] = cpu.get(k, 0.0) + v
+        if part.gpu:
+            gpu = self.gpu
+            for cat, v in part.gpu.items():
+                k = (*pool, _VALUE[cat], acc)
+                gpu[k] = gpu.get(k, 0.0) + v
+        ko = (*pool, _VALUE[a.outcome])
         self.pilots[ko] = self.pilots.get(ko, 0) + 1
-        for cat, n in a.partition.jobs.items():
-            kj = (*pool, cat.value)
-            self.user_jobs[kj] = self.user_jobs.get(kj, 0) + n
+        if part.jobs:
+            user_jobs = self.user_jobs
+            for cat, n in part.jobs.items():
+                kj = (*pool, _VALUE[cat])
+                user_jobs[kj] = user_jobs.get(kj, 0) + n
         # At 0 from the first measured job on, as the entry counters: increase() sees the first hog.
         for res, o in a.overuse.items():
-            kr = (*pool, res.value)
+            kr = (*pool, _VALUE[res])
             self.overusing[kr] = self.overusing.get(kr, 0) + o.jobs
             self.overuse_seconds[kr] = self.overuse_seconds.get(kr, 0.0) + o.seconds
         # A histogram is made only for a new pool (setdefault would build one per pilot to throw away).
         h = self.lifetime.get(pool)
         if h is None:
             h = self.lifetime[pool] = Histogram.empty(catalogue.PILOT_LIFETIME.buckets)
-        h.observe(a.lifetime)
+        life = a.end - a.start
+        if not life > 0.0:  # PilotAccount.lifetime: max(0.0, end - start)
+            life = 0.0
+        h.counts[bisect.bisect_left(h.bounds, life)] += 1
+        h.total += life
         if a.validation_duration is not None:
             h = self.validation.get(pool)
             if h is None:
                 h = self.validation[pool] = Histogram.empty(catalogue.PILOT_VALIDATION.buckets)
-            h.observe(a.validation_duration)
-        self.last_completed[pool] = max(self.last_completed.get(pool, 0.0), a.end)
+            h.counts[bisect.bisect_left(h.bounds, a.validation_duration)] += 1
+            h.total += a.validation_duration
+        last = self.last_completed.get(pool, 0.0)
+        self.last_completed[pool] = a.end if a.end > last else last  # max(last, end)
+
+    def _admit(self, entry: str, client: str, site: str) -> Labels:
+        """The pool's labels through the label budget; remembered once all three are admitted
+        (admitting a known value again changes nothing, an OVERFLOW is counted each time)."""
+        pool = self.budget.pool(entry, client, site)
+        if catalogue.OVERFLOW not in pool:
+            self._pools[(entry, client, site)] = pool
+        return pool
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
