@@ -3,7 +3,8 @@
 //! sections: StartdHistoryLog ads decoded into jobs, the trace spool kept.
 
 use crate::classad::{self, digit_run, int_value, Value};
-use crate::scan::{find, find_byte, lines_shorter_than, num, rfind_byte, split_lines, strip, Fallback, Lines, R};
+use crate::needle;
+use crate::scan::{find, find_byte, find_in, lines_shorter_than, num, rfind_byte, split_lines, strip, Fallback, Lines, R};
 
 const MAX_LINE: usize = 64 << 10;
 const MAX_CONFIG: usize = 4 << 20;
@@ -27,7 +28,7 @@ pub struct Limits {
     pub decoded_left: usize,
 }
 
-pub struct JobRec<'a> {
+pub struct JobRec {
     pub start: i128,
     pub end: Option<i128>,
     pub cpus: i128,
@@ -38,7 +39,8 @@ pub struct JobRec<'a> {
     pub exit_by_signal: bool,
     pub exit_signal: Option<i128>,
     pub job_status: Option<i128>,
-    pub global_job_id: Option<&'a [u8]>, // UTF-8 checked
+    /// The GlobalJobId (UTF-8 checked) as (index in `Err::texts`, start, end).
+    pub gid: Option<(usize, usize, usize)>,
     pub memory_usage_mb: Option<i128>,
     pub cpu_seconds: Option<f64>,
 }
@@ -46,12 +48,20 @@ pub struct JobRec<'a> {
 pub struct Err<'a> {
     pub gpus: Option<u64>,
     pub config: Option<Vec<(&'a str, &'a str)>>, // in order; a repeated key: the last wins
-    pub jobs: Option<Vec<JobRec<'static>>>,
-    pub gids: Vec<Option<Vec<u8>>>, // GlobalJobId per job (decoded sections do not outlive the parse)
+    pub jobs: Option<Vec<JobRec>>,
+    pub texts: Vec<Vec<u8>>, // the decoded histories the jobs' GlobalJobIds are in
     pub spool: Option<Vec<u8>>,
     pub sections: usize,
     pub ads: usize,
     pub decoded: usize,
+}
+
+impl Err<'_> {
+    pub fn gid(&self, j: &JobRec) -> Option<&str> {
+        // checked UTF-8 when parsed
+        j.gid
+            .map(|(t, a, b)| std::str::from_utf8(&self.texts[t][a..b]).unwrap_or_default())
+    }
 }
 
 fn gpus(data: &[u8]) -> R<Option<u64>> {
@@ -226,25 +236,6 @@ fn gunzip(raw: &[u8], limit: usize) -> R<Vec<u8>> {
     Ok(out)
 }
 
-/// The ads of a history: runs of lines between banner (`***`) or blank lines.
-fn ads(text: &[u8]) -> impl Iterator<Item = Vec<&[u8]>> {
-    let mut lines = split_lines(text);
-    std::iter::from_fn(move || {
-        let mut ad = Vec::new();
-        for line in lines.by_ref() {
-            let sep = line.starts_with(b"***") || line.iter().all(|&c| c == b' ' || c == b'\t');
-            if sep {
-                if !ad.is_empty() {
-                    return Some(ad);
-                }
-            } else {
-                ad.push(line);
-            }
-        }
-        (!ad.is_empty()).then_some(ad)
-    })
-}
-
 const ATTRS: [&[u8]; 21] = [
     b"JobCurrentStartDate",
     b"JobStartDate",
@@ -295,22 +286,65 @@ const A_RSS: usize = 18;
 const A_UCPU: usize = 19;
 const A_SCPU: usize = 20;
 
-fn pick<'a>(ad: &[&'a [u8]]) -> [Option<&'a [u8]>; 21] {
-    let mut got: [Option<&'a [u8]>; 21] = [None; 21];
-    for line in ad {
-        // "Name = value": the name is the line up to its first space (no ATTRS name has one)
-        let Some(sp) = memchr::memchr(b' ', line) else { continue };
-        if !line[sp..].starts_with(b" = ") {
-            continue;
+/// The index in ATTRS of an attribute name (a `match`: one length switch, then one compare).
+const fn attr_index(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"JobCurrentStartDate" => A_CURSTART,
+        b"JobStartDate" => A_START,
+        b"JobStatus" => A_STATUS,
+        b"CompletionDate" => A_COMPLETION,
+        b"LastVacateTime" => A_VACATE,
+        b"EnteredCurrentStatus" => A_ENTERED,
+        b"ExitCode" => A_EXITCODE,
+        b"ExitBySignal" => A_BYSIGNAL,
+        b"ExitSignal" => A_SIGNAL,
+        b"GlobalJobId" => A_GID,
+        b"CpusProvisioned" => A_CPUSP,
+        b"RequestCpus" => A_CPUSR,
+        b"MemoryProvisioned" => A_MEMP,
+        b"RequestMemory" => A_MEMR,
+        b"GPUsProvisioned" => A_GPUSP,
+        b"RequestGPUs" => A_GPUSR,
+        b"MemoryUsage" => A_MEMUSE,
+        b"ProportionalSetSizeKb" => A_PSS,
+        b"ResidentSetSize" => A_RSS,
+        b"RemoteUserCpu" => A_UCPU,
+        b"RemoteSysCpu" => A_SCPU,
+        _ => return None,
+    })
+}
+
+// attr_index agrees with ATTRS, checked when compiling.
+const _: () = {
+    let mut i = 0;
+    while i < ATTRS.len() {
+        match attr_index(ATTRS[i]) {
+            Some(k) => assert!(k == i),
+            None => panic!("ATTRS and attr_index disagree"),
         }
-        let name = &line[..sp];
-        if let Some(k) = ATTRS.iter().position(|a| *a == name) {
-            if got[k].is_none() {
-                got[k] = Some(&line[sp + 3..]);
-            }
+        i += 1;
+    }
+};
+
+/// The longest ATTRS name: a line whose first space comes later names none of them.
+const LONGEST_ATTR: usize = 21;
+
+/// One line of an ad: "Name = value", the name up to the line's first space (no ATTRS
+/// name has one); the first line of each name counts.
+#[inline]
+fn pick_line<'a>(line: &'a [u8], got: &mut [Option<&'a [u8]>; 21]) {
+    let head = &line[..line.len().min(LONGEST_ATTR + 1)];
+    let Some(sp) = head.iter().position(|&c| c == b' ') else {
+        return;
+    };
+    if !line[sp..].starts_with(b" = ") {
+        return;
+    }
+    if let Some(k) = attr_index(&line[..sp]) {
+        if got[k].is_none() {
+            got[k] = Some(&line[sp + 3..]);
         }
     }
-    got
 }
 
 fn first_int(got: &[Option<&[u8]>; 21], names: &[usize], minimum: i128) -> R<Option<i128>> {
@@ -352,7 +386,8 @@ fn amount(got: &[Option<&[u8]>; 21], k: usize, cap: f64, expr_ok: bool) -> R<Opt
     Ok(Some(f))
 }
 
-fn job<'a>(got: &[Option<&'a [u8]>; 21]) -> R<JobRec<'a>> {
+/// A job, and its GlobalJobId.
+fn job<'a>(got: &[Option<&'a [u8]>; 21]) -> R<(JobRec, Option<&'a [u8]>)> {
     let start = first_int(got, &[A_CURSTART, A_START], 1)?.ok_or(Fallback)?; // no start: "no_start"
     let mut mem = amount(got, A_MEMUSE, MAX_USAGE_MB, true)?;
     if mem.is_none() {
@@ -384,7 +419,7 @@ fn job<'a>(got: &[Option<&'a [u8]>; 21]) -> R<JobRec<'a>> {
             _ => None,
         },
     };
-    Ok(JobRec {
+    let rec = JobRec {
         start,
         end,
         cpus: first_int(got, &[A_CPUSP, A_CPUSR], 1)?.unwrap_or(1),
@@ -395,32 +430,81 @@ fn job<'a>(got: &[Option<&'a [u8]>; 21]) -> R<JobRec<'a>> {
         exit_by_signal: by_signal,
         exit_signal: iv(A_SIGNAL)?,
         job_status: status,
-        global_job_id: gid,
+        gid: None,
         memory_usage_mb: mem.map(|m| m as i128),
         cpu_seconds: cpu,
-    })
+    };
+    Ok((rec, gid))
 }
 
-/// A decoded history's jobs, each with its GlobalJobId copied out.
-fn history(text: &[u8], limits: &Limits, ads_so_far: &mut usize) -> R<Vec<(JobRec<'static>, Option<Vec<u8>>)>> {
-    if memchr::memchr3(b'\r', 0x0b, 0x0c, text).is_some() || !lines_shorter_than(text, MAX_ATTR_VALUE) {
+/// An ad's end: its job, charged to the section's and the file's budgets of ads.
+fn end_ad<'a>(
+    got: &mut [Option<&'a [u8]>; 21],
+    text: &'a [u8],
+    ti: usize,
+    n: &mut usize,
+    ads_so_far: &mut usize,
+    limits: &Limits,
+    jobs: &mut Vec<JobRec>,
+) -> R<()> {
+    if *n >= MAX_ADS_PER_SECTION {
+        return Err(Fallback); // too_many_ads
+    }
+    *n += 1;
+    *ads_so_far += 1;
+    if *ads_so_far > limits.ads_left {
+        return Err(Fallback); // the file's budget of ads
+    }
+    let (mut j, gid) = job(got)?;
+    j.gid = gid.map(|g| {
+        let a = g.as_ptr() as usize - text.as_ptr() as usize; // a slice of text
+        (ti, a, a + g.len())
+    });
+    jobs.push(j);
+    *got = [None; 21];
+    Ok(())
+}
+
+/// A decoded history's jobs (`text` is `Err::texts[ti]`), in one pass over its lines:
+/// an ad is a run of lines between banner (`***`) or blank lines.
+fn history(
+    text: &[u8],
+    ti: usize,
+    limits: &Limits,
+    ads_so_far: &mut usize,
+    jobs: &mut Vec<JobRec>,
+) -> R<()> {
+    if memchr::memchr3(b'\r', 0x0b, 0x0c, text).is_some() {
         return Err(Fallback);
     }
-    let mut jobs = Vec::new();
-    for (n, ad) in ads(text).enumerate() {
-        if n >= MAX_ADS_PER_SECTION {
-            return Err(Fallback); // too_many_ads
+    let mut got: [Option<&[u8]>; 21] = [None; 21];
+    let (mut in_ad, mut n) = (false, 0usize);
+    let mut newlines = memchr::memchr_iter(b'\n', text);
+    let mut start = 0;
+    loop {
+        let nl = newlines.next();
+        let line = &text[start..nl.unwrap_or(text.len())];
+        if line.len() >= MAX_ATTR_VALUE {
+            return Err(Fallback);
         }
-        *ads_so_far += 1;
-        if *ads_so_far > limits.ads_left {
-            return Err(Fallback); // the file's budget of ads
+        if line.starts_with(b"***") || line.iter().all(|&c| c == b' ' || c == b'\t') {
+            if in_ad {
+                end_ad(&mut got, text, ti, &mut n, ads_so_far, limits, jobs)?;
+                in_ad = false;
+            }
+        } else {
+            in_ad = true;
+            pick_line(line, &mut got);
         }
-        let got = pick(&ad);
-        let j = job(&got)?;
-        let gid = j.global_job_id.map(<[u8]>::to_vec);
-        jobs.push((JobRec { global_job_id: None, ..j }, gid));
+        match nl {
+            Some(i) => start = i + 1,
+            None => break,
+        }
     }
-    Ok(jobs)
+    if in_ad {
+        end_ad(&mut got, text, ti, &mut n, ads_so_far, limits, jobs)?;
+    }
+    Ok(())
 }
 
 pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
@@ -434,7 +518,7 @@ pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
         gpus: gpus(data)?,
         config: config(data)?,
         jobs: None,
-        gids: Vec::new(),
+        texts: Vec::new(),
         spool: None,
         sections: 0,
         ads: 0,
@@ -442,8 +526,9 @@ pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
     };
     let mut spool: Vec<u8> = Vec::new();
     let mut has_spool = false;
-    let mut pos = 0;
-    while let Some(f) = find(data, FRAME, pos, data.len()) {
+    let frame = needle!(FRAME);
+    let mut next = find_in(data, frame, 0, data.len());
+    while let Some(f) = next {
         out.sections += 1;
         if out.sections > limits.sections_left {
             return Err(Fallback);
@@ -468,18 +553,21 @@ pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
             return Err(Fallback);
         }
         let body_start = find_byte(data, b'\n', hdr, data.len()).ok_or(Fallback)?;
-        let mut end = find(data, b"\n====", body_start, data.len());
+        let closing = needle!(b"\n====");
+        let mut end = find_in(data, closing, body_start, data.len());
         while let Some(e) = end {
             if matches!(data.get(e + 5), None | Some(b'\n' | b'\r')) {
                 break;
             }
-            end = find(data, b"\n====", e + 1, data.len());
+            end = find_in(data, closing, e + 1, data.len());
         }
         let end = end.ok_or(Fallback)?;
-        if find(data, FRAME, body_start, end).is_some() {
+        // The next frame: inside this section's body, the Python reader's error; else (it cannot
+        // overlap the closing line) the first frame from the end of this section.
+        next = find_in(data, frame, body_start, data.len());
+        if next.is_some_and(|nf| nf < end) {
             return Err(Fallback);
         }
-        pos = end + 5;
         let is_trace = name == SPOOL;
         if name != HISTORY && !is_trace {
             continue;
@@ -496,12 +584,9 @@ pub fn parse<'a>(data: &'a [u8], limits: &Limits) -> R<Err<'a>> {
             spool.extend_from_slice(&content);
             has_spool = true;
         } else {
-            let found = history(&content, limits, &mut out.ads)?;
             let jobs = out.jobs.get_or_insert_with(Vec::new);
-            for (j, gid) in found {
-                jobs.push(j);
-                out.gids.push(gid);
-            }
+            history(&content, out.texts.len(), limits, &mut out.ads, jobs)?;
+            out.texts.push(content);
         }
     }
     if has_spool {

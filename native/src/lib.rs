@@ -34,6 +34,18 @@ fn obj<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, 
     v.into_pyobject(py).map(BoundObject::into_any).map(BoundObject::into_bound).map_err(Into::into)
 }
 
+/// An integer: through i64 when it fits (PyO3's abi3 i128 conversion is several Python calls).
+fn int(py: Python<'_>, v: i128) -> PyResult<Bound<'_, PyAny>> {
+    match i64::try_from(v) {
+        Ok(v) => obj(py, v),
+        Err(_) => obj(py, v),
+    }
+}
+
+fn opt_int(py: Python<'_>, v: Option<i128>) -> PyResult<Bound<'_, PyAny>> {
+    v.map_or_else(|| Ok(py.None().into_bound(py)), |v| int(py, v))
+}
+
 /// The fields of a `GlideinOut` (see gwms_obs.sources.native), or None.
 #[pyfunction]
 fn parse_out<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, PyTuple>>> {
@@ -100,21 +112,20 @@ fn parse_err<'py>(
         None => None,
         Some(js) => {
             let list = PyList::empty(py);
-            for (j, gid) in js.iter().zip(&e.gids) {
-                let gid = gid.as_deref().map(|g| std::str::from_utf8(g).unwrap_or_default());
-                let args: Vec<Bound<'py, PyAny>> = vec![
+            for j in js {
+                let args = [
                     obj(py, j.start as f64)?,
                     obj(py, j.end.map(|v| v as f64))?,
-                    obj(py, j.cpus)?,
-                    obj(py, j.memory_mb)?,
-                    obj(py, j.gpus)?,
+                    int(py, j.cpus)?,
+                    int(py, j.memory_mb)?,
+                    int(py, j.gpus)?,
                     obj(py, j.exited)?,
-                    obj(py, j.exit_code)?,
+                    opt_int(py, j.exit_code)?,
                     obj(py, j.exit_by_signal)?,
-                    obj(py, j.exit_signal)?,
-                    obj(py, j.job_status)?,
-                    obj(py, gid)?,
-                    obj(py, j.memory_usage_mb)?,
+                    opt_int(py, j.exit_signal)?,
+                    opt_int(py, j.job_status)?,
+                    obj(py, e.gid(j))?,
+                    opt_int(py, j.memory_usage_mb)?,
                     obj(py, j.cpu_seconds)?,
                 ];
                 list.append(job.call1(PyTuple::new(py, args)?)?)?;

@@ -7,6 +7,28 @@
 //! only about good input, and never about where to report an error.
 
 use memchr::{memchr, memmem, memrchr};
+use std::sync::LazyLock;
+
+/// A constant needle's searcher, built once (`memmem::find` builds one at every call).
+pub type Needle = LazyLock<memmem::Finder<'static>>;
+
+/// `needle!(b"...")`: the `&'static memmem::Finder` of a constant, built on first use.
+#[macro_export]
+macro_rules! needle {
+    ($s:expr) => {{
+        static F: $crate::scan::Needle = $crate::scan::Needle::new(|| memchr::memmem::Finder::new($s));
+        &*F
+    }};
+}
+
+/// [`find`] with a prebuilt searcher.
+pub fn find_in(h: &[u8], f: &memmem::Finder<'_>, start: usize, stop: usize) -> Option<usize> {
+    let stop = stop.min(h.len());
+    if start > stop || stop - start < f.needle().len() {
+        return None;
+    }
+    f.find(&h[start..stop]).map(|i| i + start)
+}
 
 /// "Not on the fast path": the pure-Python reader takes the whole file.
 #[derive(Debug)]
