@@ -65,7 +65,7 @@ impl Err<'_> {
 }
 
 fn gpus(data: &[u8]) -> R<Option<u64>> {
-    let mut lines = Lines::new(data, b"condor_gpu_discovery", 0, data.len(), MAX_LINE);
+    let mut lines = Lines::new(data, needle!(b"condor_gpu_discovery"), 0, data.len(), MAX_LINE);
     let mut n = 0;
     while let Some((off, line)) = lines.next_line()? {
         if n >= MAX_GPU_LINES {
@@ -81,7 +81,7 @@ fn gpus(data: &[u8]) -> R<Option<u64>> {
         let full = &data[ls..off + line.len()];
         // [^\n]*?condor_gpu_discovery\)? found (\d+) GPUs
         let mut q = 0;
-        while let Some(i) = find(full, b"condor_gpu_discovery", q, full.len()) {
+        while let Some(i) = find_in(full, needle!(b"condor_gpu_discovery"), q, full.len()) {
             let mut p = i + 20;
             if full.get(p) == Some(&b')') {
                 p += 1;
@@ -96,7 +96,7 @@ fn gpus(data: &[u8]) -> R<Option<u64>> {
             }
             q = i + 1;
         }
-        if find(full, b"No GPUs found with condor_gpu_discovery", 0, full.len()).is_some() {
+        if find_in(full, needle!(b"No GPUs found with condor_gpu_discovery"), 0, full.len()).is_some() {
             return Ok(Some(0));
         }
     }
@@ -131,7 +131,7 @@ fn dashes(data: &[u8], start: usize, stop: usize) -> Option<usize> {
 }
 
 fn config(data: &[u8]) -> R<Option<Vec<(&str, &str)>>> {
-    let Some(begin) = find(data, CONFIG_BEGIN, 0, data.len()) else { return Ok(None) };
+    let Some(begin) = find_in(data, needle!(CONFIG_BEGIN), 0, data.len()) else { return Ok(None) };
     let body = find_byte(data, b'\n', begin, data.len()).ok_or(Fallback)? + 1;
     let end = dashes(data, body, body + MAX_CONFIG).ok_or(Fallback)?; // truncated or too large
     let stop = if end > body && data[end - 1] == b'\n' { end - 1 } else { end };

@@ -3,7 +3,8 @@
 //! Same searches in the same order as the Python reader; anything it would
 //! record as a parse error makes this give up (see `scan::Fallback`).
 
-use crate::scan::{digits, find, find_byte, match_at, num, paren_tail, strip, Fallback, Lines, Tok, R};
+use crate::needle;
+use crate::scan::{digits, find, find_byte, find_in, match_at, num, paren_tail, strip, Fallback, Lines, Tok, R};
 use crate::xml;
 
 pub const MAX_LINE: usize = 64 << 10;
@@ -69,7 +70,7 @@ fn is_word(c: u8) -> bool {
 fn header<'a>(data: &'a [u8], out: &mut Out<'a>) -> R<()> {
     let stop = data.len().min(MAX_LINE);
     let mut start = 0;
-    let mut lines = Lines::new(data, b"Starting glidein_startup.sh at ", 0, stop, MAX_LINE);
+    let mut lines = Lines::new(data, needle!(b"Starting glidein_startup.sh at "), 0, stop, MAX_LINE);
     if let Some((off, line)) = lines.next_line()? {
         // Starting glidein_startup\.sh at .*?\((\d+)\)
         let mut q = 31;
@@ -83,17 +84,18 @@ fn header<'a>(data: &'a [u8], out: &mut Out<'a>) -> R<()> {
         }
         start = off;
     }
-    let end = find(data, b"\n\n", start, start + MAX_LINE).unwrap_or_else(|| data.len().min(start + MAX_LINE));
+    let end = find_in(data, needle!(b"\n\n"), start, start + MAX_LINE).unwrap_or_else(|| data.len().min(start + MAX_LINE));
     // The Python reader searches b"\n" + data[start:end] for b"\n" + key.
     let region = &data[start..end];
+    // "\n" + each key, searchers built once
+    static LINE_KEYS: std::sync::LazyLock<Vec<memchr::memmem::Finder<'static>>> = std::sync::LazyLock::new(|| {
+        HEADER_KEYS.iter().map(|k| memchr::memmem::Finder::new(&[b"\n", *k].concat()).into_owned()).collect()
+    });
     for (k, key) in HEADER_KEYS.iter().enumerate() {
         let line_start = if region.starts_with(key) {
             Some(0)
         } else {
-            let mut pat = Vec::with_capacity(key.len() + 1);
-            pat.push(b'\n');
-            pat.extend_from_slice(key);
-            find(region, &pat, 0, region.len()).map(|i| i + 1)
+            find_in(region, &LINE_KEYS[k], 0, region.len()).map(|i| i + 1)
         };
         let Some(ls) = line_start else { continue };
         // (\w+)[ \t]*= '([^'\n]*)'[ \t\r]*$   with group 1 == key
@@ -147,8 +149,8 @@ fn header<'a>(data: &'a [u8], out: &mut Out<'a>) -> R<()> {
 }
 
 /// `MARKER(\d+)` on the first line of `marker` from `pos` that has it: (offset past it, the number).
-fn marker_digits(data: &[u8], marker: &[u8], pos: usize) -> R<Option<(usize, u64)>> {
-    let p = marker.len();
+fn marker_digits(data: &[u8], marker: &'static memchr::memmem::Finder<'static>, pos: usize) -> R<Option<(usize, u64)>> {
+    let p = marker.needle().len();
     let hit = match_at(data, marker, pos, MAX_LINE, |s| {
         let d = digits(s, p);
         (d > 0).then_some((p + d, d))
@@ -158,8 +160,8 @@ fn marker_digits(data: &[u8], marker: &[u8], pos: usize) -> R<Option<(usize, u64
 
 /// `MARKER(?:.*?\((\d+)\))?.*?TAIL` on the first line of `marker` from `pos` that matches, its
 /// numbers parsed: (offset past the match, the epoch in parentheses, the tail's digit runs).
-fn marker_line(data: &[u8], marker: &[u8], pos: usize, tail: &[Tok]) -> R<Option<(usize, Option<u64>, [u64; 2])>> {
-    let hit = match_at(data, marker, pos, MAX_LINE, |s| paren_tail(s, marker.len(), tail).map(|(e, ep, caps)| (e, (ep, caps))))?;
+fn marker_line(data: &[u8], marker: &'static memchr::memmem::Finder<'static>, pos: usize, tail: &[Tok]) -> R<Option<(usize, Option<u64>, [u64; 2])>> {
+    let hit = match_at(data, marker, pos, MAX_LINE, |s| paren_tail(s, marker.needle().len(), tail).map(|(e, ep, caps)| (e, (ep, caps))))?;
     let Some((off, end, (ep, caps))) = hit else { return Ok(None) };
     let at = |(a, b): (usize, usize)| num(&data[off + a..off + b], MAX_DIGITS);
     let runs = tail.iter().filter(|t| matches!(t, Tok::Digits)).count();
@@ -236,13 +238,13 @@ fn stats<'a>(data: &'a [u8], out: &mut Out<'a>, start: usize) -> R<usize> {
     let (mut seen_block, mut real, mut counted) = (false, false, false);
     for _ in 0..MAX_STATS_BLOCKS {
         // === Stats of (\S+) ===
-        let hit = match_at(data, b"=== Stats of ", pos, MAX_LINE, |s: &'a [u8]| {
+        let hit = match_at(data, needle!(b"=== Stats of "), pos, MAX_LINE, |s: &'a [u8]| {
             let w = s[13..].iter().take_while(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)).count();
             (w > 0 && s[13 + w..].starts_with(b" ===")).then_some((13 + w + 4, &s[13..13 + w]))
         })?;
         let Some((_, hdr_end, slot)) = hit else { break };
         let body = find_byte(data, b'\n', hdr_end, data.len()).unwrap_or(data.len());
-        let Some(close) = find(data, b"=== End Stats of ", body, data.len()) else {
+        let Some(close) = find_in(data, needle!(b"=== End Stats of "), body, data.len()) else {
             return Err(Fallback); // truncated
         };
         pos = close + 17;
@@ -300,9 +302,9 @@ fn stats<'a>(data: &'a [u8], out: &mut Out<'a>, start: usize) -> R<usize> {
 }
 
 fn xml_part(data: &[u8], out: &mut Out<'_>, start: usize) -> R<()> {
-    let Some(begin) = find(data, XML_BEGIN, start, data.len()) else { return Ok(()) };
+    let Some(begin) = find_in(data, needle!(XML_BEGIN), start, data.len()) else { return Ok(()) };
     let body = begin + XML_BEGIN.len();
-    let Some(end) = find(data, XML_END, body, body + MAX_XML + XML_END.len()) else {
+    let Some(end) = find_in(data, needle!(XML_END), body, body + MAX_XML + XML_END.len()) else {
         return Err(Fallback); // too large or truncated
     };
     let doc = xml::parse(strip(&data[body..end]))?;
@@ -318,35 +320,35 @@ pub fn parse(data: &[u8]) -> R<Out<'_>> {
         return Err(Fallback);
     }
     header(data, &mut out)?;
-    out.cpus = marker_digits(data, b"Setting GLIDEIN_CPUS=", 0)?.map(|(_, v)| v);
-    out.memory_mb = marker_digits(data, b"Setting GLIDEIN_MaxMemMBs=", 0)?.map(|(_, v)| v);
+    out.cpus = marker_digits(data, needle!(b"Setting GLIDEIN_CPUS="), 0)?.map(|(_, v)| v);
+    out.memory_mb = marker_digits(data, needle!(b"Setting GLIDEIN_MaxMemMBs="), 0)?.map(|(_, v)| v);
     let mut pos = 0;
     const VAL: [Tok; 3] = [Tok::Lit(b" after validating for "), Tok::Digits, Tok::Lit(b" ===")];
-    if let Some((p, epoch, [duration, _])) = marker_line(data, b"=== Last script starting ", 0, &VAL)? {
+    if let Some((p, epoch, [duration, _])) = marker_line(data, needle!(b"=== Last script starting "), 0, &VAL)? {
         pos = p;
         out.validation_end = epoch;
         out.validation_duration = Some(duration);
     }
     const START: [Tok; 1] = [Tok::Lit(b"===")];
-    if let Some((p, epoch, _)) = marker_line(data, b"=== Condor starting ", pos, &START)? {
+    if let Some((p, epoch, _)) = marker_line(data, needle!(b"=== Condor starting "), pos, &START)? {
         pos = p;
         out.condor_started = true;
         out.condor_start = epoch;
         const END: [Tok; 3] = [Tok::Lit(b" after "), Tok::Digits, Tok::Lit(b" ===")];
-        if let Some((p, epoch, [duration, _])) = marker_line(data, b"=== Condor ended ", pos, &END)? {
+        if let Some((p, epoch, [duration, _])) = marker_line(data, needle!(b"=== Condor ended "), pos, &END)? {
             pos = p;
             out.condor_end = epoch;
             out.condor_duration = Some(duration);
         }
     }
     pos = stats(data, &mut out, pos)?;
-    if let Some((p, claims)) = marker_digits(data, b"Total number of activations/claims: ", pos)? {
+    if let Some((p, claims)) = marker_digits(data, needle!(b"Total number of activations/claims: "), pos)? {
         pos = p;
         out.activations_claims = Some(claims);
     }
     const GEND: [Tok; 5] =
         [Tok::Lit(b" with code "), Tok::Digits, Tok::Lit(b" after "), Tok::Digits, Tok::Lit(b" ===")];
-    if let Some((p, epoch, [code, duration])) = marker_line(data, b"=== Glidein ending ", pos, &GEND)? {
+    if let Some((p, epoch, [code, duration])) = marker_line(data, needle!(b"=== Glidein ending "), pos, &GEND)? {
         pos = p;
         out.glidein_end = epoch;
         out.exit_code = Some(code);

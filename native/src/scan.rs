@@ -41,7 +41,15 @@ pub fn find(h: &[u8], n: &[u8], start: usize, stop: usize) -> Option<usize> {
     if start > stop || stop - start < n.len() {
         return None;
     }
-    memmem::find(&h[start..stop], n).map(|i| i + start)
+    let h = &h[start..stop];
+    if n.is_empty() {
+        return Some(start);
+    }
+    if h.len() <= 64 {
+        // a short haystack (the rest of a marker's line): building a searcher costs more than this
+        return h.windows(n.len()).position(|w| w == n).map(|i| i + start);
+    }
+    memmem::find(h, n).map(|i| i + start)
 }
 
 pub fn find_byte(h: &[u8], b: u8, start: usize, stop: usize) -> Option<usize> {
@@ -98,14 +106,14 @@ pub fn lines_shorter_than(data: &[u8], max: usize) -> bool {
 /// `[start, stop)` with the rest of its line, the next search after that line.
 pub struct Lines<'a> {
     data: &'a [u8],
-    marker: &'a [u8],
+    marker: &'a memmem::Finder<'static>,
     pos: usize,
     stop: usize,
     max_line: usize,
 }
 
 impl<'a> Lines<'a> {
-    pub fn new(data: &'a [u8], marker: &'a [u8], start: usize, stop: usize, max_line: usize) -> Self {
+    pub fn new(data: &'a [u8], marker: &'a memmem::Finder<'static>, start: usize, stop: usize, max_line: usize) -> Self {
         Lines { data, marker, pos: start, stop: stop.min(data.len()), max_line }
     }
 
@@ -114,7 +122,7 @@ impl<'a> Lines<'a> {
         if self.pos >= self.stop {
             return Ok(None);
         }
-        let Some(i) = find(self.data, self.marker, self.pos, self.stop) else {
+        let Some(i) = find_in(self.data, self.marker, self.pos, self.stop) else {
             return Ok(None);
         };
         let eol = match find_byte(self.data, b'\n', i, (i + self.max_line).min(self.stop)) {
@@ -131,7 +139,7 @@ impl<'a> Lines<'a> {
 /// marker on): (the marker's offset, the offset just past the match, what m found).
 pub fn match_at<'a, T>(
     data: &'a [u8],
-    marker: &'a [u8],
+    marker: &'a memmem::Finder<'static>,
     start: usize,
     max_line: usize,
     m: impl Fn(&'a [u8]) -> Option<(usize, T)>,
