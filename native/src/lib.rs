@@ -21,7 +21,7 @@ mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 3;
+const ABI: u32 = 4;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -90,6 +90,43 @@ fn parse_out<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<Bound<'py, Py
         obj(py, o.status.as_deref())?,
     ];
     PyTuple::new(py, items).map(Some)
+}
+
+/// The bytes of a regular file of at most `limit` bytes, or None for anything else (a
+/// failed open or fstat, not a regular file, larger than `limit`, shorter than fstat said):
+/// the caller then opens it with `gwms_obs.sources.files`, which records why. Opened as
+/// `files.open_regular` opens (`O_NONBLOCK | O_NOCTTY | O_CLOEXEC`, `O_NOFOLLOW` when
+/// `nofollow`), read up to the size fstat gave at open. One call instead of Python's
+/// open/fstat/pread/close wrappers.
+#[pyfunction]
+fn read_regular<'py>(
+    py: Python<'py>,
+    path: std::path::PathBuf,
+    nofollow: bool,
+    limit: usize,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let read = || -> Option<Vec<u8>> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let flags = libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 };
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(&path).ok()?;
+        let st = f.metadata().ok()?; // fstat of the opened file
+        if !st.file_type().is_file() || st.len() > limit as u64 {
+            return None;
+        }
+        let size = st.len() as usize;
+        let mut buf = vec![0u8; size];
+        let mut got = 0;
+        while got < size {
+            match f.read_at(&mut buf[got..], got as u64) {
+                Ok(0) => return None, // truncated under us: the Python reader's race to read
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        Some(buf)
+    };
+    Ok(py.detach(read).map(|b| PyBytes::new(py, &b)))
 }
 
 /// (jobs | None, gpus, config pairs | None, trace spool | None, sections, ads, decoded bytes), or None.
@@ -191,6 +228,7 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("JOB_ATTRS", err::job_attrs())?;
     m.add_function(wrap_pyfunction!(parse_out, m)?)?;
     m.add_function(wrap_pyfunction!(parse_err, m)?)?;
+    m.add_function(wrap_pyfunction!(read_regular, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::sweep, m)?)?;
     m.add_function(wrap_pyfunction!(parse_eventlog, m)?)?;

@@ -24,6 +24,7 @@ import os
 import stat
 from types import TracebackType
 
+from gwms_obs import native
 from gwms_obs.parse_errors import ParseErrors
 
 # Reason words (the ``reason`` label of gwms_obs_parse_errors_total).
@@ -125,6 +126,27 @@ def open_regular(path: str, *, root: str | None = None) -> RegularFile:
     return RegularFile(fd, path, st)
 
 
+def lexically_inside(path: str, root: str) -> bool:
+    """Whether ``path`` is lexically under ``root`` without ``..``: then :func:`open_regular`
+    opens it with ``O_NOFOLLOW`` (a symlink is resolved only after that open fails with ELOOP)."""
+    return ".." not in path.split(os.sep) and within(os.path.abspath(path), os.path.abspath(root))
+
+
+def fast_read(path: str, root: str | None, limit: int) -> bytes | None:
+    """The whole file in one compiled call (``gwms_obs_native.read_regular``), when it is a
+    regular file of at most ``limit`` bytes that :func:`open_regular` would open the same
+    way: without ``root``, or lexically inside it (``O_NOFOLLOW``). None otherwise, or for
+    any failure, and then the caller reads through :func:`open_regular`, which records why."""
+    core = native.core
+    if core is None:
+        return None
+    if root is None:
+        return core.read_regular(path, False, limit)  # type: ignore[no-any-return]
+    if not lexically_inside(path, root):
+        return None  # a symlink or ".." to resolve: open_regular's slow path
+    return core.read_regular(path, True, limit)  # type: ignore[no-any-return]
+
+
 def _open_in_tree(path: str, root: str) -> int:
     """An fd for ``path`` if it resolves inside ``root``, else :class:`FileRefused`.
 
@@ -136,7 +158,7 @@ def _open_in_tree(path: str, root: str) -> int:
     those are resolved (``realpath``) and their target must be inside the
     resolved ``root``.
     """
-    if ".." not in path.split(os.sep) and within(os.path.abspath(path), os.path.abspath(root)):
+    if lexically_inside(path, root):
         try:
             return os.open(path, _FLAGS | os.O_NOFOLLOW)
         except OSError as e:

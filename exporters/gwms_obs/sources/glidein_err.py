@@ -534,6 +534,9 @@ def read_err(
     :mod:`gwms_obs.sources.files`), up to the size it had when opened.
     ``budget``: see :func:`parse_err`.
     """
+    data = files.fast_read(path, root, max_bytes)  # the common case: one compiled call
+    if data is not None:
+        return parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)
     src = Source.GLIDEIN_ERR.value
     f = files.open_or_record(path, errors, src, root=root)
     if f is None:

@@ -488,6 +488,11 @@ def read_out(
     only in part would be accounted wrongly (a pilot whose end was not reached
     looks as if HTCondor never ran), so it is not used at all.
     """
+    data = files.fast_read(path, root, max_bytes)  # the common case: one compiled call
+    if data is not None:
+        budget = Budget() if budget is None else budget
+        out = parse_out(data, path, errors, budget=budget)
+        return None if budget.exceeded is not None else out
     src = Source.GLIDEIN_OUT.value
     f = files.open_or_record(path, errors, src, root=root)
     if f is None:
