@@ -332,3 +332,56 @@ def test_a_read_crosses_the_pipe_unchanged(factory: Path) -> None:
     odd.acc = acc
     for r in [*reads, odd]:
         assert pickle.loads(pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)) == r
+
+
+def _submissions(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> list[str]:
+    """The first pilot of each chunk sent to a worker, in order, with the stages' reads between."""
+    real = pool.executor
+
+    def counted(workers: int, method: str | None = None) -> ProcessPoolExecutor:
+        ex = real(workers, method)
+        submit = ex.submit
+
+        def logged(fn: Any, ctx: pool.Context, tasks: list[pool.Task]) -> Any:
+            events.append(tasks[0][0])
+            return submit(fn, ctx, tasks)
+
+        ex.submit = logged  # type: ignore[method-assign]
+        return ex
+
+    monkeypatch.setattr(pool, "executor", counted)
+    from gwms_obs.ingest.completed_jobs import CompletedJobsStage
+
+    read = CompletedJobsStage.read
+
+    def marked(self: CompletedJobsStage, *a: Any) -> None:
+        events.append("completed_jobs read")
+        read(self, *a)
+
+    monkeypatch.setattr(CompletedJobsStage, "read", marked)
+    return events
+
+
+def test_the_pilots_waiting_for_their_frontends_name_are_read_ahead(
+    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first scan without [clients]: the workers read while the completed_jobs lines are read,
+    each chunk once, and the scan counts what the serial read counts."""
+    events = _submissions(monkeypatch, [])
+    ing, accounts = run(factory, 2)
+    cut = events.index("completed_jobs read")
+    ahead, after = events[:cut], events[cut + 1 :]
+    assert len(ahead) == 2 * glidein_files.AHEAD  # one window, sent before the lines were read
+    assert after and not set(ahead) & set(after)  # the rest after, none read twice
+    assert outcome(ing, accounts) == serial
+
+
+def test_pilots_changed_since_they_were_read_ahead_are_read_again(
+    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _submissions(monkeypatch, [])
+    monkeypatch.setattr(glidein_files, "_same", lambda chunk, ahead: False)  # every .out rewritten since
+    ing, accounts = run(factory, 2)
+    cut = events.index("completed_jobs read")
+    assert set(events[:cut]) <= set(events[cut + 1 :])  # what was read ahead is read again
+    assert outcome(ing, accounts) == serial
