@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import operator
 import os
 import signal
 import threading
@@ -110,10 +111,11 @@ _OVERUSED_AT = {o: i for i, o in enumerate(_OVERUSED)}
 # (a field added to PilotAccount crosses the pipe without a change here).
 _ACCOUNT_FIELDS = tuple(f.name for f in dataclasses.fields(PilotAccount))
 _OUTCOME_I, _PARTITION_I, _OVERUSE_I = (_ACCOUNT_FIELDS.index(n) for n in ("outcome", "partition", "overuse"))
+_ACCOUNT_VALUES = operator.attrgetter(*_ACCOUNT_FIELDS)  # all of them in one C call
 
 
 def _pack_account(a: PilotAccount) -> list[Any]:
-    v = [getattr(a, n) for n in _ACCOUNT_FIELDS]
+    v = list(_ACCOUNT_VALUES(a))
     p = a.partition
     v[_OUTCOME_I] = _OUTCOME_AT[a.outcome]
     v[_PARTITION_I] = (
