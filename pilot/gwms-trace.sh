@@ -45,7 +45,9 @@
 # (answered | timeout | error | unconfigured), gwms.controller.kind, gwms.controller.rule.
 #
 # Cost: on bash >= 5 a span forks nothing (EPOCHREALTIME, SRANDOM, printf -v,
-# one appending redirection). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
+# one appending redirection), and its common case (gwms_trace_script's: a plain name and
+# gwms.script value, exit code 0) runs inline in gwms_trace_begin and gwms_trace_end:
+# about 70 us a span where the general code took 150 (benchmarks/trace_shell.py). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
 # splitmix64 generator seeded once from /dev/urandom, and time from
 # /proc/uptime read with the builtin read (10 ms resolution, anchored to one
 # `date +%s%N` at init) - still no fork per span; where /proc/uptime is not
@@ -72,12 +74,21 @@ _gt_rparent=        # remote parent span id (from TRACEPARENT), "" for a new tra
 _gt_n=0             # open spans on the stack
 _gt_phase=-1        # stack index of the open phase
 _gt_cur=            # id of the innermost open span (_gt_rparent when none is open)
-_gt_ids=() _gt_par=() _gt_head=() _gt_attrs=() _gt_events=() _gt_links=()   # the open spans
+_gt_par=() _gt_head=() _gt_attrs=() _gt_events=() _gt_links=()   # the open spans (_gt_par: parent ids)
+_gt_root=           # the root span's id
+_gt_elx=1           # _gt_events and _gt_links are empty from this index up (emptied when a span ends), and >= 1
+_gt_go=0            # gwms_trace_begin/end may take their inline case (_gt_gosync)
 _gt_res=            # resource attributes, JSON array body
 _gt_rk=()           # resource keys, one entry per key (a later setting replaces the earlier)
 _gt_rv=()           # their KeyValues
 _gt_tsj=            # ,"traceState":"..." of this trace's spans ("" without a tracestate)
 _gt_resj=           # frozen resource JSON, set when the first span is written
+_gt_pre=            # {"resourceSpans":[ and _gt_resj: every line's start
+_gt_hp='' _gt_tp='' # {"traceId":"TRACE","spanId":" and 00-TRACE-: every span's
+# The end of a span's line when it ends with 0, after its attributes and without events or links.
+_gt_x0='{"key":"process.exit.code","value":{"intValue":"0"}}],"events":[],"links":[],"status":{"code":1}}]}]}]}'
+printf -v _gt_long '%129s*' ''
+_gt_long=${_gt_long// /?}   # a pattern: text longer than 128 characters
 _gt_spans=0
 _gt_dropped=0
 _gt_max=10000
@@ -86,9 +97,15 @@ _gt_id=
 _gt_e=              # _gt_text's result
 _gt_a=              # _gt_kv's and _gt_kvs' result
 _gt_kr='' _gt_kj='' _gt_kb=''   # _gt_key's last key, as JSON, secret or not
+# gwms_trace_begin's inline case for an attribute of _gt_kr: _gt_kq is "$_gt_kr=", _gt_kl its length, _gt_ka the
+# KeyValue's JSON up to the value; when _gt_kr is a secret's or not plain ASCII, _gt_kq is a newline and _gt_kl 0,
+# so that the attribute's text fails the inline test.
+_gt_kq=$'\n' _gt_kl=0 _gt_ka=
 _gt_kvo='' _gt_kvp=''   # _gt_kvs' result so far, and its loop variable
-_gt_at=             # _gt_pop's attributes and status of the span it writes
+_gt_at=             # _gt_pop's attributes, status, events and links of the span it writes
 _gt_st=
+_gt_x=
+_gt_c=              # gwms_trace_begin's name and value, tested at once
 _gt_tok=            # this glidein's token, read from its file (never exported)
 _gt_v=3             # verbosity: 0 off, 1 phases, 2 scripts, 3 commands
 _gt_skip=0          # suppressed spans open (nested inside the innermost real one)
@@ -234,11 +251,13 @@ _gt_esc() {
 # _gt_kr = KEY; _gt_kv calls it only for a key other than the last one.
 _gt_key() {
   _gt_text 128 "$1"
-  _gt_kr=$1 _gt_kj=$_gt_e _gt_kb=
+  _gt_kr=$1 _gt_kj=$_gt_e _gt_kb='' _gt_kq=$'\n' _gt_kl=0
   case ${1,,} in   # a secret's key (the ERE above)
     *token* | *passw* | *passphrase* | *secret* | *credential* | *proxy* | *x509* | *apikey* | *api[_.-]key* | \
     *accesskey* | *access[_.-]key* | *authori[sz]ation* | *cookie* | *privatekey* | *private[_.-]key* | *subject* | \
     dn | dn[._-]* | *[._-]dn | *[._-]dn[._-]* | pwd | pwd[._-]* | *[._-]pwd | *[._-]pwd[._-]*) _gt_kb=1 ;;
+    *[!abcdefghijklmnopqrstuvwxyz0123456789._-]*) ;;
+    *) _gt_kq=$1= _gt_kl=$((${#1} + 1)) _gt_ka="{\"key\":\"$_gt_kj\",\"value\":{\"stringValue\":\"" ;;
   esac
 }
 
@@ -363,8 +382,7 @@ _gt_push() {   # NAME KIND [K=V ...]
   fi
   _gt_text 128 "$1"
   # What is known at the start goes into the span's JSON now; _gt_pop adds the rest.
-  _gt_ids[_gt_n]=$_gt_id _gt_par[_gt_n]=$_gt_cur _gt_events[_gt_n]='' _gt_links[_gt_n]='' \
-    _gt_head[_gt_n]="{\"traceId\":\"$_gt_trace\",\"spanId\":\"$_gt_id\",\"parentSpanId\":\"$_gt_cur\"$_gt_tsj,\"name\":\"$_gt_e\",\"kind\":$2,\"startTimeUnixNano\":\"$_gt_t\""
+  _gt_par[_gt_n]=$_gt_cur _gt_head[_gt_n]="{\"traceId\":\"$_gt_trace\",\"spanId\":\"$_gt_id\",\"parentSpanId\":\"$_gt_cur\"$_gt_tsj,\"name\":\"$_gt_e\",\"kind\":$2,\"startTimeUnixNano\":\"$_gt_t\""
   _gt_a=
   (($# < 3)) || _gt_kvs "${@:3}"
   _gt_attrs[_gt_n]=$_gt_a _gt_cur=$_gt_id _gt_n=$((_gt_n + 1)) GWMS_TRACE_SPAN_ID=$_gt_id \
@@ -387,13 +405,35 @@ _gt_status() {
   _gt_st=",\"status\":{\"code\":2,\"message\":\"$_gt_e\"}"
 }
 
+# _gt_el: _gt_pop's _gt_x (events and links) for span _gt_n, whose slots it empties for the next span there.
+_gt_el() {
+  _gt_x="\"events\":[${_gt_events[_gt_n]-}],\"links\":[${_gt_links[_gt_n]-}]"
+  _gt_events[_gt_n]='' _gt_links[_gt_n]='' _gt_elx=$((_gt_n ? _gt_n : 1))
+}
+
+# _gt_freeze: the resource is written with the first span, and from then on fixed.
+_gt_freeze() {
+  _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
+  _gt_pre="{\"resourceSpans\":[$_gt_resj"
+  _gt_gosync
+}
+
+# _gt_gosync: _gt_go = whether gwms_trace_begin and gwms_trace_end may take their inline case: bash 5, tracing
+# on, every span recorded (commands verbosity), none suppressed, the resource written. Called wherever one changes.
+_gt_gosync() {
+  _gt_go=0
+  ((_gt_on && _gt_fast && _gt_v > 2 && _gt_skip == 0)) && [[ -n $_gt_resj ]] && _gt_go=1
+  return 0
+}
+
 # _gt_pop RC MESSAGE [UNFINISHED]: end and write the innermost span.
 _gt_pop() {
   ((_gt_n > 0)) || return 0
   if ((_gt_fast)); then _gt_t=${EPOCHREALTIME/[.,]/}000; else _gt_now; fi
   _gt_n=$((_gt_n - 1))   # the span's index, from here on
-  _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} _gt_st=''
-  TRACEPARENT=00-$_gt_trace-${_gt_cur:-${_gt_ids[0]}}-01
+  _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} _gt_st='' _gt_x='"events":[],"links":[]'
+  ((_gt_n >= _gt_elx)) || _gt_el
+  TRACEPARENT=00-$_gt_trace-${_gt_cur:-$_gt_root}-01
   if [[ $1 == 0 ]]; then
     _gt_at+=${_gt_at:+,}'{"key":"process.exit.code","value":{"intValue":"0"}}' _gt_st=',"status":{"code":1}'
   elif [[ -n $1 ]]; then
@@ -408,17 +448,16 @@ _gt_pop() {
     _gt_dropped=$((_gt_dropped + 1))
     return 0
   fi
-  [[ -n $_gt_resj ]] ||
-    _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
-  printf '%s\n' "{\"resourceSpans\":[$_gt_resj${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at],\"events\":[${_gt_events[_gt_n]}],\"links\":[${_gt_links[_gt_n]}]$_gt_st}]}]}]}" \
-    2>/dev/null >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
+  [[ -n $_gt_resj ]] || _gt_freeze
+  printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at],$_gt_x$_gt_st}]}]}]}" \
+    2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))   # 2>&-: silent, and cheaper than 2>/dev/null
   _gt_spans=$((_gt_spans + 1))
   return 0
 }
 
 gwms_trace_init() {
   local tp=${TRACEPARENT-} bad='' f
-  _gt_on=0
+  _gt_on=0 _gt_go=0
   GWMS_TRACE_RESULT=off
   [[ ${GWMS_TRACE-1} == 0 ]] && return 0
   # The factory's default verbosity; off with no controller to ask is GWMS_TRACE=0. With a
@@ -505,11 +544,14 @@ gwms_trace_init() {
   _gt_res_add gwms.conventions "$GWMS_TRACE_VERSION"
   _gt_n=0
   _gt_cur=$_gt_rparent
+  _gt_events=() _gt_links=() _gt_elx=1
+  _gt_hp="{\"traceId\":\"$_gt_trace\",\"spanId\":\"" _gt_tp=00-$_gt_trace-
   _gt_phase=-1
   _gt_spans=0
   _gt_dropped=0
   _gt_on=1
   _gt_push glidein 5
+  _gt_root=$_gt_id
   if [[ -n $bad ]]; then   # said on the root span: this pilot's trace is not its factory's
     gwms_trace_attr -b gwms.trace.parent_invalid true
     gwms_trace_attr gwms.trace.parent_received "${tp:0:64}"
@@ -531,8 +573,37 @@ gwms_trace_resource() {
   return 0
 }
 
+# A span's begin and end are what a pilot calls most (gwms_trace_script), and every function call
+# costs microseconds (bash copies the body at each call), so the common case is written out inline in
+# gwms_trace_begin and gwms_trace_end, and everything else goes to _gt_begin, _gt_push and _gt_pop,
+# which write the same bytes (tests/test_trace_fastpath.py compares the two).
+#
+# gwms_trace_begin inline: bash 5, a span to record, at most one attribute and of the key the last
+# attribute had (gwms_trace_script's gwms.script=NAME: _gt_kj and _gt_kb hold it), a name and a value
+# _gt_text would pass unchanged. That test is _gt_text's, on both at once and in two steps: the same
+# characters, then the keywords as lower-case words, on the lower-cased text (cheaper than matching
+# [Tt][Oo][Kk]); a lower-cased text outside a-z (a locale's dotless i) takes the slow path.
 gwms_trace_begin() {
-  ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0   # one test on the hot path
+  if ((_gt_go && $# < 3)) && [[ ${2-$_gt_kq} == "$_gt_kq"* ]]; then
+    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_kvp=${2-} _gt_kvp=${_gt_kvp:_gt_kl} _gt_c=${1-}\ $_gt_kvp
+    # shellcheck disable=SC2254  # $_gt_long is a pattern
+    case $_gt_c in ' '* | *[!A-Za-z0-9._/\ -]* | $_gt_long) _gt_begin "$@"; return 0 ;; esac
+    case ${_gt_c,,} in
+      *[!abcdefghijklmnopqrstuvwxyz0123456789._/\ -]* | *tok* | *pas* | *pwd* | *sec* | *key* | *eyj* | \
+      *bearer* | *begin* | *x509* | *akia* | *asia* | *gh?_*) _gt_begin "$@"; return 0 ;;
+    esac
+    printf -v _gt_id '%08x%08x' "$SRANDOM" "$SRANDOM"
+    [[ $_gt_id != 0000000000000000 ]] || _gt_rand64
+    _gt_par[_gt_n]=$_gt_cur _gt_attrs[_gt_n]=${2:+$_gt_ka$_gt_kvp'"}}'} \
+      _gt_head[_gt_n]=$_gt_hp$_gt_id'","parentSpanId":"'$_gt_cur'"'$_gt_tsj',"name":"'$1'","kind":1,"startTimeUnixNano":"'$_gt_t'"' \
+      _gt_cur=$_gt_id _gt_n=$((_gt_n + 1)) GWMS_TRACE_SPAN_ID=$_gt_id TRACEPARENT=$_gt_tp$_gt_id-01
+    return 0
+  fi
+  _gt_begin "$@"
+}
+
+_gt_begin() {   # gwms_trace_begin, every case
+  ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
   _gt_push "${1:-span}" 1 "${@:2}"
 }
 
@@ -544,18 +615,27 @@ _gt_gate() {
   if ((_gt_skip == 0 && _gt_v >= ((_gt_n == 1 || _gt_n - 1 == _gt_phase) ? 2 : 3))); then
     return 0
   fi
-  _gt_skip=$((_gt_skip + 1))
+  _gt_skip=$((_gt_skip + 1)) _gt_go=0
   return 1
 }
 
+# gwms_trace_end inline: bash 5, a span below the root ending with 0, under the cap, without events
+# or links, the resource already written (_gt_pop's common case).
 gwms_trace_end() {
+  if ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max && _gt_n - 1 != _gt_phase)) && [[ ${1-} == 0 ]]; then
+    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_n=$((_gt_n - 1)) _gt_spans=$((_gt_spans + 1)) _gt_cur=${_gt_par[_gt_n]} \
+      _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01
+    printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at${_gt_at:+,}$_gt_x0" \
+      2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
+    return 0
+  fi
   ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
   ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
   _gt_pop "${1-}" "${2-}"
 }
 
 _gt_unskip() {   # the end of a suppressed span
-  ((_gt_on && _gt_skip > 0)) && _gt_skip=$((_gt_skip - 1))
+  ((_gt_on && _gt_skip > 0)) && _gt_skip=$((_gt_skip - 1)) && _gt_gosync
   return 0
 }
 
@@ -572,6 +652,7 @@ gwms_trace_phase_end() {
     _gt_pop "" "" unfinished
   done
   _gt_phase=-1 _gt_skip=0   # suppressed spans inside the phase end with it
+  _gt_gosync
   _gt_pop "${1-}" ""
 }
 
@@ -612,6 +693,7 @@ gwms_trace_event() {
   local name=$_gt_e
   _gt_kvs "${@:2}"
   _gt_events[i]+=${_gt_events[i]:+,}"{\"timeUnixNano\":\"$_gt_t\",\"name\":\"$name\",\"attributes\":[$_gt_a]}"
+  ((i < _gt_elx)) || _gt_elx=$((i + 1))
   return 0
 }
 
@@ -621,6 +703,7 @@ gwms_trace_link() {
   local i=$((_gt_n - 1)) t=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]}
   _gt_kvs "${@:2}"
   _gt_links[i]+=${_gt_links[i]:+,}"{\"traceId\":\"$t\",\"spanId\":\"$s\",\"attributes\":[$_gt_a]}"
+  ((i < _gt_elx)) || _gt_elx=$((i + 1))
   return 0
 }
 
@@ -640,7 +723,7 @@ _gt_level() {
 # nothing is sent or framed; the children get the factory's context unsampled (flags 00), or none.
 _gt_discard() {
   : 2>/dev/null >"$_gt_spool" || true
-  _gt_on=0 _gt_n=0 _gt_phase=-1 _gt_skip=0 _gt_cur=
+  _gt_on=0 _gt_go=0 _gt_n=0 _gt_phase=-1 _gt_skip=0 _gt_cur=
   GWMS_TRACE_RESULT=off
   unset GWMS_PILOT_TRACEPARENT
   if [[ -n $_gt_rparent ]]; then
@@ -766,6 +849,7 @@ gwms_trace_control() {
       _gt_v=0
     fi
   fi
+  _gt_gosync
   # Suppressed spans open before the answer stay counted: their ends still match.
   if ((_gt_v == 0)); then
     _gt_discard
@@ -793,7 +877,7 @@ gwms_trace_flush() {
     _gt_pop "$inner" "" unfinished
   done
   _gt_pop "$rc" ""
-  _gt_on=0
+  _gt_on=0 _gt_go=0
   _gt_phase=-1
   if [[ ! -s $_gt_spool ]]; then
     GWMS_TRACE_RESULT=empty
