@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwms_obs.follow import Follower
 from gwms_obs.parse_errors import ParseErrors
@@ -384,3 +386,23 @@ def test_regular_file_reads_are_unchanged(factory: Path) -> None:
     assert err is not None and err.jobs is not None and len(err.jobs) == 1
     assert condor_eventlog.read_file(str(log), errors, root=str(factory))
     assert errors.total() == 0
+
+
+_SEGMENT = st.sampled_from(["f", "x", ".", "..", "", "job.1.0.out", "e"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_SEGMENT, max_size=6),
+    st.lists(_SEGMENT, min_size=1, max_size=4),
+    st.booleans(),
+    st.booleans(),
+)
+def test_lexically_inside_is_the_abspath_comparison(
+    root_parts: list[str], rest: list[str], absolute: bool, joined: bool
+) -> None:
+    """The fast check (no abspath for a normal absolute path, the root's once) answers as the plain one."""
+    root = ("/" if absolute else "") + "/".join(root_parts) or "."
+    path = (root.rstrip("/") + "/" if joined else "") + "/".join(rest)
+    plain = ".." not in path.split(os.sep) and files.within(os.path.abspath(path), os.path.abspath(root))
+    assert files.lexically_inside(path, root) == plain

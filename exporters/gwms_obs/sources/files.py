@@ -129,7 +129,19 @@ def open_regular(path: str, *, root: str | None = None) -> RegularFile:
 def lexically_inside(path: str, root: str) -> bool:
     """Whether ``path`` is lexically under ``root`` without ``..``: then :func:`open_regular`
     opens it with ``O_NOFOLLOW`` (a symlink is resolved only after that open fails with ELOOP)."""
+    # Asked for every pilot file read: a normal absolute path under an absolute root (no
+    # "." or ".." component, no "//", no trailing "/": what the tree walk yields) is
+    # inside as it is; anything else is compared as abspath makes it.
+    top = _PREFIX.get(root)
+    if top is None and os.path.isabs(root):
+        top = _PREFIX[root] = os.path.abspath(root).rstrip(os.sep) + os.sep
+    if top is not None and path.startswith(top) and "/." not in path and "//" not in path and path[-1] != os.sep:
+        return True
     return ".." not in path.split(os.sep) and within(os.path.abspath(path), os.path.abspath(root))
+
+
+# An absolute root -> its abspath and a "/" (abspath of an absolute path is a pure function of it).
+_PREFIX: dict[str, str] = {}
 
 
 def fast_read(path: str, root: str | None, limit: int) -> bytes | None:
