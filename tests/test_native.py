@@ -17,13 +17,16 @@ import importlib
 import os
 import sys
 import types
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gwms_obs import native
-from gwms_obs.accounting.partition import Partition, PilotUsage, partition
+from gwms_obs.accounting.overuse import overuse
+from gwms_obs.accounting.partition import Partition, PilotUsage, Rules, partition, partition_and_overuse
+from gwms_obs.catalogue import Category
 from gwms_obs.model import GlideinErr, GlideinOut, Job
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
@@ -326,6 +329,100 @@ def test_the_compiled_sweep_is_the_python_sweep_bit_for_bit(u: PilotUsage) -> No
     assert list(got.cpu.items()) == list(want.cpu.items())
     assert list(got.gpu.items()) == list(want.gpu.items())
     assert got == want
+
+
+@st.composite
+def used_jobs(draw: st.DrawFn) -> Job:
+    """A job whose usage is near its slot's edges as often as far from them (the overuse rules' bands)."""
+    start = draw(st.floats(-10, 1000, allow_nan=False))
+    end = draw(st.one_of(st.none(), st.floats(-10, 1100, allow_nan=False)))
+    cpus = draw(st.integers(-1, 16))
+    memory_mb = draw(st.integers(-10, 40_000))
+    wall = max(0.0, (end if end is not None else 1000.0) - start)
+    # Factors of the slot: at, just off and between the rules' edges (1.0 memory, 1.25 CPU), or any.
+    edges = [0.0, 0.5, 0.999999, 1.0, 1.000001, 1.1, 1.249999, 1.25, 1.250001, 1.27, 1.3, 2.0]
+    near = st.one_of(st.sampled_from(edges), st.floats(0, 3, allow_nan=False))
+    return Job(
+        start=start,
+        end=end,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        gpus=draw(st.integers(-1, 4)),
+        exited=draw(st.booleans()),
+        exit_by_signal=draw(st.booleans()),
+        memory_usage_mb=draw(st.one_of(st.none(), st.integers(-10, 60_000), near.map(lambda f: int(memory_mb * f)))),
+        cpu_seconds=draw(
+            st.one_of(
+                st.none(),
+                st.floats(-10, 50_000, allow_nan=False),
+                st.just(float("nan")),
+                near.map(lambda f: wall * max(1, cpus) * f),
+            )
+        ),
+    )
+
+
+usage_jobs_st = st.builds(
+    PilotUsage,
+    start=st.floats(-20, 100, allow_nan=False),
+    end=st.floats(100, 1200, allow_nan=False),
+    cpus=st.integers(0, 16),
+    memory_mb=st.one_of(st.none(), st.integers(0, 64_000)),
+    gpus=st.integers(0, 4),
+    condor_started=st.just(True),
+    condor_start=st.one_of(st.none(), st.floats(-20, 300, allow_nan=False)),
+    condor_end=st.one_of(st.none(), st.floats(200, 1300, allow_nan=False)),
+    jobs=st.lists(used_jobs(), min_size=1, max_size=30),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(u=usage_jobs_st, grace=st.floats(0, 300, allow_nan=False), early=st.floats(0, 300, allow_nan=False))
+def test_the_compiled_job_pass_is_partition_and_overuse_bit_for_bit(u: PilotUsage, grace: float, early: float) -> None:
+    """sweep_jobs (classification, job counts, sweep, overuse in one pass) against the Python
+    partition() and overuse(): the same floats in the same dict order, and it took the input."""
+    rules = Rules(grace_seconds=grace, early_failure_seconds=early)
+    taken = []
+    real = CORE.sweep_jobs
+
+    def spy(*a: object) -> object:
+        taken.append(real(*a))
+        return taken[-1]
+
+    native.core = None
+    try:
+        want = (partition(u, rules), overuse(list(u.jobs or ()), u.condor_end))
+    finally:
+        native.core = CORE
+    native.core = SimpleNamespace(sweep_jobs=spy)  # type: ignore[assignment]
+    try:
+        got = partition_and_overuse(u, rules)
+    finally:
+        native.core = CORE
+    assert taken and taken[0] is not None  # the fast path answered
+    assert list(got[0].cpu.items()) == list(want[0].cpu.items())
+    assert list(got[0].gpu.items()) == list(want[0].gpu.items())
+    assert list(got[0].jobs.items()) == list(want[0].jobs.items())
+    assert got[0] == want[0]
+    assert list(got[1].items()) == list(want[1].items())  # the same Overuse values, same order
+
+
+def test_the_job_pass_declines_what_it_cannot_compare_as_python_does() -> None:
+    """An int CPU time (Python compares it with a float exactly) or a huge value: Python's answer."""
+    for j in (
+        Job(start=0.0, end=10.0, cpus=1, memory_mb=2048, gpus=0, exited=True, cpu_seconds=(1 << 60) + 1),  # type: ignore[arg-type]
+        Job(start=0.0, end=10.0, cpus=1, memory_mb=2048, gpus=0, exited=True, memory_usage_mb=1 << 62),
+    ):
+        u = PilotUsage(start=0.0, end=10.0, cpus=4, memory_mb=None, condor_started=True, condor_end=10.0, jobs=[j])
+        assert (
+            CORE.sweep_jobs([j], 0, 1, 2, 0.0, 0.0, len(Category), 3, 0.0, 10.0, 4, 0, None, None, None, 10.0) is None
+        )
+        native.core = None
+        try:
+            want = (partition(u), overuse([j], 10.0))
+        finally:
+            native.core = CORE
+        assert partition_and_overuse(u) == want
 
 
 def test_huge_values_decline_to_the_python_sweep() -> None:

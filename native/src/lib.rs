@@ -21,7 +21,7 @@ mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 4;
+const ABI: u32 = 5;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -231,6 +231,7 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_regular, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::sweep_jobs, m)?)?;
     m.add_function(wrap_pyfunction!(parse_eventlog, m)?)?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! not overflow, i64 would.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyFloat, PyList, PyTuple};
 
 const LIMIT: i64 = 1 << 40;
 
@@ -89,81 +89,123 @@ pub fn sweep<'py>(
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let cats = &cats[..];
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<(Sums, Sums)> {
-        let (cpus, gpus) = (small(cpus)?, small(gpus)?);
-        let memory_mb = memory_mb.map(small).transpose()?;
         if cats.len() != jobs.len() || overhead >= ncats || cats.iter().any(|&c| c >= ncats) {
             return Err(pyo3::exceptions::PyValueError::new_err("cats do not match jobs"));
         }
-        let mut events: Vec<Ev> = Vec::with_capacity(2 * jobs.len() + 1);
-        for (i, j) in jobs.iter().enumerate() {
-            let start: f64 = j.getattr(pyo3::intern!(j.py(), "start"))?.extract()?;
-            let end: Option<f64> = j.getattr(pyo3::intern!(j.py(), "end"))?.extract()?;
-            // min(max(start, cs), ce) and min(max(end or ce, s), ce), with Python's max and min
-            let s = pymin(pymax(start, cs), ce);
-            let e = pymin(pymax(end.unwrap_or(ce), s), ce);
-            if e > s {
-                let c = small(j.getattr(pyo3::intern!(j.py(), "cpus"))?.extract::<i64>()?)?.max(0);
-                let g = small(j.getattr(pyo3::intern!(j.py(), "gpus"))?.extract::<i64>()?)?.max(0);
-                let m = small(j.getattr(pyo3::intern!(j.py(), "memory_mb"))?.extract::<i64>()?)?.max(0);
-                events.push(Ev { when: s, sign: 1, idx: i, c, g, m, cat: cats[i] });
-                events.push(Ev { when: e, sign: -1, idx: i, c: -c, g: -g, m: -m, cat: cats[i] });
-            }
+        let mut rows = Vec::with_capacity(jobs.len());
+        for j in jobs.iter() {
+            rows.push(Row::sweep_fields(&j)?);
         }
-        // Python sorts the tuples: time, then sign (ends first), then the job's index (unique).
-        if events.iter().any(|e| e.when.is_nan()) {
-            return Err(pyo3::exceptions::PyOverflowError::new_err("NaN time"));
-        }
-        events.sort_by(|a, b| a.when.total_cmp(&b.when).then(a.sign.cmp(&b.sign)).then(a.idx.cmp(&b.idx)));
-        events.push(Ev { when: ce, sign: 0, idx: jobs.len(), c: 0, g: 0, m: 0, cat: overhead });
-
-        let mut cpu = Sums::new(ncats);
-        let mut gpu = Sums::new(ncats);
-        if let Some(v) = cpu0 {
-            cpu.order.push(overhead);
-            cpu.val[overhead] = Some(v);
-        }
-        if let Some(v) = gpu0 {
-            gpu.order.push(overhead);
-            gpu.val[overhead] = Some(v);
-        }
-        let (mut count, mut cores, mut act_gpus, mut mb) = (0i64, 0i64, 0i64, 0i64);
-        let mut seen: Vec<usize> = Vec::new(); // cat_count's keys, in insertion order
-        let mut cat_count = vec![0i64; ncats];
-        let mut cat_cpus = vec![0i64; ncats];
-        let mut cat_gpus = vec![0i64; ncats];
-        let mut known = vec![false; ncats];
-        let mut t = cs;
-        for ev in &events {
-            if ev.when > t {
-                let dt = ev.when - t;
-                segment(&mut cpu, &mut gpu, cpus, gpus, memory_mb, count, cores, act_gpus, mb, &seen, &cat_count, &cat_cpus, &cat_gpus, dt, overhead);
-                t = ev.when;
-            }
-            count += ev.sign;
-            cores += ev.c;
-            act_gpus += ev.g;
-            mb += ev.m;
-            if !known[ev.cat] {
-                known[ev.cat] = true;
-                seen.push(ev.cat);
-            }
-            cat_count[ev.cat] += ev.sign;
-            cat_cpus[ev.cat] += ev.c;
-            cat_gpus[ev.cat] += ev.g;
-        }
-        Ok((cpu, gpu))
+        run(&rows, cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)
     }));
     // a panic (a bug) declines like a value beyond the fast path: the Python sweep runs
     match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {
-        Ok((cpu, gpu)) => {
-            let items = |s: &Sums| s.order.iter().map(|&c| (c, s.val[c].unwrap_or(0.0))).collect::<Vec<_>>();
-            Ok(Some((items(&cpu), items(&gpu)).into_pyobject(py)?))
-        }
+        Ok((cpu, gpu)) => Ok(Some((cpu.items(), gpu.items()).into_pyobject(py)?)),
         // a value beyond the fast path (or of another type): the Python sweep takes the pilot
         Err(_) => Ok(None),
     }
 }
 
+/// What the sweep (and the classification and overuse of `sweep_jobs`) reads of a Job.
+struct Row {
+    start: f64,
+    end: Option<f64>,
+    cpus: i64,
+    gpus: i64,
+    memory_mb: i64,
+}
+
+impl Row {
+    fn sweep_fields(j: &Bound<'_, PyAny>) -> PyResult<Row> {
+        let py = j.py();
+        Ok(Row {
+            start: j.getattr(pyo3::intern!(py, "start"))?.extract()?,
+            end: j.getattr(pyo3::intern!(py, "end"))?.extract()?,
+            cpus: small(j.getattr(pyo3::intern!(py, "cpus"))?.extract::<i64>()?)?,
+            gpus: small(j.getattr(pyo3::intern!(py, "gpus"))?.extract::<i64>()?)?,
+            memory_mb: small(j.getattr(pyo3::intern!(py, "memory_mb"))?.extract::<i64>()?)?,
+        })
+    }
+}
+
+impl Sums {
+    fn items(&self) -> Vec<(usize, f64)> {
+        self.order.iter().map(|&c| (c, self.val[c].unwrap_or(0.0))).collect()
+    }
+}
+
+/// The sweep over prepared rows: `_sweep`'s events, order and arithmetic.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    rows: &[Row],
+    cats: &[usize],
+    ncats: usize,
+    overhead: usize,
+    cs: f64,
+    ce: f64,
+    cpus: i64,
+    gpus: i64,
+    memory_mb: Option<i64>,
+    cpu0: Option<f64>,
+    gpu0: Option<f64>,
+) -> PyResult<(Sums, Sums)> {
+    let (cpus, gpus) = (small(cpus)?, small(gpus)?);
+    let memory_mb = memory_mb.map(small).transpose()?;
+    let mut events: Vec<Ev> = Vec::with_capacity(2 * rows.len() + 1);
+    for (i, j) in rows.iter().enumerate() {
+        // min(max(start, cs), ce) and min(max(end or ce, s), ce), with Python's max and min
+        let s = pymin(pymax(j.start, cs), ce);
+        let e = pymin(pymax(j.end.unwrap_or(ce), s), ce);
+        if e > s {
+            let (c, g, m) = (j.cpus.max(0), j.gpus.max(0), j.memory_mb.max(0));
+            events.push(Ev { when: s, sign: 1, idx: i, c, g, m, cat: cats[i] });
+            events.push(Ev { when: e, sign: -1, idx: i, c: -c, g: -g, m: -m, cat: cats[i] });
+        }
+    }
+    // Python sorts the tuples: time, then sign (ends first), then the job's index (unique).
+    if events.iter().any(|e| e.when.is_nan()) {
+        return Err(pyo3::exceptions::PyOverflowError::new_err("NaN time"));
+    }
+    events.sort_by(|a, b| a.when.total_cmp(&b.when).then(a.sign.cmp(&b.sign)).then(a.idx.cmp(&b.idx)));
+    events.push(Ev { when: ce, sign: 0, idx: rows.len(), c: 0, g: 0, m: 0, cat: overhead });
+
+    let mut cpu = Sums::new(ncats);
+    let mut gpu = Sums::new(ncats);
+    if let Some(v) = cpu0 {
+        cpu.order.push(overhead);
+        cpu.val[overhead] = Some(v);
+    }
+    if let Some(v) = gpu0 {
+        gpu.order.push(overhead);
+        gpu.val[overhead] = Some(v);
+    }
+    let (mut count, mut cores, mut act_gpus, mut mb) = (0i64, 0i64, 0i64, 0i64);
+    let mut seen: Vec<usize> = Vec::new(); // cat_count's keys, in insertion order
+    let mut cat_count = vec![0i64; ncats];
+    let mut cat_cpus = vec![0i64; ncats];
+    let mut cat_gpus = vec![0i64; ncats];
+    let mut known = vec![false; ncats];
+    let mut t = cs;
+    for ev in &events {
+        if ev.when > t {
+            let dt = ev.when - t;
+            segment(&mut cpu, &mut gpu, cpus, gpus, memory_mb, count, cores, act_gpus, mb, &seen, &cat_count, &cat_cpus, &cat_gpus, dt, overhead);
+            t = ev.when;
+        }
+        count += ev.sign;
+        cores += ev.c;
+        act_gpus += ev.g;
+        mb += ev.m;
+        if !known[ev.cat] {
+            known[ev.cat] = true;
+            seen.push(ev.cat);
+        }
+        cat_count[ev.cat] += ev.sign;
+        cat_cpus[ev.cat] += ev.c;
+        cat_gpus[ev.cat] += ev.g;
+    }
+    Ok((cpu, gpu))
+}
 
 #[allow(clippy::too_many_arguments)]
 fn segment(
@@ -252,4 +294,142 @@ fn segment(
             gpu.add(overhead, v);
         }
     }
+}
+
+/// Python's truthiness of a float (`wall or 0.0`, `if ... and wall`): NaN is true.
+fn py_or_zero(v: Option<f64>) -> f64 {
+    match v {
+        Some(x) if truthy(x) => x,
+        _ => 0.0,
+    }
+}
+
+/// One resource's `overuse.Overuse`: (measured, jobs, seconds).
+#[derive(Default, Clone, Copy)]
+struct Over {
+    measured: i64,
+    jobs: i64,
+    seconds: f64,
+}
+
+/// `sweep_jobs(jobs, good, preempt, misconf, ending_at, early, ncats, overhead, cs, ce, cpus,
+/// gpus, memory_mb, cpu0, gpu0, overuse_end)` → (job counts, cpu items, gpu items, overuse)
+/// or None: in one pass over the jobs what `partition()` and `overuse()` make of a pilot
+/// whose HTCondor ran jobs: `_classify_all` (each job's category index), the per-category
+/// job counts in first-seen order, the sweep, and `overuse(jobs, overuse_end)` as
+/// [(0 memory | 1 cpu, measured, jobs, seconds)] in the order Python's dict gets them.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (jobs, good, preempt, misconf, ending_at, early, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0, overuse_end))]
+pub fn sweep_jobs<'py>(
+    py: Python<'py>,
+    jobs: &Bound<'py, PyList>,
+    good: usize,
+    preempt: usize,
+    misconf: usize,
+    ending_at: f64,
+    early: f64,
+    ncats: usize,
+    overhead: usize,
+    cs: f64,
+    ce: f64,
+    cpus: i64,
+    gpus: i64,
+    memory_mb: Option<i64>,
+    cpu0: Option<f64>,
+    gpu0: Option<f64>,
+    overuse_end: Option<f64>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    type Found = (Vec<(usize, i64)>, Sums, Sums, Vec<(usize, Over)>);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<Found> {
+        if [good, preempt, misconf, overhead].iter().any(|&c| c >= ncats) {
+            return Err(pyo3::exceptions::PyValueError::new_err("category out of range"));
+        }
+        let mut rows = Vec::with_capacity(jobs.len());
+        let mut cats = Vec::with_capacity(jobs.len());
+        let mut counts: Vec<(usize, i64)> = Vec::new(); // p.jobs, in insertion order
+        let mut over: Vec<(usize, Over)> = Vec::new(); // overuse's dict: 0 memory, 1 cpu
+        for j in jobs.iter() {
+            let row = Row::sweep_fields(&j)?;
+            let exited = j.getattr(pyo3::intern!(py, "exited"))?.is_truthy()?;
+            // classify_job
+            let cat = if exited && !j.getattr(pyo3::intern!(py, "exit_by_signal"))?.is_truthy()? {
+                good
+            } else {
+                match row.end {
+                    None => preempt,
+                    Some(end) if end >= ending_at => preempt,
+                    Some(end) => {
+                        if !exited || end - row.start < early {
+                            misconf
+                        } else {
+                            good
+                        }
+                    }
+                }
+            };
+            cats.push(cat);
+            match counts.iter_mut().find(|(c, _)| *c == cat) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((cat, 1)),
+            }
+            // overuse.overuse
+            let stop = row.end.or(overuse_end);
+            let wall = stop.map(|s| {
+                let w = s - row.start;
+                if w > 0.0 { w } else { 0.0 }
+            });
+            let used: Option<i64> = j.getattr(pyo3::intern!(py, "memory_usage_mb"))?.extract()?;
+            if let Some(used) = used.map(small).transpose()? {
+                let slot = row.memory_mb;
+                if slot > 0 {
+                    let o = slot_of(&mut over, 0);
+                    o.measured += 1;
+                    if used as f64 > slot as f64 * 1.0 {
+                        o.jobs += 1;
+                        o.seconds += (used - slot) as f64 / 2048.0 * py_or_zero(wall);
+                    }
+                }
+            }
+            let secs = j.getattr(pyo3::intern!(py, "cpu_seconds"))?;
+            if !secs.is_none() && !secs.is_instance_of::<PyFloat>() {
+                // an int compares with a float exactly in Python, not as an f64 here
+                return Err(pyo3::exceptions::PyTypeError::new_err("cpu_seconds not a float"));
+            }
+            let secs: Option<f64> = secs.extract()?;
+            if let (Some(secs), Some(w)) = (secs, wall) {
+                if truthy(w) {
+                    let o = slot_of(&mut over, 1);
+                    o.measured += 1;
+                    let cores = if row.cpus > 1 { row.cpus } else { 1 } as f64;
+                    if secs > w * cores * 1.25 {
+                        o.jobs += 1;
+                        o.seconds += secs - w * cores;
+                    }
+                }
+            }
+            rows.push(row);
+        }
+        let (cpu, gpu) = run(&rows, &cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)?;
+        Ok((counts, cpu, gpu, over))
+    }));
+    match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {
+        Ok((counts, cpu, gpu, over)) => {
+            let over: Vec<(usize, i64, i64, f64)> = over.iter().map(|(r, o)| (*r, o.measured, o.jobs, o.seconds)).collect();
+            Ok(Some((counts, cpu.items(), gpu.items(), over).into_pyobject(py)?))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// `out[res]`, made (at its place in the dict's order) the first time.
+fn slot_of(over: &mut Vec<(usize, Over)>, res: usize) -> &mut Over {
+    let i = match over.iter().position(|(r, _)| *r == res) {
+        Some(i) => i,
+        None => {
+            over.push((res, Over::default()));
+            over.len() - 1
+        }
+    };
+    &mut over[i].1
 }

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..catalogue import Accuracy, Category, Outcome, Overused
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
-from .overuse import Overuse, overuse
+from .overuse import Overuse
 from .partition import (
     DEFAULT_RULES,
     JobTotals,
@@ -20,6 +20,7 @@ from .partition import (
     PilotUsage,
     Rules,
     partition,
+    partition_and_overuse,
     partition_from_totals,
     unknown_lifetime,
 )
@@ -191,12 +192,14 @@ def from_glidein(
         condor_end=condor_end,
         jobs=err.jobs if err else None,
     )
-    if not out.condor_started or (err is not None and err.jobs is not None):
+    hogs: dict[Overused, Overuse] = {}
+    if out.condor_started and err is not None and err.jobs:
+        part, hogs = partition_and_overuse(u, rules)  # partition(u, rules), overuse(err.jobs, condor_end)
+    elif not out.condor_started or (err is not None and err.jobs is not None):
         part = partition(u, rules) if out.condor_started else partition(u)
     else:
         part = partition_from_totals(u, stats_totals(out, cpus), Accuracy.STATS, out.activations_claims)
     njobs = sum(part.jobs.values()) if err is None or err.jobs is None else len(err.jobs)
-    hogs = overuse(err.jobs, condor_end) if out.condor_started and err is not None and err.jobs else {}
     return PilotAccount(
         entry=out.entry or entry or UNKNOWN_LABEL,
         client=out.client or client or UNKNOWN_LABEL,
