@@ -130,6 +130,12 @@ def serial(factory: Path) -> dict[str, Any]:
     # The forgeries were noticed: implausible values, an unparsable .out.
     assert want["errors"][(Source.GLIDEIN_OUT, "implausible")] >= 2, want["errors"]
     assert want["bad_out"], want
+    # Every .out and .err read counts its size in the bytes read (one stat less a pilot: the
+    # reader's size, not a stat of its own).
+    outs = sum(o.stat().st_size for o in factory.glob("client/*/*/entry_*/job.*.out"))
+    errs = sum(o.stat().st_size for o in factory.glob("client/*/*/entry_*/job.*.err"))
+    assert want["bytes"][Source.GLIDEIN_OUT] == outs
+    assert want["bytes"][Source.GLIDEIN_ERR] == errs
     return want
 
 

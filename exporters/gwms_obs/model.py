@@ -107,6 +107,7 @@ class GlideinErr:
     config: dict[str, str] = field(default_factory=dict)  # glidein_config dump
     scripts: list[ScriptTiming] = field(default_factory=list)  # long XML
     trace_spool: bytes | None = None  # OTLP/JSON spans returned by gwms-trace.sh
+    size: int | None = None  # the file's size when read_err opened it (None: parsed from bytes)
 
 
 @dataclass(slots=True)

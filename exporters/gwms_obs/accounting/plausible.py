@@ -197,7 +197,7 @@ def _check_usage(err: GlideinErr, b: Bounds, v: Verdict) -> None:
             j.memory_usage_mb = None
         if cpu is not None:
             wall = j.end - j.start if j.end is not None else lifetime
-            cap = max(0.0, wall) * node_cpus + CPU_SLACK
+            cap = (wall if wall > 0.0 else 0.0) * node_cpus + CPU_SLACK  # max(0.0, wall)
             if cpu > cap:
                 v.problems.append(f"job {_job_name(j)} CPU {cpu:.0f} s over {cap:.0f} (wall x {node_cpus})")
                 j.cpu_seconds = None

@@ -197,8 +197,11 @@ def _read(t: Task, ctx: Context, errors: _Recorder, r: Read) -> None:
         err = glidein_err.read_err(err_path, errors, detail=False, root=ctx.root, budget=budget)
         if err is not None and err.trace_spool is not None and ctx.spools:
             r.spool, r.spool_at = err.trace_spool, len(errors.records)
-        with contextlib.suppress(OSError):
-            r.err_size = os.path.getsize(err_path)
+        if err is not None:
+            r.err_size = err.size
+        else:
+            with contextlib.suppress(OSError):
+                r.err_size = os.path.getsize(err_path)
         r.err_read = err is not None
     r.out_read = True
     d = ctx.defaults.get(entry)

@@ -536,7 +536,10 @@ def read_err(
     """
     data = files.fast_read(path, root, max_bytes)  # the common case: one compiled call
     if data is not None:
-        return parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)
+        err = parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)
+        if err is not None:
+            err.size = len(data)  # all of it: fast_read takes only a file within the limit
+        return err
     src = Source.GLIDEIN_ERR.value
     f = files.open_or_record(path, errors, src, root=root)
     if f is None:
@@ -550,4 +553,7 @@ def read_err(
         return None
     if size > max_bytes:
         errors.record(src, "too_large", path, max_bytes, f"{size} bytes, tail skipped")
-    return parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)
+    err = parse_err(data, path, errors, max_section_bytes, detail=detail, budget=budget)
+    if err is not None:
+        err.size = size
+    return err
