@@ -5,8 +5,9 @@ span appended to the spool) in one bash process and times the loop with
 EPOCHREALTIME; an empty loop of the same shape is subtracted. Cases:
 
 * bash5          - the library's bash >= 5 path (EPOCHREALTIME, SRANDOM; no fork)
-* bash4 uptime   - the bash-4 fallback forced on this bash (GWMS_TRACE_COMPAT=4):
-                   splitmix64 ids, /proc/uptime clock; no fork per span
+* bash4 uptime   - the bash-4 fallback forced on this bash (GWMS_TRACE_COMPAT=4, and SRANDOM
+                   unset before sourcing, so that the library defines its functions as on a
+                   bash 4, which has no SRANDOM): splitmix64 ids, /proc/uptime clock; no fork per span
 * bash4 date     - the fallback where /proc/uptime is unreadable: `date +%s%N` per timestamp
 * baseline       - no library: one /bin/true spawned per span (what a per-span
                    CLI such as otel-cli or pfeil costs at least)
@@ -33,6 +34,7 @@ LIB = ROOT / "pilot" / "gwms-trace.sh"
 OUT = ROOT / "benchmarks" / "results" / "trace-shell.md"
 
 LOOP = r"""
+PRELUDE
 source "$LIB"
 gwms_trace_init "$SPOOL"
 gwms_trace_phase setup
@@ -49,17 +51,13 @@ t2=$EPOCHREALTIME
 times >"$TIMES.2"
 echo "${t0/./} ${t1/./} ${t2/./}"
 """
-CASES: dict[str, tuple[dict[str, str], str]] = {
-    "bash5 (no fork)": ({}, 'gwms_trace_begin "main/s$i.sh" gwms.script=x; gwms_trace_end 0'),
-    "bash4 fallback, /proc/uptime clock (no fork)": (
-        {"GWMS_TRACE_COMPAT": "4"},
-        'gwms_trace_begin "main/s$i.sh" gwms.script=x; gwms_trace_end 0',
-    ),
-    "bash4 fallback, date clock (2 forks)": (
-        {"GWMS_TRACE_COMPAT": "4", "GWMS_TRACE_CLOCK": "date"},
-        'gwms_trace_begin "main/s$i.sh" gwms.script=x; gwms_trace_end 0',
-    ),
-    "baseline: one process per span (/bin/true)": ({}, "/bin/true"),
+SPAN = 'gwms_trace_begin "main/s$i.sh" gwms.script=x; gwms_trace_end 0'
+BASH4 = "unset SRANDOM"  # what bash 4 lacks (EPOCHREALTIME times the loop, and the library reads neither then)
+CASES: dict[str, tuple[dict[str, str], str, str]] = {  # environment, prelude, loop body
+    "bash5 (no fork)": ({}, "", SPAN),
+    "bash4 fallback, /proc/uptime clock (no fork)": ({"GWMS_TRACE_COMPAT": "4"}, BASH4, SPAN),
+    "bash4 fallback, date clock (2 forks)": ({"GWMS_TRACE_COMPAT": "4", "GWMS_TRACE_CLOCK": "date"}, BASH4, SPAN),
+    "baseline: one process per span (/bin/true)": ({}, "", "/bin/true"),
 }
 
 
@@ -71,13 +69,18 @@ def _cpu_s(path: Path) -> float:
     return total
 
 
-def run_case(env: dict[str, str], body: str, n: int, work: Path) -> tuple[float, float]:
+def run_case(env: dict[str, str], prelude: str, body: str, n: int, work: Path) -> tuple[float, float]:
     """Microseconds per span, wall and CPU (the shell's and its children's), empty loop subtracted."""
     spool = work / "spool.jsonl"
     tf = work / "times"
     e = {"PATH": "/usr/bin:/bin", "LIB": str(LIB), "SPOOL": str(spool), "N": str(n), "TIMES": str(tf), **env}
     r = subprocess.run(
-        ["/bin/bash", "-c", LOOP.replace("BODY", body)], env=e, capture_output=True, text=True, check=True, timeout=600
+        ["/bin/bash", "-c", LOOP.replace("PRELUDE", prelude).replace("BODY", body)],
+        env=e,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     )
     t0, t1, t2 = map(int, r.stdout.split())
     if "gwms_trace" in body:
@@ -102,8 +105,8 @@ def main(n: int = 2000, reps: int = 5) -> str:
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in CASES}
     with tempfile.TemporaryDirectory() as d:
         for _ in range(reps):  # interleaved, so drift hits every case alike
-            for name, (env, body) in CASES.items():
-                results[name].append(run_case(env, body, n, Path(d)))
+            for name, (env, prelude, body) in CASES.items():
+                results[name].append(run_case(env, prelude, body, n, Path(d)))
     load_end = _load()
     wall = {k: [w for w, _ in v] for k, v in results.items()}
     cpu_us = {k: [c for _, c in v] for k, v in results.items()}
@@ -121,8 +124,9 @@ def main(n: int = 2000, reps: int = 5) -> str:
         f"- machine: {cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         f"- bash: {bash_version.splitlines()[0]}",
         f"- load average (1, 5, 15 min): {load_start} at the start, {load_end} at the end",
-        "- the bash-4 cases are the fallback forced on this bash 5.2 (GWMS_TRACE_COMPAT=4);",
-        "  no bash 4 binary was available to run them on a real EL7/EL8 shell.",
+        "- the bash-4 cases are the fallback forced on this bash 5.2 (GWMS_TRACE_COMPAT=4, SRANDOM",
+        "  unset before sourcing, so the library defines its functions as on bash 4); no bash 4",
+        "  binary was available to run them on a real EL7/EL8 shell.",
         "",
         "| case | µs per span (wall) | vs. baseline | µs per span (CPU) |",
         "|---|---:|---:|---:|",

@@ -47,7 +47,7 @@
 # Cost: on bash >= 5 a span forks nothing (EPOCHREALTIME, SRANDOM, printf -v,
 # one appending redirection), and its common case (gwms_trace_script's: a plain name and
 # gwms.script value, exit code 0) runs inline in gwms_trace_begin and gwms_trace_end:
-# about 70 us a span where the general code took 150 (benchmarks/trace_shell.py). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
+# about 65 us a span where the general code took 150 (benchmarks/trace_shell.py). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
 # splitmix64 generator seeded once from /dev/urandom, and time from
 # /proc/uptime read with the builtin read (10 ms resolution, anchored to one
 # `date +%s%N` at init) - still no fork per span; where /proc/uptime is not
@@ -87,8 +87,6 @@ _gt_pre=            # {"resourceSpans":[ and _gt_resj: every line's start
 _gt_hp='' _gt_tp='' # {"traceId":"TRACE","spanId":" and 00-TRACE-: every span's
 # The end of a span's line when it ends with 0, after its attributes and without events or links.
 _gt_x0='{"key":"process.exit.code","value":{"intValue":"0"}}],"events":[],"links":[],"status":{"code":1}}]}]}]}'
-printf -v _gt_long '%129s*' ''
-_gt_long=${_gt_long// /?}   # a pattern: text longer than 128 characters
 _gt_spans=0
 _gt_dropped=0
 _gt_max=10000
@@ -573,38 +571,75 @@ gwms_trace_resource() {
   return 0
 }
 
-# A span's begin and end are what a pilot calls most (gwms_trace_script), and every function call
-# costs microseconds (bash copies the body at each call), so the common case is written out inline in
-# gwms_trace_begin and gwms_trace_end, and everything else goes to _gt_begin, _gt_push and _gt_pop,
-# which write the same bytes (tests/test_trace_fastpath.py compares the two).
+# A span's begin and end are what a pilot calls most (gwms_trace_script), and in bash every function
+# call (which copies the function's body), every command and every expansion costs: so their common case
+# is written out inline in gwms_trace_begin and gwms_trace_end, in few commands, and everything else goes
+# to _gt_begin/_gt_end (_gt_push, _gt_pop), which write the same bytes (tests/test_trace_fastpath.py
+# compares the two). A bash without EPOCHREALTIME (4.x) gets the general code alone, as before.
 #
-# gwms_trace_begin inline: bash 5, a span to record, at most one attribute and of the key the last
-# attribute had (gwms_trace_script's gwms.script=NAME: _gt_kj and _gt_kb hold it), a name and a value
-# _gt_text would pass unchanged. That test is _gt_text's, on both at once and in two steps: the same
-# characters, then the keywords as lower-case words, on the lower-cased text (cheaper than matching
-# [Tt][Oo][Kk]); a lower-cased text outside a-z (a locale's dotless i) takes the slow path.
+# gwms_trace_begin inline (_gt_go: bash 5, every span recorded, the resource written): a name and at most
+# one attribute, of the key the last attribute had (gwms_trace_script's gwms.script=NAME: _gt_kq), the
+# two together at most 129 characters and what _gt_text would pass unchanged. That is _gt_text's test, on
+# both at once ("NAME VALUE") and in two steps: the same characters (but for an upper-case I, which some
+# locales lower-case to a dotless i), then the keywords as lower-case words, on the lower-cased text
+# (cheaper than [Tt][Oo][Kk]). An empty name becomes "=", which fails the first step. The id is drawn
+# before the test, so that the all-zero id takes the general code too.
+if [[ -n ${EPOCHREALTIME-} && -n ${SRANDOM-} ]]; then   # bash >= 5
 gwms_trace_begin() {
-  if ((_gt_go && $# < 3)) && [[ ${2-$_gt_kq} == "$_gt_kq"* ]]; then
-    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_kvp=${2-} _gt_kvp=${_gt_kvp:_gt_kl} _gt_c=${1-}\ $_gt_kvp
-    # shellcheck disable=SC2254  # $_gt_long is a pattern
-    case $_gt_c in ' '* | *[!A-Za-z0-9._/\ -]* | $_gt_long) _gt_begin "$@"; return 0 ;; esac
-    case ${_gt_c,,} in
-      *[!abcdefghijklmnopqrstuvwxyz0123456789._/\ -]* | *tok* | *pas* | *pwd* | *sec* | *key* | *eyj* | \
-      *bearer* | *begin* | *x509* | *akia* | *asia* | *gh?_*) _gt_begin "$@"; return 0 ;;
-    esac
+  if ((_gt_go && $# < 3)); then
+    _gt_kvp=${2-} _gt_kvp=${_gt_kvp:_gt_kl} _gt_c=${1:-=}\ $_gt_kvp
     printf -v _gt_id '%08x%08x' "$SRANDOM" "$SRANDOM"
-    [[ $_gt_id != 0000000000000000 ]] || _gt_rand64
-    _gt_par[_gt_n]=$_gt_cur _gt_attrs[_gt_n]=${2:+$_gt_ka$_gt_kvp'"}}'} \
-      _gt_head[_gt_n]=$_gt_hp$_gt_id'","parentSpanId":"'$_gt_cur'"'$_gt_tsj',"name":"'$1'","kind":1,"startTimeUnixNano":"'$_gt_t'"' \
-      _gt_cur=$_gt_id _gt_n=$((_gt_n + 1)) GWMS_TRACE_SPAN_ID=$_gt_id TRACEPARENT=$_gt_tp$_gt_id-01
-    return 0
+    if [[ ${2-$_gt_kq} == "$_gt_kq"* && ${#_gt_c} -lt 130 && $_gt_c != *[!A-HJ-Za-z0-9._/\ -]* &&
+      $_gt_id != 0000000000000000 ]]; then
+      case ${_gt_c,,} in
+        *tok* | *pas* | *pwd* | *sec* | *key* | *eyj* | *bearer* | *begin* | *x509* | *akia* | *asia* | *gh?_*)
+          _gt_begin "$@"; return 0 ;;
+      esac
+      _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_par[_gt_n]=$_gt_cur _gt_attrs[_gt_n]=${2:+$_gt_ka$_gt_kvp\"\}\}} \
+        _gt_head[_gt_n]=$_gt_hp$_gt_id\",\"parentSpanId\":\"$_gt_cur\"$_gt_tsj,\"name\":\"$1\",\"kind\":1,\"startTimeUnixNano\":\"$_gt_t\" \
+        _gt_cur=$_gt_id GWMS_TRACE_SPAN_ID=$_gt_id TRACEPARENT=$_gt_tp$_gt_id-01
+      ((++_gt_n))
+      return 0
+    fi
   fi
   _gt_begin "$@"
 }
 
-_gt_begin() {   # gwms_trace_begin, every case
+# gwms_trace_end inline (_gt_go): a span below the root and not the phase, ending with 0, under the cap,
+# without events or links (_gt_elx >= 1: not the root either).
+gwms_trace_end() {
+  # (the conditions count the span and take it off the stack, once they hold)
+  if [[ ${1-} == 0 ]] && ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max && _gt_n - 1 != _gt_phase &&
+    ++_gt_spans && --_gt_n)); then
+    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01
+    printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at${_gt_at:+,}$_gt_x0" \
+      2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
+    return 0
+  fi
+  _gt_end "$@"
+}
+else   # bash 4: no inline case, and the general code without a call more (as _gt_begin and _gt_end)
+gwms_trace_begin() {
   ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
   _gt_push "${1:-span}" 1 "${@:2}"
+}
+
+gwms_trace_end() {
+  ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
+  ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
+  _gt_pop "${1-}" "${2-}"
+}
+fi
+
+_gt_begin() {   # gwms_trace_begin's general code
+  ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
+  _gt_push "${1:-span}" 1 "${@:2}"
+}
+
+_gt_end() {   # gwms_trace_end's general code
+  ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
+  ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
+  _gt_pop "${1-}" "${2-}"
 }
 
 # _gt_gate: may a span begin here below the commands level? Spans directly under a phase or the
@@ -617,21 +652,6 @@ _gt_gate() {
   fi
   _gt_skip=$((_gt_skip + 1)) _gt_go=0
   return 1
-}
-
-# gwms_trace_end inline: bash 5, a span below the root ending with 0, under the cap, without events
-# or links, the resource already written (_gt_pop's common case).
-gwms_trace_end() {
-  if ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max && _gt_n - 1 != _gt_phase)) && [[ ${1-} == 0 ]]; then
-    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_n=$((_gt_n - 1)) _gt_spans=$((_gt_spans + 1)) _gt_cur=${_gt_par[_gt_n]} \
-      _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01
-    printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at${_gt_at:+,}$_gt_x0" \
-      2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
-    return 0
-  fi
-  ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
-  ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
-  _gt_pop "${1-}" "${2-}"
 }
 
 _gt_unskip() {   # the end of a suppressed span

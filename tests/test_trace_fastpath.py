@@ -1,9 +1,11 @@
 """gwms-trace.sh's inline span begin and end (bash 5) write what its general code writes.
 
 gwms_trace_begin and gwms_trace_end handle their common case inline, for speed
-(benchmarks/trace_shell.py); every other case goes to _gt_begin/_gt_push/_gt_pop,
+(benchmarks/trace_shell.py); every other case goes to _gt_push/_gt_pop,
 which also serve the bash-4 fallback. The same script is run on the bash-5 path and
-forced onto the fallback (GWMS_TRACE_COMPAT=4, where nothing is inlined); after
+forced onto the fallback (GWMS_TRACE_COMPAT=4, where nothing is inlined, and with
+EPOCHREALTIME and SRANDOM unset before the library is sourced, which then defines
+gwms_trace_begin/end as on bash 4); after
 the ids and times, which differ by nature, are replaced by their order of first
 appearance, the spools and the variables the library sets must be byte-identical.
 The names and values include every shape the inline test must hand to the general
@@ -72,6 +74,7 @@ TEXTS = [
 
 SCRIPT = r"""
 set -euo pipefail
+PRELUDE
 source "$GWMS_TRACE_LIB"
 show() {
   echo "[$1] TP=${TRACEPARENT-unset} SID=${GWMS_TRACE_SPAN_ID-} PILOT=${GWMS_PILOT_TRACEPARENT-} TS=${TRACESTATE-unset}"
@@ -143,6 +146,13 @@ show flush
 echo "result=$GWMS_TRACE_RESULT spans=$_gt_spans dropped=$_gt_dropped"
 """
 
+# How each run reaches the library's paths: environment, and what the script does before sourcing it.
+PATHS: dict[str, tuple[dict[str, str], str]] = {
+    "bash5": (MODES["bash5"], ""),
+    "bash4-uptime": (MODES["bash4-uptime"], ""),
+    "bash4-functions": ({}, "unset EPOCHREALTIME SRANDOM"),
+}
+
 VARIANTS = {
     "new-trace": {},
     "factory-parent": {
@@ -165,12 +175,14 @@ def normalized(text: str) -> str:
     return _PID.sub(r"\1<pid>", _TIME.sub("<t>", text))
 
 
-def run(tmp: Path, mode: str, variant: str) -> str:
-    work = tmp / f"{mode}-{variant}"
+def run(tmp: Path, path: str, variant: str) -> str:
+    work = tmp / f"{path}-{variant}"
     work.mkdir()
     (work / "texts").write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "GWMS_TRACE_LIB": str(LIB), **MODES[mode], **VARIANTS[variant]}
-    r = subprocess.run(["/bin/bash", "-c", SCRIPT], cwd=work, env=env, capture_output=True, timeout=120, check=False)
+    mode_env, prelude = PATHS[path]
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "GWMS_TRACE_LIB": str(LIB), **mode_env, **VARIANTS[variant]}
+    script = SCRIPT.replace("PRELUDE", prelude)
+    r = subprocess.run(["/bin/bash", "-c", script], cwd=work, env=env, capture_output=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     assert all(ln.startswith(b"gwms-trace: spans kept in ") for ln in r.stderr.splitlines()), r.stderr  # no shell error
     spool = (work / "spool.jsonl").read_bytes()
@@ -182,13 +194,15 @@ def run(tmp: Path, mode: str, variant: str) -> str:
 def test_inline_path_writes_what_the_general_code_writes(tmp_path: Path, variant: str) -> None:
     bash5 = run(tmp_path, "bash5", variant)
     assert bash5 == run(tmp_path, "bash4-uptime", variant)
+    assert bash5 == run(tmp_path, "bash4-functions", variant)
 
 
 def test_plain_spans_take_the_inline_path(tmp_path: Path) -> None:
     """Without this, the comparison above could pass with the inline code never running."""
     script = r"""
+PRELUDE
 source "$GWMS_TRACE_LIB"
-for f in _gt_begin _gt_push _gt_pop; do   # count the calls of the general code
+for f in _gt_push _gt_pop; do   # count the calls of the general code
   eval "_orig$f() $(declare -f "$f" | tail -n +2)"
   eval "$f() { ((++calls)); _orig$f \"\$@\"; }"
 done
@@ -200,15 +214,15 @@ for ((i = 0; i < 20; i++)); do gwms_trace_script "main/s$i.sh" true; done
 echo "$calls"
 """
     counts = {}
-    for mode in ("bash5", "bash4-uptime"):
+    for path, (mode_env, prelude) in PATHS.items():
         r = subprocess.run(
-            ["/bin/bash", "-c", script],
+            ["/bin/bash", "-c", script.replace("PRELUDE", prelude)],
             cwd=tmp_path,
-            env={"PATH": "/usr/bin:/bin", "GWMS_TRACE_LIB": str(LIB), **MODES[mode]},
+            env={"PATH": "/usr/bin:/bin", "GWMS_TRACE_LIB": str(LIB), **mode_env},
             capture_output=True,
             text=True,
             timeout=60,
             check=True,
         )
-        counts[mode] = int(r.stdout)
-    assert counts == {"bash5": 0, "bash4-uptime": 60}
+        counts[path] = int(r.stdout)
+    assert counts == {"bash5": 0, "bash4-uptime": 40, "bash4-functions": 40}
