@@ -211,7 +211,8 @@ def test_classify_all_is_classify_job_per_job(u: PilotUsage, grace: float, early
     rules = Rules(grace_seconds=grace, early_failure_seconds=early)
     jobs = list(u.jobs or ())
     ce = u.condor_end if u.condor_end is not None else u.end
-    assert _classify_all(jobs, ce, u.end, rules) == [classify_job(j, ce, u.end, rules) for j in jobs]
+    ending_at = min(ce, u.end) - rules.grace_seconds
+    assert _classify_all(jobs, ending_at, early) == [classify_job(j, ce, u.end, rules) for j in jobs]
 
 
 @settings(max_examples=400, deadline=None)

@@ -230,7 +230,6 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_err, m)?)?;
     m.add_function(wrap_pyfunction!(read_regular, m)?)?;
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
-    m.add_function(wrap_pyfunction!(sweep::sweep, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::sweep_jobs, m)?)?;
     m.add_function(wrap_pyfunction!(parse_eventlog, m)?)?;
     Ok(())

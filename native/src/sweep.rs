@@ -67,46 +67,7 @@ fn small(v: i64) -> PyResult<i64> {
     }
 }
 
-/// `sweep(jobs, cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)`
-/// → (cpu items, gpu items): (category index, value) in dict order, or None.
-/// `cpu0`/`gpu0`: the overhead already in the partition (None: absent).
-#[allow(clippy::too_many_arguments)]
-#[pyfunction]
-#[pyo3(signature = (jobs, cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0))]
-pub fn sweep<'py>(
-    py: Python<'py>,
-    jobs: &Bound<'py, PyList>,
-    cats: Vec<usize>,
-    ncats: usize,
-    overhead: usize,
-    cs: f64,
-    ce: f64,
-    cpus: i64,
-    gpus: i64,
-    memory_mb: Option<i64>,
-    cpu0: Option<f64>,
-    gpu0: Option<f64>,
-) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let cats = &cats[..];
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> PyResult<(Sums, Sums)> {
-        if cats.len() != jobs.len() || overhead >= ncats || cats.iter().any(|&c| c >= ncats) {
-            return Err(pyo3::exceptions::PyValueError::new_err("cats do not match jobs"));
-        }
-        let mut rows = Vec::with_capacity(jobs.len());
-        for j in jobs.iter() {
-            rows.push(Row::sweep_fields(&j)?);
-        }
-        run(&rows, cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)
-    }));
-    // a panic (a bug) declines like a value beyond the fast path: the Python sweep runs
-    match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {
-        Ok((cpu, gpu)) => Ok(Some((cpu.items(), gpu.items()).into_pyobject(py)?)),
-        // a value beyond the fast path (or of another type): the Python sweep takes the pilot
-        Err(_) => Ok(None),
-    }
-}
-
-/// What the sweep (and the classification and overuse of `sweep_jobs`) reads of a Job.
+/// What the sweep reads of a Job.
 struct Row {
     start: f64,
     end: Option<f64>,
@@ -134,11 +95,10 @@ impl Sums {
     }
 }
 
-/// The sweep over prepared rows: `_sweep`'s events, order and arithmetic.
-#[allow(clippy::too_many_arguments)]
-fn run(
-    rows: &[Row],
-    cats: &[usize],
+/// The pilot as the sweep sees it: the categories, HTCondor's span, what the pilot has,
+/// and the overhead already in its partition.
+#[derive(Clone, Copy)]
+struct Pilot {
     ncats: usize,
     overhead: usize,
     cs: f64,
@@ -148,7 +108,11 @@ fn run(
     memory_mb: Option<i64>,
     cpu0: Option<f64>,
     gpu0: Option<f64>,
-) -> PyResult<(Sums, Sums)> {
+}
+
+/// The sweep over prepared rows: `_sweep`'s events, order and arithmetic.
+fn run(rows: &[Row], cats: &[usize], p: &Pilot) -> PyResult<(Sums, Sums)> {
+    let Pilot { ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0 } = *p;
     let (cpus, gpus) = (small(cpus)?, small(gpus)?);
     let memory_mb = memory_mb.map(small).transpose()?;
     let mut events: Vec<Ev> = Vec::with_capacity(2 * rows.len() + 1);
@@ -410,7 +374,8 @@ pub fn sweep_jobs<'py>(
             }
             rows.push(row);
         }
-        let (cpu, gpu) = run(&rows, &cats, ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0)?;
+        let pilot = Pilot { ncats, overhead, cs, ce, cpus, gpus, memory_mb, cpu0, gpu0 };
+        let (cpu, gpu) = run(&rows, &cats, &pilot)?;
         Ok((counts, cpu, gpu, over))
     }));
     match ran.unwrap_or_else(|_| Err(pyo3::exceptions::PyRuntimeError::new_err("panic"))) {

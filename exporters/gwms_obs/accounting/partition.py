@@ -89,11 +89,10 @@ def classify_job(job: Job, condor_end: float, pilot_end: float, rules: Rules = D
     return Category.GOODPUT  # the user's process was killed after using the resource
 
 
-def _classify_all(jobs: list[Job], condor_end: float, pilot_end: float, rules: Rules) -> list[Category]:
-    """:func:`classify_job` of each job, inlined: this runs for every job of every pilot."""
+def _classify_all(jobs: list[Job], ending_at: float, early: float) -> list[Category]:
+    """:func:`classify_job` of each job, inlined: ``ending_at`` is ``min(condor_end, pilot_end)
+    - grace_seconds``, ``early`` the rules' ``early_failure_seconds``."""
     good, preempt, misconf = Category.GOODPUT, Category.PREEMPTION_BADPUT, Category.MISCONFIGURATION_BADPUT
-    ending_at = min(condor_end, pilot_end) - rules.grace_seconds
-    early = rules.early_failure_seconds
     cats: list[Category] = []
     add = cats.append
     for j in jobs:
@@ -127,34 +126,15 @@ def partition(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> Partition:
     if not jobs:
         _whole(p, Category.DECISION_PROBLEM, u, lifetime)
         return p
-    cs, ce = _condor_span(u)
-    _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))  # before and after HTCondor
-    cats = _classify_all(jobs, ce, u.end, rules)
-    counts = p.jobs
-    for c in cats:
-        counts[c] = counts.get(c, 0) + 1
-    if native.core is not None:
-        # The same sweep compiled (native/src/sweep.rs): bit for bit the same sums, in dict order.
-        found = native.core.sweep(
-            jobs,
-            [_INDEX[c] for c in cats],
-            len(_CATEGORIES),
-            _INDEX[Category.OVERHEAD],
-            cs,
-            ce,
-            u.cpus,
-            u.gpus,
-            u.memory_mb,
-            p.cpu.get(Category.OVERHEAD),
-            p.gpu.get(Category.OVERHEAD),
-        )
-        if found is not None:
-            cpu, gpu = found
-            p.cpu = {_CATEGORIES[i]: v for i, v in cpu}
-            p.gpu = {_CATEGORIES[i]: v for i, v in gpu}
-            return p
-    _sweep(p, u, jobs, cats, cs, ce)
-    return p
+    return _partition_jobs(u, jobs, rules, hogs=False)[0]
+
+
+def partition_and_overuse(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> tuple[Partition, dict[Overused, Overuse]]:
+    """``partition(u, rules)`` and ``overuse(u.jobs, u.condor_end)`` of a pilot."""
+    jobs = list(u.jobs) if u.jobs is not None else []
+    if u.condor_started and jobs:
+        return _partition_jobs(u, jobs, rules, hogs=True)
+    return partition(u, rules), overuse(jobs, u.condor_end)
 
 
 _CATEGORIES = tuple(Category)
@@ -169,25 +149,27 @@ def _condor_span(u: PilotUsage) -> tuple[float, float]:
     return cs, ce
 
 
-def partition_and_overuse(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> tuple[Partition, dict[Overused, Overuse]]:
-    """``partition(u, rules)`` and ``overuse(u.jobs, u.condor_end)`` of a pilot whose HTCondor ran jobs.
+def _partition_jobs(
+    u: PilotUsage, jobs: list[Job], rules: Rules, hogs: bool
+) -> tuple[Partition, dict[Overused, Overuse]]:
+    """The partition of a pilot whose HTCondor ran ``jobs`` (and, with ``hogs``, their overuse).
 
-    Compiled, in one pass over the jobs (native/src/sweep.rs ``sweep_jobs``: the
-    classification, the job counts, the sweep and the overuse, bit for bit and in
-    dict order the same, tests/test_native.py): the Python version walks a
-    pilot's ~20 jobs four times.
+    Compiled, in one pass over the jobs (native/src/sweep.rs ``sweep_jobs``: each
+    job's category, the job counts, the sweep and the overuse, bit for bit and in
+    dict order the same, tests/test_native.py); the Python below stays the
+    reference, and reads what the compiled pass declines.
     """
-    jobs = list(u.jobs) if u.jobs is not None else []
-    if native.core is not None and u.condor_started and jobs:
-        p = Partition()
-        cs, ce = _condor_span(u)
-        _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))
+    p = Partition()
+    cs, ce = _condor_span(u)
+    _whole(p, Category.OVERHEAD, u, (cs - u.start) + (u.end - ce))  # before and after HTCondor
+    ending_at = min(ce, u.end) - rules.grace_seconds  # a job ending after this ended with the pilot
+    if native.core is not None:
         found = native.core.sweep_jobs(
             jobs,
             _INDEX[Category.GOODPUT],
             _INDEX[Category.PREEMPTION_BADPUT],
             _INDEX[Category.MISCONFIGURATION_BADPUT],
-            min(ce, u.end) - rules.grace_seconds,  # as _classify_all
+            ending_at,
             rules.early_failure_seconds,
             len(_CATEGORIES),
             _INDEX[Category.OVERHEAD],
@@ -207,7 +189,12 @@ def partition_and_overuse(u: PilotUsage, rules: Rules = DEFAULT_RULES) -> tuple[
             p.cpu = {cats[i]: v for i, v in cpu}
             p.gpu = {cats[i]: v for i, v in gpu}
             return p, {_OVERUSED[r]: Overuse(m, n, x) for r, m, n, x in over}
-    return partition(u, rules), overuse(jobs, u.condor_end)
+    classes = _classify_all(jobs, ending_at, rules.early_failure_seconds)
+    counted = p.jobs
+    for c in classes:
+        counted[c] = counted.get(c, 0) + 1
+    _sweep(p, u, jobs, classes, cs, ce)
+    return p, overuse(jobs, u.condor_end) if hogs else {}
 
 
 def _sweep(p: Partition, u: PilotUsage, jobs: list[Job], cats: list[Category], cs: float, ce: float) -> None:
