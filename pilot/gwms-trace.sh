@@ -47,7 +47,8 @@
 # Cost: on bash >= 5 a span forks nothing (EPOCHREALTIME, SRANDOM, printf -v,
 # one appending redirection), and its common case (gwms_trace_script's: a plain name and
 # gwms.script value, exit code 0) runs inline in gwms_trace_begin and gwms_trace_end:
-# about 65 us a span where the general code took 150 (benchmarks/trace_shell.py). On bash 4 (EL7 4.2, EL8 4.4) ids come from a
+# about 65 us a span where the general code takes 150 (benchmarks/trace_shell.py).
+# On bash 4 (EL7 4.2, EL8 4.4) ids come from a
 # splitmix64 generator seeded once from /dev/urandom, and time from
 # /proc/uptime read with the builtin read (10 ms resolution, anchored to one
 # `date +%s%N` at init) - still no fork per span; where /proc/uptime is not
