@@ -96,9 +96,9 @@ _gt_id=
 _gt_e=              # _gt_text's result
 _gt_a=              # _gt_kv's and _gt_kvs' result
 _gt_kr='' _gt_kj='' _gt_kb=''   # _gt_key's last key, as JSON, secret or not
-# gwms_trace_begin's inline case for an attribute of _gt_kr: _gt_kq is "$_gt_kr=", _gt_kl its length, _gt_ka the
-# KeyValue's JSON up to the value; when _gt_kr is a secret's or not plain ASCII, _gt_kq is a newline and _gt_kl 0,
-# so that the attribute's text fails the inline test.
+# gwms_trace_begin's inline case for one attribute (_gt_kqset): _gt_kq is "KEY=", _gt_kl its length, _gt_ka the
+# KeyValue's JSON up to the value; before there is one, _gt_kq is a newline and _gt_kl 0, so that an attribute
+# starting with it keeps the newline in its text, which fails the inline test.
 _gt_kq=$'\n' _gt_kl=0 _gt_ka=
 _gt_kvo='' _gt_kvp=''   # _gt_kvs' result so far, and its loop variable
 _gt_at=             # _gt_pop's attributes, status, events and links of the span it writes
@@ -250,14 +250,19 @@ _gt_esc() {
 # _gt_kr = KEY; _gt_kv calls it only for a key other than the last one.
 _gt_key() {
   _gt_text 128 "$1"
-  _gt_kr=$1 _gt_kj=$_gt_e _gt_kb='' _gt_kq=$'\n' _gt_kl=0
+  _gt_kr=$1 _gt_kj=$_gt_e _gt_kb=
   case ${1,,} in   # a secret's key (the ERE above)
     *token* | *passw* | *passphrase* | *secret* | *credential* | *proxy* | *x509* | *apikey* | *api[_.-]key* | \
     *accesskey* | *access[_.-]key* | *authori[sz]ation* | *cookie* | *privatekey* | *private[_.-]key* | *subject* | \
     dn | dn[._-]* | *[._-]dn | *[._-]dn[._-]* | pwd | pwd[._-]* | *[._-]pwd | *[._-]pwd[._-]*) _gt_kb=1 ;;
-    *[!abcdefghijklmnopqrstuvwxyz0123456789._-]*) ;;
-    *) _gt_kq=$1= _gt_kl=$((${#1} + 1)) _gt_ka="{\"key\":\"$_gt_kj\",\"value\":{\"stringValue\":\"" ;;
   esac
+}
+
+# _gt_kqset KEY: KEY becomes gwms_trace_begin's inline key (_gt_kq, _gt_kl, _gt_ka) if it is _gt_kv's last key
+# (its JSON in _gt_kj), no secret's, and plain lower-case ASCII. It stays so while other keys come and go.
+_gt_kqset() {
+  [[ -n $1 && $1 == "$_gt_kr" && -z $_gt_kb && $1 != *[!abcdefghijklmnopqrstuvwxyz0123456789._-]* ]] || return 0
+  _gt_kq=$1= _gt_kl=$((${#1} + 1)) _gt_ka="{\"key\":\"$_gt_kj\",\"value\":{\"stringValue\":\""
 }
 
 # _gt_kv KEY VALUE [TYPE]: _gt_a = one OTLP/JSON KeyValue; a secret's key hides the value, whatever its type.
@@ -579,7 +584,7 @@ gwms_trace_resource() {
 # compares the two). A bash without EPOCHREALTIME (4.x) gets the general code alone, as before.
 #
 # gwms_trace_begin inline (_gt_go: bash 5, every span recorded, the resource written): a name and at most
-# one attribute, of the key the last attribute had (gwms_trace_script's gwms.script=NAME: _gt_kq), the
+# one attribute, of the key the last such span had (gwms_trace_script's gwms.script=NAME: _gt_kq), the
 # two together at most 129 characters and what _gt_text would pass unchanged. That is _gt_text's test, on
 # both at once ("NAME VALUE") and in two steps: the same characters (but for an upper-case I, which some
 # locales lower-case to a dotless i), then the keywords as lower-case words, on the lower-cased text
@@ -604,6 +609,7 @@ gwms_trace_begin() {
     fi
   fi
   _gt_begin "$@"
+  (($# != 2)) || _gt_kqset "${2%%=*}"   # the next span with this key may be inline
 }
 
 # gwms_trace_end inline (_gt_go): a span below the root and not the phase, ending with 0, under the cap,

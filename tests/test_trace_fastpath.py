@@ -210,7 +210,12 @@ gwms_trace_init "$PWD/s.jsonl"
 gwms_trace_phase setup
 gwms_trace_begin first gwms.script=first; gwms_trace_end 0   # a new key, and the resource's first write
 calls=0
-for ((i = 0; i < 20; i++)); do gwms_trace_script "main/s$i.sh" true; done
+for ((i = 0; i < 20; i++)); do
+  gwms_trace_script "main/s$i.sh" true
+  gwms_trace_begin "attr$i" gwms.script=a
+  gwms_trace_attr process.executable.name true   # another key in between, as with a controller's answer
+  gwms_trace_end 0
+done
 echo "$calls"
 """
     counts = {}
@@ -225,4 +230,4 @@ echo "$calls"
             check=True,
         )
         counts[path] = int(r.stdout)
-    assert counts == {"bash5": 0, "bash4-uptime": 40, "bash4-functions": 40}
+    assert counts == {"bash5": 0, "bash4-uptime": 80, "bash4-functions": 80}
