@@ -391,3 +391,28 @@ def test_pilots_changed_since_they_were_read_ahead_are_read_again(
     cut = events.index("completed_jobs read")
     assert set(events[:cut]) <= set(events[cut + 1 :])  # what was read ahead is read again
     assert outcome(ing, accounts) == serial
+
+
+def test_a_read_ahead_that_fails_stops_its_pool_and_the_scan_reads_every_pilot(
+    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    made: list[ProcessPoolExecutor] = []
+    real = pool.executor
+
+    def first_refuses(workers: int, method: str | None = None) -> ProcessPoolExecutor:
+        ex = real(workers, method)
+        if not made:  # the read-ahead's pool: it cannot take a chunk
+
+            def refuse(*_: Any, **__: Any) -> Any:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+
+            ex.submit = refuse  # type: ignore[method-assign]
+        made.append(ex)
+        return ex
+
+    monkeypatch.setattr(pool, "executor", first_refuses)
+    ing, accounts = run(factory, 2)
+    assert "read-ahead stopped" in caplog.text
+    assert len(made) == 2  # the read took a pool of its own
+    assert made[0]._shutdown_thread  # and the read-ahead's was stopped
+    assert outcome(ing, accounts) == serial

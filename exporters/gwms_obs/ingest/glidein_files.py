@@ -121,9 +121,8 @@ class GlideinFilesStage(Stage):
             b.health.backlog.setdefault(Source.GLIDEIN_OUT, scan.t0)
         self._bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
         self._last_save = now
-        deferred: list[layout.PilotFiles] = []
         unnamed: list[Ready] = []
-        ready = self._ready(todo, now, last_call, deferred, unnamed)
+        ready = self._ready(todo, now, last_call, unnamed)
         try:
             if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
                 self._read_pool(ready, scan, len(todo))
@@ -138,25 +137,23 @@ class GlideinFilesStage(Stage):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        return deferred
+        return [p for _, p, _ in unnamed]
 
     def _ready(
         self,
         todo: list[tuple[str, layout.PilotFiles]],
         now: float,
         last_call: bool,
-        deferred: list[layout.PilotFiles],
         unnamed: list[Ready],
     ) -> Iterator[Ready]:
-        """The pilots to read now, in the listing's order (the others wait, or go to ``deferred``;
-        those that only wait for their frontend's name to ``unnamed`` too)."""
+        """The pilots to read now, in the listing's order (the others wait; in the first call
+        those that only wait for their frontend's name go to ``unnamed``)."""
         b = self.books
         for ks, p in todo:
             st = self._settled(p, ks, now)
             if st is not None and b.client_of(p.username) is None:
                 if not last_call:
-                    deferred.append(p)  # the completed_jobs lines read next may name its frontend
-                    unnamed.append((ks, p, st))
+                    unnamed.append((ks, p, st))  # the completed_jobs lines read next may name its frontend
                     st = None
                 elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
                     st = None  # the factory names the frontend in its next completed_jobs lines
@@ -290,14 +287,14 @@ class GlideinFilesStage(Stage):
                 pre.chunks.append((chunk, ex.submit(pool.read_chunk, *self._chunk_args(chunk))))
         except (BrokenProcessPool, RuntimeError, OSError) as e:
             log.warning("backfill: read-ahead stopped (%s: %s)", type(e).__name__, e)
-            pre.cancel()  # _read_pool starts its own pool and reads every chunk
+            pre.close()  # _read_pool starts its own pool and reads every chunk
+            return None
         return pre
 
     def _drop_prefetch(self) -> None:
         pre, self._prefetch = self._prefetch, None
         if pre is not None:
-            pre.cancel()
-            pre.ex.shutdown(wait=True, cancel_futures=True)
+            pre.close()
 
     def _chunk_args(self, chunk: list[Ready]) -> tuple[pool.Context, list[pool.Task]]:
         """What a worker needs to read ``chunk`` (pilots of one entry)."""
@@ -434,6 +431,11 @@ class _Prefetch:
         for _, fut in self.chunks:
             fut.cancel()
         self.chunks.clear()
+
+    def close(self) -> None:
+        """Give up what is left and stop the pool."""
+        self.cancel()
+        self.ex.shutdown(wait=True, cancel_futures=True)
 
 
 def _chunk_size(n: int, workers: int) -> int:
