@@ -131,6 +131,23 @@ def test_usage_out_of_the_entrys_bounds_is_dropped_as_implausible() -> None:
     assert (ok.memory_usage_mb, ok.cpu_seconds) == (6000, 21600.0)
 
 
+def test_one_job_out_of_time_drops_the_history_and_the_usage_is_not_checked() -> None:
+    """A forged time on one ad: the jobs are gone (the Stats block stands in), their usage unread."""
+    (early, hog), _ = jobs_of(ad(), ad(MemoryUsage=3 << 20))
+    late_end = Job(start=early.start, end=4_000_000_000.0, cpus=1, memory_mb=2000, gpus=0, exited=True)
+    early_start = Job(start=1.0, end=None, cpus=1, memory_mb=2000, gpus=0, exited=False)
+    out = GlideinOut(path="job.1.0.out", startup_time=1656036000.0, glidein_end=1656041000.0)
+    d = EntryDefaults(cpus=1, cpus_fixed=True)
+    b = plausible.bounds(d, plausible.DEFAULT_LIMITS, 1656041000.0)
+    for bad in (late_end, early_start):
+        err = GlideinErr(path="job.1.0.err", jobs=[early, bad, hog])
+        v = plausible.check_glidein(out, err, b)
+        assert v.believed and err.jobs is None
+        assert v.problems == [f"job time {bad.start}..{bad.end} outside [{b.earliest:.0f}, {b.latest:.0f}]"]
+    assert hog.memory_usage_mb == 3 << 20  # not checked (nor dropped): the history is not used
+    assert b.job_out_of_time([early, hog]) is None
+
+
 # --- the flag ---------------------------------------------------------------------------------
 
 

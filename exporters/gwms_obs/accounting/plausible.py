@@ -71,6 +71,15 @@ class Bounds:
     def time_ok(self, t: float | None) -> bool:
         return t is None or self.earliest <= t <= self.latest
 
+    def job_out_of_time(self, jobs: list[Job]) -> Job | None:
+        """The first job whose start or end is not :meth:`time_ok` (inlined: every job of every pilot)."""
+        lo, hi = self.earliest, self.latest
+        for j in jobs:
+            t0, t1 = j.start, j.end
+            if (t0 is not None and not lo <= t0 <= hi) or (t1 is not None and not lo <= t1 <= hi):
+                return j
+        return None
+
     def duration_ok(self, d: float | None) -> bool:
         return d is None or 0 <= d <= self.lifetime
 
@@ -169,15 +178,11 @@ def check_glidein(out: GlideinOut, err: GlideinErr | None, b: Bounds) -> Verdict
         if not 0 <= s.secs <= most:
             v.refuse(f"{name} utilization {s.secs} s outside [0, {most:.0f}]")
     if err is not None and err.jobs:
-        lo, hi = b.earliest, b.latest
-        # Inlined time_ok over every job (the hot loop of the check).
-        for j in err.jobs:
-            t0, t1 = j.start, j.end
-            if (t0 is not None and not lo <= t0 <= hi) or (t1 is not None and not lo <= t1 <= hi):
-                # One forged ad makes the job history untrustworthy; the Stats block stands in.
-                v.problems.append(f"job time {t0}..{t1} outside [{lo:.0f}, {hi:.0f}]")
-                err.jobs = None
-                break
+        bad = b.job_out_of_time(err.jobs)
+        if bad is not None:
+            # One forged ad makes the job history untrustworthy; the Stats block stands in.
+            v.problems.append(f"job time {bad.start}..{bad.end} outside [{b.earliest:.0f}, {b.latest:.0f}]")
+            err.jobs = None
         else:
             _check_usage(err, b, v)
     return v
