@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import multiprocessing
 import operator
 import os
@@ -28,7 +29,7 @@ import threading
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..accounting import plausible
 from ..accounting.overuse import Overuse
@@ -97,16 +98,20 @@ class Read:
 
 
 # --- the wire format of a Read: what a worker sends back for each pilot ----------------------
-_FORMATS = tuple(StatsFormat)
-_FORMAT_AT = {f: i for i, f in enumerate(_FORMATS)}
-_CATEGORIES = tuple(Category)
-_CATEGORY_AT = {c: i for i, c in enumerate(_CATEGORIES)}
-_OUTCOMES = tuple(Outcome)
-_OUTCOME_AT = {o: i for i, o in enumerate(_OUTCOMES)}
-_ACCURACIES = tuple(Accuracy)
-_ACCURACY_AT = {a: i for i, a in enumerate(_ACCURACIES)}
-_OVERUSED = tuple(Overused)
-_OVERUSED_AT = {o: i for i, o in enumerate(_OVERUSED)}
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _indexed(e: type[E]) -> tuple[tuple[E, ...], dict[E, int]]:
+    """An enum's members in order, and each one's index: how it crosses the pipe."""
+    members = tuple(e)
+    return members, {m: i for i, m in enumerate(members)}
+
+
+_FORMATS, _FORMAT_AT = _indexed(StatsFormat)
+_CATEGORIES, _CATEGORY_AT = _indexed(Category)
+_OUTCOMES, _OUTCOME_AT = _indexed(Outcome)
+_ACCURACIES, _ACCURACY_AT = _indexed(Accuracy)
+_OVERUSED, _OVERUSED_AT = _indexed(Overused)
 # PilotAccount's fields in order; the three below are packed, every other one is sent as it is
 # (a field added to PilotAccount crosses the pipe without a change here).
 _ACCOUNT_FIELDS = tuple(f.name for f in dataclasses.fields(PilotAccount))
