@@ -1,4 +1,6 @@
-//! `gwms_obs.accounting.partition._sweep`: HTCondor's lifetime, segment by segment.
+//! `gwms_obs.accounting.partition._partition_jobs` for a pilot whose HTCondor ran jobs:
+//! each job's category (`_classify_all`), the job counts, HTCondor's lifetime segment by
+//! segment (`_sweep`) and the jobs over their slot (`overuse.overuse`), in one pass.
 //!
 //! The same events, the same order and the same floating-point operations in
 //! the same order as the Python version, so the partition is bit for bit the
