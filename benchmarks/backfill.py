@@ -64,6 +64,24 @@ def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
             spent[0] += time.perf_counter() - t
 
     stage._pilots = timed  # type: ignore[method-assign]
+    # Where the wall time goes: the listing and every stage's read and settle, in this process.
+    steps: dict[str, float] = {}
+
+    def step(name: str, fn: Any) -> Any:
+        def run(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                steps[name] = steps.get(name, 0.0) + time.perf_counter() - t
+
+        return run
+
+    ing.books.list_clients = step("listing", ing.books.list_clients)  # type: ignore[method-assign]
+    for s in ing.stages:
+        for m in ("read", "settle"):
+            setattr(s, m, step(f"{type(s).__name__.removesuffix('Stage')}.{m}", getattr(s, m)))
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     res = ing.scan()
     dt = time.perf_counter() - t0
@@ -77,6 +95,9 @@ def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
                 "pilot_files_seconds": spent[0],
                 "cpu_seconds": me.ru_utime + me.ru_stime,  # this process: all of a serial scan; the merge
                 "workers_cpu_seconds": workers_cpu.ru_utime + workers_cpu.ru_stime,
+                # the scan's own: without the interpreter's start and the imports
+                "scan_cpu_seconds": me.ru_utime + me.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
+                "steps": {k: v for k, v in steps.items() if v >= 0.0005},
                 "pilots": res.pilots,
                 "from_out": res.by_source.get("glidein_out", 0),
                 "failed": res.failed,
@@ -89,6 +110,34 @@ def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
 
 def run(path: Path, workers: int, eventlog_python: bool = False) -> dict[str, Any]:
     return child(__file__, [str(path), str(workers), "py" if eventlog_python else ""])
+
+
+def where_the_time_goes(runs: dict[int, list[dict[str, Any]]], workers: int) -> list[str]:
+    """The steps of a scan, serial and pooled (median wall s), and the pooled scan's CPU bound."""
+    med = statistics.median
+    names = [n for n in runs[1][0]["steps"] if any(n in r["steps"] for rs in runs.values() for r in rs)]
+    rows = [
+        f"| {n} | {med(r['steps'].get(n, 0.0) for r in runs[1]):.2f} "
+        f"| {med(r['steps'].get(n, 0.0) for r in runs[workers]):.2f} |"
+        for n in names
+    ]
+    cpu = med(r["scan_cpu_seconds"] + r["workers_cpu_seconds"] for r in runs[workers])
+    serial_cpu = med(r["scan_cpu_seconds"] for r in runs[1])
+    wall = med(r["seconds"] for r in runs[workers])
+    return [
+        "Where the wall time goes (median s over the runs; the pilots' files are read in "
+        "`GlideinFiles.read`, and in `GlideinFiles.settle` when their frontends' names come from "
+        "the completed_jobs lines; every other step runs in the main process alone):",
+        "",
+        f"| step | workers 1 | workers {workers} |",
+        "|---|---|---|",
+        *rows,
+        "",
+        f"CPU of the scan (median): serial {serial_cpu:.2f} s; with {workers} workers {cpu:.2f} s in all "
+        f"processes ({cpu - serial_cpu:+.2f} s: the pool's cost). On {workers} cores that is at least "
+        f"{cpu / workers:.2f} s of wall time; {wall:.2f} s measured, so about "
+        f"{max(0.0, workers * wall - cpu):.2f} core-seconds were idle.",
+    ]
 
 
 def main() -> int:
@@ -179,6 +228,7 @@ def main() -> int:
         f"at the end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} "
         f"(a load near the core count slows the pool most: it needs every core).",
     ]
+    lines += ["", *where_the_time_goes(runs, a.workers)]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.record:
