@@ -91,6 +91,7 @@ def run(
     workers: int,
     checkpoint: Path | None = None,
     sink: Callable[[PilotAccount], None] | None = None,
+    clients: dict[str, str] | None = None,
 ) -> tuple[Ingest, list[PilotAccount]]:
     accounts: list[PilotAccount] = []
 
@@ -101,6 +102,7 @@ def run(
 
     cfg = IngestConfig.one_shot(str(root), None, 3600.0, workers)
     cfg.checkpoint = str(checkpoint) if checkpoint else None
+    cfg.client_map = clients or {}
     ing = Ingest(cfg, sink=keep)
     res = ing.scan()
     assert not res.failed
@@ -380,6 +382,44 @@ def test_the_pilots_waiting_for_their_frontends_name_are_read_ahead(
     assert len(ahead) == 2 * glidein_files.AHEAD  # one window, sent before the lines were read
     assert after and not set(ahead) & set(after)  # the rest after, none read twice
     assert outcome(ing, accounts) == serial
+
+
+def test_the_read_ahead_starts_while_the_first_pass_meets_the_pilots(
+    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chunk goes to the pool as soon as it is cut, not once every pilot has been stat-ed."""
+    events = _submissions(monkeypatch, [])
+    real = glidein_files.GlideinFilesStage._settled
+
+    def settled(self: glidein_files.GlideinFilesStage, p: Any, ks: str, now: float) -> Any:
+        events.append("stat")
+        return real(self, p, ks, now)
+
+    monkeypatch.setattr(glidein_files.GlideinFilesStage, "_settled", settled)
+    ing, accounts = run(factory, 2)
+    first_pass = events[: events.index("completed_jobs read")]
+    sent = [i for i, e in enumerate(first_pass) if e != "stat"]
+    last_stat = max(i for i, e in enumerate(first_pass) if e == "stat")
+    assert len(sent) == 2 * glidein_files.AHEAD and sent[0] < sent[-1] < last_stat  # sent as the pass went
+    assert outcome(ing, accounts) == serial
+
+
+def test_with_some_frontends_named_the_others_pilots_are_read_ahead_after_the_first_pass(
+    factory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[clients] names one user's frontend: its pilots are read in the first pass, by the pool;
+    the others' are read ahead once it is over; the scan counts what the serial read counts."""
+    user = sorted(d.name for d in (factory / "client").iterdir())[0].removeprefix("user_")
+    clients = {user: "a_named_frontend"}
+    want = outcome(*run(factory, 1, clients=clients))
+    events = _submissions(monkeypatch, [])
+    ing, accounts = run(factory, 2, clients=clients)
+    ahead = events[: events.index("completed_jobs read")]
+    named = [e for e in ahead if f"/user_{user}/" in e]
+    assert named and ahead[: len(named)] == named  # the named user's pilots first, in the first pass
+    assert len(ahead) - len(named) == 2 * glidein_files.AHEAD  # then one window of the others'
+    assert "a_named_frontend" in json.dumps(want["ledger"])
+    assert outcome(ing, accounts) == want
 
 
 def test_pilots_changed_since_they_were_read_ahead_are_read_again(
