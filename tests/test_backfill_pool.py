@@ -384,26 +384,6 @@ def test_the_pilots_waiting_for_their_frontends_name_are_read_ahead(
     assert outcome(ing, accounts) == serial
 
 
-def test_the_read_ahead_starts_while_the_first_pass_meets_the_pilots(
-    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each chunk goes to the pool as soon as it is cut, not once every pilot has been stat-ed."""
-    events = _submissions(monkeypatch, [])
-    real = glidein_files.GlideinFilesStage._settled
-
-    def settled(self: glidein_files.GlideinFilesStage, p: Any, ks: str, now: float) -> Any:
-        events.append("stat")
-        return real(self, p, ks, now)
-
-    monkeypatch.setattr(glidein_files.GlideinFilesStage, "_settled", settled)
-    ing, accounts = run(factory, 2)
-    first_pass = events[: events.index("completed_jobs read")]
-    sent = [i for i, e in enumerate(first_pass) if e != "stat"]
-    last_stat = max(i for i, e in enumerate(first_pass) if e == "stat")
-    assert len(sent) == 2 * glidein_files.AHEAD and sent[0] < sent[-1] < last_stat  # sent as the pass went
-    assert outcome(ing, accounts) == serial
-
-
 def test_with_some_frontends_named_the_others_pilots_are_read_ahead_after_the_first_pass(
     factory: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -122,27 +122,16 @@ class GlideinFilesStage(Stage):
         self._bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
         self._last_save = now
         unnamed: list[Ready] = []
-        pooled = b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS
-        # A first scan of a factory whose [clients] name no frontend: every pilot waits for the
-        # completed_jobs lines, so the read-ahead takes them as this pass meets them.
-        ahead = None
-        if pooled and not last_call and all(b.client_of(p.username) is None for _, p in todo):
-            ahead = self._start_prefetch(len(todo))
-        ready = self._ready(todo, now, last_call, unnamed, ahead)
+        ready = self._ready(todo, now, last_call, unnamed)
         try:
-            if pooled:
+            if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
                 self._read_pool(ready, scan, len(todo))
             else:
                 for ks, p, st in ready:
                     self._read_pilot(p, ks, st, scan)
             if not last_call and b.cfg.workers > 1 and len(unnamed) >= POOL_MIN_PILOTS:
-                if ahead is None and (ahead := self._start_prefetch(len(unnamed))) is not None:
-                    for item in unnamed:  # some were read now: the rest waits, read ahead from here
-                        ahead.feed(item)
-                self._prefetch, ahead = self._end_prefetch(ahead), None
+                self._prefetch = self._start_prefetch(unnamed)
         finally:
-            if ahead is not None:
-                ahead.close()  # fewer pilots wait than the pool's threshold, or this pass failed
             if last_call:
                 self._drop_prefetch()  # not taken up (say, fewer pilots left than the pool's threshold)
         if self._bar is not None:
@@ -156,18 +145,15 @@ class GlideinFilesStage(Stage):
         now: float,
         last_call: bool,
         unnamed: list[Ready],
-        ahead: _Prefetch | None = None,
     ) -> Iterator[Ready]:
         """The pilots to read now, in the listing's order (the others wait; in the first call
-        those that only wait for their frontend's name go to ``unnamed``, and to ``ahead``)."""
+        those that only wait for their frontend's name go to ``unnamed``)."""
         b = self.books
         for ks, p in todo:
             st = self._settled(p, ks, now)
             if st is not None and b.client_of(p.username) is None:
                 if not last_call:
                     unnamed.append((ks, p, st))  # the completed_jobs lines read next may name its frontend
-                    if ahead is not None:
-                        ahead.feed(unnamed[-1])
                     st = None
                 elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
                     st = None  # the factory names the frontend in its next completed_jobs lines
@@ -275,32 +261,32 @@ class GlideinFilesStage(Stage):
             self._tick()
         return broken
 
-    def _start_prefetch(self, n: int) -> _Prefetch | None:
-        """A read-ahead of the pilots that wait for their frontend's name (``n`` of them, or fewer).
+    def _start_prefetch(self, unnamed: list[Ready]) -> _Prefetch | None:
+        """Send the first chunks of the pilots that wait for their frontend's name to the pool now.
 
         A first scan of a factory whose ``[clients]`` are not configured waits for
         the completed_jobs lines to name every frontend, and only then reads the
         pilots: the workers would idle while this process reads those lines.
         Reading a pilot does not need its frontend's name (it is applied here,
         later, in order, as any other), so the first window of chunks is read
-        meanwhile, each chunk sent as soon as it is cut (:meth:`_Prefetch.feed`).
-        Only a window: memory stays bounded as in :meth:`_read_pool`.
+        meanwhile. Only a window: memory stays bounded as in :meth:`_read_pool`.
         """
         b = self.books
+        workers = b.cfg.workers
+        size = _chunk_size(len(unnamed), workers)
         try:
-            ex = pool.executor(b.cfg.workers)
+            ex = pool.executor(workers)
         except (RuntimeError, OSError) as e:  # no process to start: read later, here or by the pool
             log.warning("backfill: no read-ahead (%s: %s)", type(e).__name__, e)
             return None
-        return _Prefetch(ex, _chunk_size(n, b.cfg.workers), b.cfg.workers * AHEAD, self._chunk_args)
-
-    def _end_prefetch(self, pre: _Prefetch | None) -> _Prefetch | None:
-        """The read-ahead, its last chunk sent, for :meth:`_read_pool`; None when it failed."""
-        if pre is None:
-            return None
-        pre.finish()
-        if pre.failed is not None:
-            log.warning("backfill: read-ahead stopped (%s)", pre.failed)
+        pre = _Prefetch(ex, size)
+        try:
+            for chunk, here in _chunks(iter(unnamed), size):
+                if here or len(pre.chunks) >= workers * AHEAD:
+                    break
+                pre.chunks.append((chunk, ex.submit(pool.read_chunk, *self._chunk_args(chunk))))
+        except (BrokenProcessPool, RuntimeError, OSError) as e:
+            log.warning("backfill: read-ahead stopped (%s: %s)", type(e).__name__, e)
             pre.close()  # _read_pool starts its own pool and reads every chunk
             return None
         return pre
@@ -434,49 +420,11 @@ def _task(p: layout.PilotFiles, st: os.stat_result) -> pool.Task:
 
 @dataclass(slots=True)
 class _Prefetch:
-    """Chunks read ahead by the pool (see :meth:`GlideinFilesStage._start_prefetch`), in order.
-
-    Fed the waiting pilots one by one, it cuts them as :func:`_chunks` does and
-    sends each chunk once cut, until ``room`` chunks are out or a pilot comes
-    that would be read here (a large .out): the read-ahead stops before it.
-    """
+    """Chunks read ahead by the pool (see :meth:`GlideinFilesStage._start_prefetch`), in order."""
 
     ex: ProcessPoolExecutor
     size: int  # the chunk size they were cut with: the read cuts the same pilots the same way
-    room: int  # the most chunks read ahead
-    args: Callable[[list[Ready]], tuple[pool.Context, list[pool.Task]]]
     chunks: deque[tuple[list[Ready], Future[list[pool.Read]]]] = field(default_factory=deque)
-    cut: list[Ready] = field(default_factory=list)  # the chunk being cut
-    full: bool = False  # no more chunks: the window is out, or a pilot to read here came
-    failed: str | None = None  # the pool refused a chunk ("Type: message")
-
-    def feed(self, item: Ready) -> None:
-        if self.full:
-            return
-        if item[2].st_size >= INFLIGHT_MIN_BYTES:
-            self.finish()
-            self.full = True
-            return
-        c = self.cut
-        if c and (len(c) >= self.size or item[1].entry != c[0][1].entry):
-            self._send()
-        if not self.full:
-            self.cut.append(item)
-
-    def finish(self) -> None:
-        """Send the chunk being cut (the last pilots waiting)."""
-        if self.cut and not self.full:
-            self._send()
-
-    def _send(self) -> None:
-        chunk, self.cut = self.cut, []
-        if len(self.chunks) >= self.room:
-            self.full = True
-            return
-        try:
-            self.chunks.append((chunk, self.ex.submit(pool.read_chunk, *self.args(chunk))))
-        except (BrokenProcessPool, RuntimeError, OSError) as e:
-            self.failed, self.full = f"{type(e).__name__}: {e}", True
 
     def cancel(self) -> None:
         """Give up what is left (a running chunk finishes; its result is not used)."""
