@@ -126,8 +126,8 @@ def where_the_time_goes(runs: dict[int, list[dict[str, Any]]], workers: int) -> 
     wall = med(r["seconds"] for r in runs[workers])
     return [
         "Where the wall time goes (median s over the runs; the pilots' files are read in "
-        "`GlideinFiles.read`, and in `GlideinFiles.settle` when their frontends' names come from "
-        "the completed_jobs lines; every other step runs in the main process alone):",
+        "`GlideinFiles.read`, or in `GlideinFiles.settle` for users no completed_jobs line names; "
+        "every other step runs in the main process alone):",
         "",
         f"| step | workers 1 | workers {workers} |",
         "|---|---|---|",

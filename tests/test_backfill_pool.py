@@ -56,6 +56,10 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     end = rb"(Glidein ending [^(\n]*)\(\d{10}\) with code (\d+) after \d+"
     next(o for o in rest if rewrite(o, end, b"\\1(100000000000000000) with code \\2 after " + HUGE))
     rest[-1].write_bytes(b"\x00not a pilot's stdout\n" * 10)
+    # An implausible completed_jobs line of a pilot its .out counts: a scan never checks it,
+    # whether [clients] names the frontends or the lines do (they are looked for first).
+    log = sorted(root.glob("server/entry_*/completed_jobs_*.log"))[1]
+    assert rewrite(log, rb'duration="\d+"', b'duration="999999999999"')
     return root
 
 
@@ -342,97 +346,46 @@ def test_a_read_crosses_the_pipe_unchanged(factory: Path) -> None:
         assert pickle.loads(pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)) == r
 
 
-def _submissions(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> list[str]:
-    """The first pilot of each chunk sent to a worker, in order, with the stages' reads between."""
-    real = pool.executor
+def test_a_first_scan_without_clients_counts_what_one_with_them_counts(
+    factory: Path, serial: dict[str, Any], pools: list[ProcessPoolExecutor]
+) -> None:
+    """The frontends' names are looked for in the lines before any pilot is read, so a first
+    scan reads the pilots with their names and skips the lines of those counted from their .out,
+    as a scan whose [clients] names them does: the same ledger, errors and format evidence."""
+    ing, _ = run(factory, 1)
+    names = dict(ing.books.client_by_user)
+    assert len(names) == 3 and not ing.books.unmapped
+    assert (Source.COMPLETED_JOBS, "implausible") not in serial["errors"]  # the forged line: not checked
+    for workers in (1, 2):
+        assert outcome(*run(factory, workers, clients=names)) == serial
+    assert len(pools) == 1
 
-    def counted(workers: int, method: str | None = None) -> ProcessPoolExecutor:
-        ex = real(workers, method)
-        submit = ex.submit
 
-        def logged(fn: Any, ctx: pool.Context, tasks: list[pool.Task]) -> Any:
-            events.append(tasks[0][0])
-            return submit(fn, ctx, tasks)
-
-        ex.submit = logged  # type: ignore[method-assign]
-        return ex
-
-    monkeypatch.setattr(pool, "executor", counted)
+def test_looking_for_the_names_counts_nothing_and_moves_no_cursor(factory: Path) -> None:
     from gwms_obs.ingest.completed_jobs import CompletedJobsStage
+    from gwms_obs.ingest.stage import Scan
+    from gwms_obs.pipeline import ScanResult
 
-    read = CompletedJobsStage.read
+    ing = Ingest(IngestConfig.one_shot(str(factory), None, 3600.0, 1))
+    b = ing.books
+    scan = Scan(0.0, b.list_clients(), ScanResult())
+    assert len(b.unmapped) == 3
+    next(s for s in ing.stages if isinstance(s, CompletedJobsStage)).name_clients(scan)
+    assert not b.unmapped and len(b.client_by_user) == 3
+    assert b.follower.cursors == {} and not ing.errors.counts and not b.health.records
 
-    def marked(self: CompletedJobsStage, *a: Any) -> None:
-        events.append("completed_jobs read")
-        read(self, *a)
 
-    monkeypatch.setattr(CompletedJobsStage, "read", marked)
-    return events
-
-
-def test_the_pilots_waiting_for_their_frontends_name_are_read_ahead(
-    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def test_the_pilots_no_line_names_are_read_by_the_pool_after_the_lines(
+    factory: Path, tmp_path: Path, pools: list[ProcessPoolExecutor]
 ) -> None:
-    """A first scan without [clients]: the workers read while the completed_jobs lines are read,
-    each chunk once, and the scan counts what the serial read counts."""
-    events = _submissions(monkeypatch, [])
-    ing, accounts = run(factory, 2)
-    cut = events.index("completed_jobs read")
-    ahead, after = events[:cut], events[cut + 1 :]
-    assert len(ahead) == 2 * glidein_files.AHEAD  # one window, sent before the lines were read
-    assert after and not set(ahead) & set(after)  # the rest after, none read twice
-    assert outcome(ing, accounts) == serial
-
-
-def test_with_some_frontends_named_the_others_pilots_are_read_ahead_after_the_first_pass(
-    factory: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """[clients] names one user's frontend: its pilots are read in the first pass, by the pool;
-    the others' are read ahead once it is over; the scan counts what the serial read counts."""
-    user = sorted(d.name for d in (factory / "client").iterdir())[0].removeprefix("user_")
-    clients = {user: "a_named_frontend"}
-    want = outcome(*run(factory, 1, clients=clients))
-    events = _submissions(monkeypatch, [])
-    ing, accounts = run(factory, 2, clients=clients)
-    ahead = events[: events.index("completed_jobs read")]
-    named = [e for e in ahead if f"/user_{user}/" in e]
-    assert named and ahead[: len(named)] == named  # the named user's pilots first, in the first pass
-    assert len(ahead) - len(named) == 2 * glidein_files.AHEAD  # then one window of the others'
-    assert "a_named_frontend" in json.dumps(want["ledger"])
-    assert outcome(ing, accounts) == want
-
-
-def test_pilots_changed_since_they_were_read_ahead_are_read_again(
-    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    events = _submissions(monkeypatch, [])
-    monkeypatch.setattr(glidein_files, "_same", lambda chunk, ahead: False)  # every .out rewritten since
-    ing, accounts = run(factory, 2)
-    cut = events.index("completed_jobs read")
-    assert set(events[:cut]) <= set(events[cut + 1 :])  # what was read ahead is read again
-    assert outcome(ing, accounts) == serial
-
-
-def test_a_read_ahead_that_fails_stops_its_pool_and_the_scan_reads_every_pilot(
-    factory: Path, serial: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    made: list[ProcessPoolExecutor] = []
-    real = pool.executor
-
-    def first_refuses(workers: int, method: str | None = None) -> ProcessPoolExecutor:
-        ex = real(workers, method)
-        if not made:  # the read-ahead's pool: it cannot take a chunk
-
-            def refuse(*_: Any, **__: Any) -> Any:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-
-            ex.submit = refuse  # type: ignore[method-assign]
-        made.append(ex)
-        return ex
-
-    monkeypatch.setattr(pool, "executor", first_refuses)
-    ing, accounts = run(factory, 2)
-    assert "read-ahead stopped" in caplog.text
-    assert len(made) == 2  # the read took a pool of its own
-    assert made[0]._shutdown_thread  # and the read-ahead's was stopped
-    assert outcome(ing, accounts) == serial
+    """No completed_jobs line left to name the frontends (rotated away): every pilot waits for
+    the lines, then (a one-shot scan: the tree is final) is read under its user's name."""
+    work = tmp_path / "f"
+    shutil.copytree(factory, work, symlinks=True)
+    for log in work.glob("server/entry_*/completed_jobs_*.log"):
+        log.unlink()
+    want = outcome(*run(work, 1))
+    assert want["errors"][(Source.GLIDEIN_OUT, "unmapped_client")] > N * 0.8
+    assert '"user_fecmsglobal"' in json.dumps(want["ledger"])
+    assert outcome(*run(work, 2)) == want
+    assert len(pools) == 1

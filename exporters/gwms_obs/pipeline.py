@@ -211,6 +211,8 @@ class Ingest:
                 # its failure is counted under that stage's source.
                 scan.listing = phase(stage.source, b.list_clients)
                 listed = True
+                for teacher in self.stages if b.unmapped else ():
+                    phase(teacher.source, teacher.name_clients, scan)
             found = phase(stage.source, stage.discover, scan)
             if found is not None:
                 phase(stage.source, stage.read, scan, found)

@@ -2,9 +2,10 @@
 
 Second in precedence: a line of a pilot not counted from its .out waits in
 ``pending`` (checkpointed). Once every stage has read, a pending line whose
-.out is really absent (or proved unusable) counts the pilot. On the way, the
-lines teach the frontend's name of each factory-side user and how the entry's
-lines are written (raw or normalized Total).
+.out is really absent (or proved unusable) counts the pilot. The lines teach
+the frontend's name of each factory-side user (looked for right after the
+listing, before any pilot is read: :meth:`CompletedJobsStage.name_clients`)
+and how the entry's lines are written (raw or normalized Total).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from ..accounting import plausible
 from ..accounting.pilot import from_completed_job, line_total_is_raw
 from ..catalogue import Source
+from ..follow import READ_CHUNK
 from ..model import CompletedJob, PilotTimes
 from ..sources import completed_jobs, files, layout
 from .books import Books
@@ -108,6 +110,32 @@ class CompletedJobsStage(Stage):
                 b.evidence_of(entry).note(line.cluster, raw=kind)
             with b.lock:
                 self.pending[k] = line  # waits for its .out; settle() decides
+
+    def name_clients(self, scan: Scan) -> None:
+        """The names of the listed users with none yet, from the lines this scan will read.
+
+        Only a look: from each log's cursor (its start, if new or replaced) to its end,
+        no cursor moved, nothing counted (the read that follows counts it all). Without
+        it, a first scan of a factory whose ``[clients]`` do not name its frontends
+        would read every pilot before the lines that name them, and then convert and
+        check every line, the lines of pilots already counted from their .out included:
+        that scan would record line errors and format evidence that a scan with
+        ``[clients]``, or any later one, does not.
+        """
+        b = self.books
+        for _, path in self.discover(scan):
+            try:
+                f = files.open_regular(path, root=b.cfg.factory_dir)
+            except OSError:
+                continue  # the read says why
+            with f:
+                c = b.follower.cursors.get(path)
+                if c is not None and c.inode == f.st.st_ino and c.offset <= f.st.st_size:
+                    f.seek(c.offset)
+                while b.unmapped and (buf := f.read(READ_CHUNK)):
+                    self._learn_clients(buf, len(buf))
+            if not b.unmapped:
+                return
 
     def _learn_clients(self, buf: bytes, end: int) -> None:
         """The frontend's name for each listed user that has none yet, from the lines in ``buf``.

@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..accounting.pilot import EntryDefaults
@@ -59,7 +58,6 @@ class GlideinFilesStage(Stage):
         self.deferred: list[layout.PilotFiles] = []  # settled, waiting for this scan's completed_jobs lines
         self._bar: Any = None  # the progress bar of a long scan
         self._last_save = 0.0  # when a long scan last saved the checkpoint
-        self._prefetch: _Prefetch | None = None  # chunks of deferred pilots read ahead (a first scan)
         books.on_counted.append(self._forget)
 
     def _forget(self, ks: str) -> None:
@@ -70,7 +68,6 @@ class GlideinFilesStage(Stage):
         return list(scan.listing.present.values()) if scan.listing is not None else None
 
     def read(self, scan: Scan, found: Sequence[layout.PilotFiles]) -> None:
-        self._drop_prefetch()  # a scan that stopped before its settle left one
         self.deferred = self._pilots(found, scan, last_call=False)
 
     def settle(self, scan: Scan) -> None:
@@ -123,17 +120,11 @@ class GlideinFilesStage(Stage):
         self._last_save = now
         unnamed: list[Ready] = []
         ready = self._ready(todo, now, last_call, unnamed)
-        try:
-            if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
-                self._read_pool(ready, scan, len(todo))
-            else:
-                for ks, p, st in ready:
-                    self._read_pilot(p, ks, st, scan)
-            if not last_call and b.cfg.workers > 1 and len(unnamed) >= POOL_MIN_PILOTS:
-                self._prefetch = self._start_prefetch(unnamed)
-        finally:
-            if last_call:
-                self._drop_prefetch()  # not taken up (say, fewer pilots left than the pool's threshold)
+        if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
+            self._read_pool(ready, scan, len(todo))
+        else:
+            for ks, p, st in ready:
+                self._read_pilot(p, ks, st, scan)
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -212,21 +203,13 @@ class GlideinFilesStage(Stage):
         """
         b = self.books
         workers = b.cfg.workers
-        pre, self._prefetch = self._prefetch, None
-        size = pre.size if pre is not None else _chunk_size(n, workers)
         window: deque[tuple[list[Ready], Future[list[pool.Read]] | None]] = deque()
         broken = False
-        # Started with the first chunk (all may wait for names), or by the prefetch.
-        ex: ProcessPoolExecutor | None = pre.ex if pre is not None else None
+        ex: ProcessPoolExecutor | None = None  # started with the first chunk (all may wait for names)
         try:
-            for chunk, here in _chunks(ready, size):
+            for chunk, here in _chunks(ready, _chunk_size(n, workers)):
                 fut = None
-                if pre is not None and pre.chunks:
-                    if not here and _same(chunk, pre.chunks[0][0]):
-                        fut = pre.chunks.popleft()[1]  # read ahead while the completed_jobs lines were
-                    else:  # the pilots changed since (a file rewritten, say): read them again
-                        pre.cancel()
-                if fut is None and not here and not broken:
+                if not here and not broken:
                     try:
                         ex = ex or pool.executor(workers)
                         fut = ex.submit(pool.read_chunk, *self._chunk_args(chunk))
@@ -260,41 +243,6 @@ class GlideinFilesStage(Stage):
             self._apply(p, ks, st.st_size, r, scan)
             self._tick()
         return broken
-
-    def _start_prefetch(self, unnamed: list[Ready]) -> _Prefetch | None:
-        """Send the first chunks of the pilots that wait for their frontend's name to the pool now.
-
-        A first scan of a factory whose ``[clients]`` are not configured waits for
-        the completed_jobs lines to name every frontend, and only then reads the
-        pilots: the workers would idle while this process reads those lines.
-        Reading a pilot does not need its frontend's name (it is applied here,
-        later, in order, as any other), so the first window of chunks is read
-        meanwhile. Only a window: memory stays bounded as in :meth:`_read_pool`.
-        """
-        b = self.books
-        workers = b.cfg.workers
-        size = _chunk_size(len(unnamed), workers)
-        try:
-            ex = pool.executor(workers)
-        except (RuntimeError, OSError) as e:  # no process to start: read later, here or by the pool
-            log.warning("backfill: no read-ahead (%s: %s)", type(e).__name__, e)
-            return None
-        pre = _Prefetch(ex, size)
-        try:
-            for chunk, here in _chunks(iter(unnamed), size):
-                if here or len(pre.chunks) >= workers * AHEAD:
-                    break
-                pre.chunks.append((chunk, ex.submit(pool.read_chunk, *self._chunk_args(chunk))))
-        except (BrokenProcessPool, RuntimeError, OSError) as e:
-            log.warning("backfill: read-ahead stopped (%s: %s)", type(e).__name__, e)
-            pre.close()  # _read_pool starts its own pool and reads every chunk
-            return None
-        return pre
-
-    def _drop_prefetch(self) -> None:
-        pre, self._prefetch = self._prefetch, None
-        if pre is not None:
-            pre.close()
 
     def _chunk_args(self, chunk: list[Ready]) -> tuple[pool.Context, list[pool.Task]]:
         """What a worker needs to read ``chunk`` (pilots of one entry)."""
@@ -418,36 +366,8 @@ def _task(p: layout.PilotFiles, st: os.stat_result) -> pool.Task:
     return (p.out, p.err, p.has_err, p.entry, p.cluster, p.proc, st.st_mtime)
 
 
-@dataclass(slots=True)
-class _Prefetch:
-    """Chunks read ahead by the pool (see :meth:`GlideinFilesStage._start_prefetch`), in order."""
-
-    ex: ProcessPoolExecutor
-    size: int  # the chunk size they were cut with: the read cuts the same pilots the same way
-    chunks: deque[tuple[list[Ready], Future[list[pool.Read]]]] = field(default_factory=deque)
-
-    def cancel(self) -> None:
-        """Give up what is left (a running chunk finishes; its result is not used)."""
-        for _, fut in self.chunks:
-            fut.cancel()
-        self.chunks.clear()
-
-    def close(self) -> None:
-        """Give up what is left and stop the pool."""
-        self.cancel()
-        self.ex.shutdown(wait=True, cancel_futures=True)
-
-
 def _chunk_size(n: int, workers: int) -> int:
     return max(MIN_CHUNK, min(MAX_CHUNK, n // (workers * 16)))
-
-
-def _same(chunk: list[Ready], ahead: list[Ready]) -> bool:
-    """Whether ``ahead`` (read ahead) is ``chunk``: the same pilots, their .out unchanged."""
-    return len(chunk) == len(ahead) and all(
-        a[0] == b[0] and (a[2].st_size, a[2].st_mtime_ns) == (b[2].st_size, b[2].st_mtime_ns)
-        for a, b in zip(chunk, ahead, strict=True)
-    )
 
 
 def _chunks(ready: Iterator[Ready], size: int) -> Iterator[tuple[list[Ready], bool]]:

@@ -68,6 +68,10 @@ class Stage:
         """Read what is new in ``found`` since the cursors and account or hold it."""
         raise NotImplementedError
 
+    def name_clients(self, scan: Scan) -> None:
+        """Right after the listing, when some listed user has no frontend name: find the names
+        in what this source will read, so that no stage reads a pilot before its name is known."""
+
     def settle(self, scan: Scan) -> None:
         """After every stage has read: count what only this source can (its fallbacks)."""
 
