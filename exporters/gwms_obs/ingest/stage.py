@@ -7,7 +7,9 @@ reader in ``gwms_obs.sources``), hands records to the accounting through
 checkpoint. :class:`~gwms_obs.pipeline.Ingest` knows none of them by name: it
 runs every stage of :data:`gwms_obs.ingest.STAGES` in precedence order.
 
-A scan runs, for each stage in precedence order, ``read``; then, once every
+A scan lists the client directories once; if a listed user has no frontend
+name yet, every stage's ``name_clients`` looks for it first. Then, for each
+stage in precedence order, ``read``; then, once every
 stage has read, ``settle`` in the same order (the fallbacks: what only a
 lower-precedence source can count, now that the better ones had their
 chance); then ``prune``. A stage that waits for another source's read
