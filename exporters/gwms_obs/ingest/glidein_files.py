@@ -118,8 +118,8 @@ class GlideinFilesStage(Stage):
             b.health.backlog.setdefault(Source.GLIDEIN_OUT, scan.t0)
         self._bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
         self._last_save = now
-        unnamed: list[Ready] = []
-        ready = self._ready(todo, now, last_call, unnamed)
+        deferred: list[layout.PilotFiles] = []
+        ready = self._ready(todo, now, last_call, deferred)
         if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
             self._read_pool(ready, scan, len(todo))
         else:
@@ -128,23 +128,23 @@ class GlideinFilesStage(Stage):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        return [p for _, p, _ in unnamed]
+        return deferred
 
     def _ready(
         self,
         todo: list[tuple[str, layout.PilotFiles]],
         now: float,
         last_call: bool,
-        unnamed: list[Ready],
+        deferred: list[layout.PilotFiles],
     ) -> Iterator[Ready]:
         """The pilots to read now, in the listing's order (the others wait; in the first call
-        those that only wait for their frontend's name go to ``unnamed``)."""
+        those that only wait for their frontend's name go to ``deferred``)."""
         b = self.books
         for ks, p in todo:
             st = self._settled(p, ks, now)
             if st is not None and b.client_of(p.username) is None:
                 if not last_call:
-                    unnamed.append((ks, p, st))  # the completed_jobs lines read next may name its frontend
+                    deferred.append(p)  # the completed_jobs lines read next may name its frontend
                     st = None
                 elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
                     st = None  # the factory names the frontend in its next completed_jobs lines
