@@ -8,6 +8,7 @@ chunks of several entries; and compares everything a scan leaves behind.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -36,6 +37,17 @@ HUGE = b"999999999999999999"
 
 class Crash(BaseException):
     """What a kill looks like to the code under test: nothing catches it."""
+
+
+_READ_CHUNK = pool.read_chunk
+
+
+def read_chunk_checking_the_heap_is_frozen(ctx: pool.Context, tasks: list[pool.Task]) -> list[pool.Read]:
+    """A worker's read_chunk (module level, so that it pickles) that fails unless it
+    inherited the parent's objects frozen."""
+    if gc.get_freeze_count() == 0:
+        raise AssertionError("the worker's inherited heap is not frozen")
+    return _READ_CHUNK(ctx, tasks)
 
 
 def rewrite(path: Path, rx: bytes, repl: bytes) -> bool:
@@ -161,6 +173,27 @@ def test_the_pool_counts_what_the_serial_read_counts(
         assert got[k] == want, k
 
 
+def test_the_heap_is_frozen_while_the_pool_runs_and_only_then(
+    factory: Path,
+    serial: dict[str, Any],
+    pools: list[ProcessPoolExecutor],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Forked workers inherit this process's objects frozen (their collections skip them),
+    and this process unfreezes them once the pool is shut down."""
+    fork_only(monkeypatch)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(pool, "read_chunk", read_chunk_checking_the_heap_is_frozen)
+    ing, accounts = run(factory, 2)
+    assert len(pools) == 1
+    assert "a worker failed" not in caplog.text  # every chunk came back from a frozen worker
+    assert gc.get_freeze_count() == 0
+    got = outcome(ing, accounts)
+    for k, want in serial.items():
+        assert got[k] == want, k
+
+
 def test_the_exporter_picks_forkserver_while_other_threads_run() -> None:
     assert pool.start_method() == "fork"  # pytest runs the tests in one thread
     stop = threading.Event()
@@ -237,6 +270,7 @@ def test_a_worker_killed_mid_backfill_leaves_the_rest_to_this_process(
     ing, accounts = run(factory, 2)
     assert len(pools) == 1
     assert "worker pool broke" in caplog.text
+    assert gc.get_freeze_count() == 0  # unfrozen when the pool broke too
     got = outcome(ing, accounts)
     for k, want in serial.items():
         assert got[k] == want, k

@@ -206,23 +206,24 @@ class GlideinFilesStage(Stage):
         window: deque[tuple[list[Ready], Future[list[pool.Read]] | None]] = deque()
         broken = False
         ex: ProcessPoolExecutor | None = None  # started with the first chunk (all may wait for names)
-        try:
-            for chunk, here in _chunks(ready, _chunk_size(n, workers)):
-                fut = None
-                if not here and not broken:
-                    try:
-                        ex = ex or pool.executor(workers)
-                        fut = ex.submit(pool.read_chunk, *self._chunk_args(chunk))
-                    except (BrokenProcessPool, RuntimeError, OSError) as e:  # OSError: no process to start
-                        broken = self._pool_broke(e)
-                window.append((chunk, fut))
-                while len(window) > workers * AHEAD:
+        with pool.frozen_heap():
+            try:
+                for chunk, here in _chunks(ready, _chunk_size(n, workers)):
+                    fut = None
+                    if not here and not broken:
+                        try:
+                            ex = ex or pool.executor(workers)
+                            fut = ex.submit(pool.read_chunk, *self._chunk_args(chunk))
+                        except (BrokenProcessPool, RuntimeError, OSError) as e:  # OSError: no process to start
+                            broken = self._pool_broke(e)
+                    window.append((chunk, fut))
+                    while len(window) > workers * AHEAD:
+                        broken = self._merge(*window.popleft(), scan) or broken
+                while window:
                     broken = self._merge(*window.popleft(), scan) or broken
-            while window:
-                broken = self._merge(*window.popleft(), scan) or broken
-        finally:
-            if ex is not None:
-                ex.shutdown(wait=True, cancel_futures=True)
+            finally:
+                if ex is not None:
+                    ex.shutdown(wait=True, cancel_futures=True)
 
     def _merge(self, chunk: list[Ready], fut: Future[list[pool.Read]] | None, scan: Scan) -> bool:
         """Apply one chunk, in order; True when the pool turned out broken."""
