@@ -52,9 +52,7 @@ class Follower:
         consumed = 0
         with f:
             st = f.st
-            c = self.cursors.get(path)
-            if c is None or c.inode != st.st_ino or st.st_size < c.offset:
-                c = self.cursors[path] = Cursor(st.st_ino, 0)
+            c = self.cursors[path] = Cursor(st.st_ino, self.resume_at(path, st.st_ino, st.st_size))
             f.seek(c.offset)
             pending = b""
             while True:
@@ -69,6 +67,15 @@ class Follower:
                 consumed += used
                 pending = buf[used:]
         return consumed
+
+    def resume_at(self, path: str, inode: int, size: int) -> int:
+        """Where the next read of ``path`` (now ``inode``, ``size`` bytes) begins; moves nothing.
+
+        Its cursor's offset, or 0 when it has none or the file was replaced (its
+        inode changed, or it shrank below the cursor).
+        """
+        c = self.cursors.get(path)
+        return c.offset if c is not None and c.inode == inode and c.offset <= size else 0
 
     def forget_missing(self, present: Iterable[str]) -> None:
         keep = set(present)

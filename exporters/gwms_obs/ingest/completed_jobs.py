@@ -129,9 +129,7 @@ class CompletedJobsStage(Stage):
             except OSError:
                 continue  # the read says why
             with f:
-                c = b.follower.cursors.get(path)
-                if c is not None and c.inode == f.st.st_ino and c.offset <= f.st.st_size:
-                    f.seek(c.offset)
+                f.seek(b.follower.resume_at(path, f.st.st_ino, f.st.st_size))
                 while b.unmapped and (buf := f.read(READ_CHUNK)):
                     self._learn_clients(buf, len(buf))
             if not b.unmapped:
