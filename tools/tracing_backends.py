@@ -65,6 +65,10 @@ def _below_ephemeral() -> tuple[int, int]:
     return max(1024, low - 12000), low
 
 
+# Every port free_port has handed out in this process: none is handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 now, for a server the caller starts next.
 
@@ -72,16 +76,23 @@ def free_port() -> int:
     port, which any outgoing connection may take before the server binds it
     (a collector once failed so: "address already in use"). The kernel never
     picks these for a client socket, so only another server could take one.
+    Nor is a port handed out twice: a config asks for several ports before
+    any server binds one, and two random draws from the same range met once
+    (Jaeger's six and the collector's four ports: the collector failed with
+    "address already in use").
     """
     lo, hi = _below_ephemeral()
     for _ in range(500):
         port = random.randrange(lo, hi)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     raise RuntimeError(f"no free port in {lo}-{hi} on 127.0.0.1")
 
 
