@@ -10,6 +10,8 @@ rebuilds; older entries of the same flavour are pruned.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -17,7 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 SUITE = "bookworm"
@@ -61,6 +63,17 @@ def run(cmd: Sequence[str], log: Path, timeout: float, **kw: object) -> None:
         raise RuntimeError(f"{cmd[0]} failed ({r.returncode}); see {log}:\n{log.read_text()[-3000:]}")
 
 
+@contextlib.contextmanager
+def building(entry: Path) -> Iterator[None]:
+    """Hold ``entry``'s build lock: the test workers of one run (pytest-xdist) share the cache,
+    and two of them building one entry would write the same temporary files. Check for the entry
+    again inside: the other worker may have built it meanwhile."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f".{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def prune(keep: Path, pattern: str) -> None:
     """Drop cache entries of older package lists (the new one replaces them)."""
     for old in keep.parent.glob(pattern):
@@ -85,7 +98,14 @@ def tarball(
     tar = cache_dir() / where / f"{name}-{key(*parts)}.tar"
     if tar.exists():
         return tar
-    tar.parent.mkdir(parents=True, exist_ok=True)
+    with building(tar):
+        if not tar.exists():
+            _build_tarball(tar, include, log, prepare)
+    prune(tar, f"{name}-*.tar")
+    return tar
+
+
+def _build_tarball(tar: Path, include: Sequence[str], log: Path, prepare: Callable[[Path], None]) -> None:
     with tempfile.TemporaryDirectory(dir=tar.parent) as tmp:
         root = Path(tmp) / "rootfs"
         run(
@@ -96,5 +116,3 @@ def tarball(
         prepare(root)
         run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{tar}.tmp", "."], log, timeout=300)
         os.replace(f"{tar}.tmp", tar)
-    prune(tar, f"{name}-*.tar")
-    return tar

@@ -56,13 +56,24 @@ def find_binary(tool: str, build: bool = True) -> Path:
 
 
 def _below_ephemeral() -> tuple[int, int]:
-    """A port range just below the kernel's ephemeral range (32768-60999 by default)."""
+    """A port range just below the kernel's ephemeral range (32768-60999 by default).
+
+    Under pytest-xdist each worker gets its own slice of it: _HANDED_OUT keeps
+    one process from handing a port out twice, but two workers drawing at once
+    could pick the same port before either server binds it.
+    """
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    return max(1024, low - 12000), low
+    lo, hi = max(1024, low - 12000), low
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        size = (hi - lo) // int(count)
+        lo += size * (int(worker[2:]) % int(count))
+        hi = lo + size
+    return lo, hi
 
 
 # Every port free_port has handed out in this process: none is handed out twice.

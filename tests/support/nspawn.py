@@ -71,6 +71,14 @@ def deb_repo(log: Path) -> Path:
     if (repo / "Packages").exists():
         return repo
     tar = rootfs_tarball(log)
+    with rootfs.building(repo):
+        if not (repo / "Packages").exists():
+            _build_deb_repo(repo, tar, log)
+    rootfs.prune(repo, f"debs-{SUITE}-*")
+    return repo
+
+
+def _build_deb_repo(repo: Path, tar: Path, log: Path) -> None:
     mirror = rootfs.debian_mirror()
     with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
         root = Path(tmp) / "rootfs"
@@ -96,8 +104,6 @@ def deb_repo(log: Path) -> Path:
             )
         shutil.rmtree(repo, ignore_errors=True)
         os.replace(staged, repo)
-    rootfs.prune(repo, f"debs-{SUITE}-*")
-    return repo
 
 
 def _children(pid: int) -> list[int]:
