@@ -63,6 +63,11 @@
 # shellcheck disable=SC2034  # GWMS_TRACE_* are set for the sourcing script
 true
 [[ -n ${_GWMS_TRACE_LOADED-} ]] && return 0
+# Sourced under `set -a`, every variable and function below would be exported to the pilot's children:
+# allexport is off while the library loads (restored at its end), and _gt_* names a hostile environment
+# exported lose that attribute.
+case $- in *a*) set +a; _gt_sa=1 ;; *) _gt_sa=0 ;; esac
+[[ -z ${!_gt_@} ]] || export -n "${!_gt_@}"
 _GWMS_TRACE_LOADED=1
 GWMS_TRACE_VERSION=1
 
@@ -111,6 +116,14 @@ _gt_skip=0          # suppressed spans open (nested inside the innermost real on
 _gt_rec=0           # gwms_trace_script records: 0 nothing (no controller), 1 executable name, 2 command line
 _gt_asked=0         # gwms_trace_control ran
 _gt_lv=             # _gt_level's result
+# The spool's bytes (_gt_room): written so far; GWMS_TRACE_MAX_BYTES; the limit (the cap, or less where the work
+# dir is short of space); the root's reserve in it; where free space is read again; the inline end's bound.
+_gt_bytes=0 _gt_bcap=8388608 _gt_bmax=8388608 _gt_bres=65536 _gt_bchk=0 _gt_blim=0 _gt_bfast=0
+_gt_lfix=0 _gt_lmax=0   # an inline line's length but for its head, attributes and end time; an upper bound of it
+_gt_l=              # _gt_pop's line
+_gt_sdir=.          # the spool's directory
+_gt_hl=()           # the next request's headers, "Name: value" each, checked (_gt_hadd); an array is never exported
+_gt_to=             # _gt_tmo's result
 # Secret shapes (ERE, matched case-insensitively); each match becomes ****.
 _gt_kw='(passw(or)?d|passphrase|pwd|token|secret|api[_-]?key|access[_-]?key([_-]id)?)'
 _gt_masks=(
@@ -419,7 +432,49 @@ _gt_el() {
 _gt_freeze() {
   _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
   _gt_pre="{\"resourceSpans\":[$_gt_resj"
+  # An inline line is _gt_pre, its head, this glue, its end time, its attributes (and a comma), _gt_x0, a newline;
+  # its head and attributes are at most a 129-character name and value, their key and the traceState.
+  local g=',"endTimeUnixNano":"","attributes":['
+  _gt_lfix=$((${#_gt_pre} + ${#g} + ${#_gt_x0} + 1)) _gt_lmax=$((${#_gt_pre} + ${#_gt_tsj} + 2048))
+  _gt_blimits
   _gt_gosync
+}
+
+# _gt_room: the spool's byte limit from the work dir's free space (df -Pk, bounded like a request), read at init
+# and again after each MiB written: the spool may take a quarter of what is free (the flush copies it once for
+# wget), and never more than GWMS_TRACE_MAX_BYTES. Without df the cap alone applies.
+_gt_room() {
+  local out a
+  _gt_bmax=$_gt_bcap _gt_bchk=$((_gt_bytes + 1048576))
+  if command -v df >/dev/null 2>&1; then
+    out=$(_gt_bound 2 df -Pk -- "$_gt_sdir" 2>/dev/null) || out=
+    # Available precedes Capacity ("N%"); the file system's name and the mount point may hold spaces.
+    if [[ ${out#*$'\n'} =~ [[:space:]]([0-9]{1,15})[[:space:]]+[0-9]{1,3}%([[:space:]]|$) ]]; then
+      a=$((10#${BASH_REMATCH[1]} * 256 + _gt_bytes))
+      ((a >= _gt_bmax)) || _gt_bmax=$a
+    fi
+  fi
+  _gt_blimits
+}
+
+_gt_blimits() {   # _gt_bres, _gt_blim, _gt_bfast from _gt_bmax and _gt_bchk
+  _gt_bres=$((_gt_bmax / 4 < 65536 ? _gt_bmax / 4 : 65536))
+  _gt_blim=$((_gt_bmax - _gt_bres < _gt_bchk ? _gt_bmax - _gt_bres : _gt_bchk))
+  _gt_bfast=$((_gt_blim - _gt_lmax))
+}
+
+# _gt_fits LENGTH: may the innermost span's line of LENGTH bytes be written? Under the limit, less the root's
+# reserve (the root may use it); free space is read again when due. A span that does not fit ends the spool:
+# later spans are dropped and counted, as past GWMS_TRACE_MAX_SPANS, and the root still fits.
+_gt_fits() {
+  ((_gt_bytes + $1 <= _gt_bchk)) || _gt_room
+  ((_gt_bytes + $1 <= (_gt_n ? _gt_bmax - _gt_bres : _gt_bmax))) && return 0
+  if ((_gt_n)); then
+    ((_gt_max <= _gt_spans)) ||
+      echo "gwms-trace: spool at its limit ($_gt_bytes of $_gt_bmax bytes: GWMS_TRACE_MAX_BYTES or a quarter of the free space); later spans are dropped" >&2
+    _gt_max=$_gt_spans
+  fi
+  return 1
 }
 
 # _gt_gosync: _gt_go = whether gwms_trace_begin and gwms_trace_end may take their inline case: bash 5, tracing
@@ -453,13 +508,19 @@ _gt_pop() {
     return 0
   fi
   [[ -n $_gt_resj ]] || _gt_freeze
-  printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at],$_gt_x$_gt_st}]}]}]}" \
-    2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))   # 2>&-: silent, and cheaper than 2>/dev/null
+  _gt_l=$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at],$_gt_x$_gt_st'}]}]}]}'
+  if ((_gt_bytes + ${#_gt_l} >= _gt_blim)) && ! _gt_fits $((${#_gt_l} + 1)); then
+    _gt_dropped=$((_gt_dropped + 1))
+    return 0
+  fi
+  _gt_bytes=$((_gt_bytes + ${#_gt_l} + 1))
+  printf '%s\n' "$_gt_l" 2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))   # 2>&-: silent, and cheaper than 2>/dev/null
   _gt_spans=$((_gt_spans + 1))
   return 0
 }
 
 gwms_trace_init() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_init "$@"; return 0; }
   local tp=${TRACEPARENT-} bad='' f
   _gt_on=0 _gt_go=0
   GWMS_TRACE_RESULT=off
@@ -490,6 +551,14 @@ gwms_trace_init() {
   _gt_spool=${1:-${GWMS_TRACE_SPOOL:-$PWD/gwms-trace.spool.jsonl}}
   GWMS_TRACE_SPOOL=$_gt_spool
   : 2>/dev/null >"$_gt_spool" || return 0   # cannot write the spool: stay off
+  _gt_bcap=${GWMS_TRACE_MAX_BYTES-}
+  if [[ ! $_gt_bcap =~ ^[0-9]{1,12}$ ]] || ((10#$_gt_bcap < 4096)); then
+    [[ -z $_gt_bcap ]] || echo "gwms-trace: GWMS_TRACE_MAX_BYTES is not a number of bytes from 4096 up; 8388608" >&2
+    _gt_bcap=8388608
+  fi
+  _gt_bcap=$((10#$_gt_bcap)) _gt_bytes=0 _gt_lmax=0 _gt_sdir=.
+  [[ $_gt_spool != */* ]] || _gt_sdir=${_gt_spool%/*}/
+  _gt_room
   # This glidein's own token: kept in a shell variable (not exported, so payloads started
   # later do not inherit it) and the file removed from the sandbox.
   local tf=${GWMS_TRACE_TOKEN_FILE:-gwms-trace.jwt}
@@ -567,6 +636,7 @@ gwms_trace_init() {
 }
 
 gwms_trace_resource() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_resource "$@"; return 0; }
   ((_gt_on)) || return 0
   if [[ -z $_gt_resj ]]; then
     _gt_res_add "$1" "${2-}"
@@ -592,7 +662,7 @@ gwms_trace_resource() {
 # before the test, so that the all-zero id takes the general code too.
 if [[ -n ${EPOCHREALTIME-} && -n ${SRANDOM-} ]]; then   # bash >= 5
 gwms_trace_begin() {
-  if ((_gt_go && $# < 3)); then
+  if ((_gt_go && $# < 3)) && [[ $- != *[ax]* ]]; then   # (under set -a or -x: _gt_safe, before any assignment)
     _gt_kvp=${2-} _gt_kvp=${_gt_kvp:_gt_kl} _gt_c=${1:-=}\ $_gt_kvp
     printf -v _gt_id '%08x%08x' "$SRANDOM" "$SRANDOM"
     if [[ ${2-$_gt_kq} == "$_gt_kq"* && ${#_gt_c} -lt 130 && $_gt_c != *[!A-HJ-Za-z0-9._/\ -]* &&
@@ -608,35 +678,55 @@ gwms_trace_begin() {
       return 0
     fi
   fi
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_begin "$@"; return 0; }
   _gt_begin "$@"
   (($# != 2)) || _gt_kqset "${2%%=*}"   # the next span with this key may be inline
 }
 
-# gwms_trace_end inline (_gt_go): a span below the root and not the phase, ending with 0, under the cap,
-# without events or links (_gt_elx >= 1: not the root either).
+# gwms_trace_end inline (_gt_go): a span below the root and not the phase, ending with 0, under the caps
+# (spans, and bytes: _gt_bfast leaves room for the longest inline line), without events or links (_gt_elx >= 1:
+# not the root either).
 gwms_trace_end() {
   # (the conditions count the span and take it off the stack, once they hold)
-  if [[ ${1-} == 0 ]] && ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max && _gt_n - 1 != _gt_phase &&
-    ++_gt_spans && --_gt_n)); then
+  if [[ ${1-} == 0 && $- != *[ax]* ]] && ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max &&
+    _gt_bytes < _gt_bfast && _gt_n - 1 != _gt_phase && ++_gt_spans && --_gt_n)); then
     _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01
+    _gt_bytes=$((_gt_bytes + _gt_lfix + ${#_gt_head[_gt_n]} + ${#_gt_t} + ${#_gt_at} + (${#_gt_at} > 0)))
     printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at${_gt_at:+,}$_gt_x0" \
       2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
     return 0
   fi
+  [[ $- != *[ax]* ]] || { _gt_safe _gt_end "$@"; return 0; }
   _gt_end "$@"
 }
 else   # bash 4: no inline case, and the general code without a call more (as _gt_begin and _gt_end)
 gwms_trace_begin() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_begin "$@"; return 0; }
   ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
   _gt_push "${1:-span}" 1 "${@:2}"
 }
 
 gwms_trace_end() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_end "$@"; return 0; }
   ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
   ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
   _gt_pop "${1-}" "${2-}"
 }
 fi
+
+# _gt_safe FUNCTION [ARG ...]: FUNCTION with the caller's allexport and xtrace off, then both as they were. Every
+# public function but gwms_trace_script (whose command runs as the caller set it) goes through it when either is
+# on: under `set -a` the library's variables (the glidein's token among them) would be exported to every child,
+# the payload's included, and under `set -x` its tokens printed into the glidein's stderr.
+_gt_safe() {
+  case $- in
+    *a*x* | *x*a*) set +ax; "$@"; set -ax ;;
+    *a*) set +a; "$@"; set -a ;;
+    *x*) set +x; "$@"; set -x ;;
+    *) "$@" ;;
+  esac
+  return 0
+}
 
 _gt_begin() {   # gwms_trace_begin's general code
   ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
@@ -667,6 +757,7 @@ _gt_unskip() {   # the end of a suppressed span
 }
 
 gwms_trace_phase() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_phase "$@"; return 0; }
   ((_gt_on && _gt_v > 0)) || return 0
   gwms_trace_phase_end ''
   _gt_push "${1:-phase}" 1 "gwms.phase=${1:-phase}"
@@ -674,6 +765,7 @@ gwms_trace_phase() {
 }
 
 gwms_trace_phase_end() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_phase_end "$@"; return 0; }
   ((_gt_on && _gt_phase > 0)) || return 0
   while ((_gt_n - 1 > _gt_phase)); do
     _gt_pop "" "" unfinished
@@ -683,15 +775,14 @@ gwms_trace_phase_end() {
   _gt_pop "${1-}" ""
 }
 
+# No variable of its own (a local would be exported to CMD under `set -a`): the status goes through `set --`.
 gwms_trace_script() {
-  local name=$1 rc
-  shift
-  gwms_trace_begin "$name" "gwms.script=$name"
-  ((_gt_rec == 0)) || _gt_cmd "$@"
-  "$@"
-  rc=$?
-  gwms_trace_end "$rc"
-  return "$rc"
+  gwms_trace_begin "$1" "gwms.script=$1"
+  ((_gt_rec == 0)) || _gt_cmd "${@:2}"
+  "${@:2}"
+  set -- "$?"
+  gwms_trace_end "$1"
+  return "$1"
 }
 
 # _gt_cmd CMD ...: what a controller's answer lets gwms_trace_script record of its command: the
@@ -703,6 +794,7 @@ _gt_cmd() {
 }
 
 gwms_trace_attr() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_attr "$@"; return 0; }
   ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0   # a suppressed span's attributes go nowhere
   local t=s
   case ${1-} in -i) t=i; shift ;; -b) t=b; shift ;; -d) t=d; shift ;; esac
@@ -713,6 +805,7 @@ gwms_trace_attr() {
 }
 
 gwms_trace_event() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_event "$@"; return 0; }
   ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0
   local i=$((_gt_n - 1))
   _gt_now
@@ -725,6 +818,7 @@ gwms_trace_event() {
 }
 
 gwms_trace_link() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_link "$@"; return 0; }
   ((_gt_on && _gt_n > 0 && _gt_skip == 0)) || return 0
   [[ ${1-} =~ ^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$ ]] || return 0
   local i=$((_gt_n - 1)) t=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]}
@@ -750,6 +844,7 @@ _gt_level() {
 # nothing is sent or framed; the children get the factory's context unsampled (flags 00), or none.
 _gt_discard() {
   : 2>/dev/null >"$_gt_spool" || true
+  _gt_bytes=0
   _gt_on=0 _gt_go=0 _gt_n=0 _gt_phase=-1 _gt_skip=0 _gt_cur=
   GWMS_TRACE_RESULT=off
   unset GWMS_PILOT_TRACEPARENT
@@ -775,14 +870,107 @@ _gt_urlenc() {
   _gt_e=$out
 }
 
-# The controller request's token as a curl config line (never on a command line): the file's first
-# line, else GWMS_TRACE_CONTROLLER_TOKEN; only token characters, so it cannot add config lines.
-_gt_ctl_conf() {
-  local f=${GWMS_TRACE_CONTROLLER_TOKEN_FILE-} tok=''
-  [[ -n $f && -r $f ]] && { read -r tok <"$f" 2>/dev/null || true; }
-  [[ -n $tok ]] || tok=${GWMS_TRACE_CONTROLLER_TOKEN-}
-  [[ $tok =~ ^[A-Za-z0-9._~+/=-]+$ ]] && printf 'header = "Authorization: Bearer %s"\n' "$tok"
+# --- requests: the controller's GET and the spans' POST ----------------------------------------------
+# Both go through _gt_req: one wall-clock bound on the whole request, whatever the client, and headers that
+# reach the client only as config lines it reads from stdin (curl) or a 0600 file (wget), each checked so
+# that it cannot add a line: no client option or header comes from the environment unchecked.
+
+# _gt_tmo VALUE DEFAULT NAME: _gt_to = VALUE, seconds, if it is a bound (0 < VALUE <= 60, at most 3 decimals;
+# curl reads 0 as "no limit"), else DEFAULT, said on stderr when VALUE was set.
+_gt_tmo() {
+  _gt_to=$1
+  if [[ $_gt_to =~ ^[0-9]{1,2}([.][0-9]{1,3})?$ && ! $_gt_to =~ ^0*([.]0*)?$ ]] &&
+    ((10#${_gt_to%%.*} < 60)) || [[ $_gt_to =~ ^60([.]0*)?$ ]]; then
+    return 0
+  fi
+  [[ -z $_gt_to ]] || echo "gwms-trace: $3 is not a number of seconds in (0, 60]; $2" >&2
+  _gt_to=$2
+}
+
+# _gt_urlok URL: an http(s) URL with nothing a command line or config could read as more.
+_gt_urlok() {
+  [[ $1 =~ ^https?://[^[:space:][:cntrl:]\"\\]+$ ]]
+}
+
+# _gt_hadd NAME VALUE: add the header to _gt_hl if NAME is an HTTP token and VALUE printable ASCII without '"'
+# and '\' (the characters that would end or escape a config line's quoted value, or start another line).
+_gt_hre='^[-A-Za-z0-9!#$%&'"'"'*+.^_`|~]{1,64}$'
+_gt_hadd() {
+  local LC_ALL=C
+  [[ $1 =~ $_gt_hre && $2 != *[!\ -~]* && $2 != *[\"\\]* && ${#2} -le 8192 ]] || return 1
+  _gt_hl+=("$1: $2")
+}
+
+# _gt_bearer TOKEN WHAT: Authorization: Bearer TOKEN in _gt_hl, if TOKEN has only a token's characters (RFC 6750);
+# else none, and stderr says so (never the token).
+_gt_bearer() {
+  [[ -n $1 ]] || return 0
+  if [[ ${#1} -le 16384 && $1 =~ ^[A-Za-z0-9._~+/=-]+$ ]]; then
+    _gt_hl+=("Authorization: Bearer $1")
+  else
+    echo "gwms-trace: $2 not sent: it has characters a bearer token cannot have" >&2
+  fi
   return 0
+}
+
+# _gt_conf curl|wget: _gt_hl as the client's config lines.
+_gt_conf() {
+  local h
+  for h in ${_gt_hl[@]+"${_gt_hl[@]}"}; do
+    if [[ $1 == curl ]]; then printf 'header = "%s"\n' "$h"; else printf 'header = %s\n' "$h"; fi
+  done
+}
+
+# _gt_bound SECONDS CMD ...: CMD, killed after SECONDS (status 124 then): timeout(1), or where there is none a
+# watchdog subshell that sleeps with the builtin read (no other program needed) and kills CMD.
+_gt_bound() {
+  local to=$1 pid wd rc=0
+  shift
+  if command -v timeout >/dev/null 2>&1; then
+    timeout "$to" "$@" || rc=$?
+    return "$rc"
+  fi
+  "$@" <&0 &
+  pid=$!
+  (
+    read -rt "$to" <> <(:) || true
+    kill -TERM "$pid" 2>/dev/null && { read -rt 1 <> <(:) || true; kill -KILL "$pid" 2>/dev/null; }
+  ) >/dev/null 2>&1 </dev/null &
+  wd=$!
+  wait "$pid" || rc=$?
+  kill "$wd" 2>/dev/null || true
+  wait "$wd" 2>/dev/null || true
+  ((rc != 143 && rc != 137)) || rc=124
+  return "$rc"
+}
+
+# _gt_req URL SECONDS CONNECT_SECONDS [BODY_FILE]: one request, a GET or the POST of BODY_FILE, with the headers
+# of _gt_hl, bounded by SECONDS in all; the answer's body on stdout, the client's status returned (124, or
+# curl's 28: out of time; 22 or wget's 8: an HTTP error). No redirect is followed, no user config read.
+_gt_req() {
+  local url=$1 to=$2 ct=$3 body=${4-} rc=0 cfg a
+  _gt_urlok "$url" || return 2
+  if command -v curl >/dev/null 2>&1; then
+    a=(-q -sS --fail --proto '=http,https' --max-redirs 0 --connect-timeout "$ct" --max-time "$to" -o - -K -)
+    [[ -z $body ]] || a+=(--data-binary "@$body")
+    _gt_conf curl | _gt_bound "$to" curl "${a[@]}" --url "$url" || rc=$?
+  elif command -v wget >/dev/null 2>&1; then
+    cfg=$_gt_spool.wgetrc   # wget reads its config only from a regular file
+    rm -f "$cfg" 2>/dev/null || true
+    if ! (umask 077 && set -C && _gt_conf wget >"$cfg") 2>/dev/null; then
+      rm -f "$cfg" 2>/dev/null || true
+      echo "cannot write $cfg" >&2
+      return 1
+    fi
+    a=(-q -O - --config="$cfg" --timeout="$to" --tries=1 --max-redirect=0)
+    [[ -z $body ]] || a+=(--post-file="$body")
+    _gt_bound "$to" wget "${a[@]}" -- "$url" || rc=$?
+    rm -f "$cfg" 2>/dev/null || true
+  else
+    echo "no curl or wget" >&2
+    return 1
+  fi
+  return "$rc"
 }
 
 # The answer's one accepted shape: GET /v1/decide's flat object, keys in the contract's order, any JSON
@@ -798,11 +986,11 @@ _gt_ctl_max=4096    # bytes of an answer at most (a real one is ~150)
 # _gt_ask URL K=V ...: one bounded GET of URL/v1/decide. Sets _gt_cr (answered | timeout | error) and,
 # answered, BASH_REMATCH per _gt_ctl_re. The answer is hostile input: at most _gt_ctl_max bytes are read.
 _gt_ask() {
-  local url=${1%/} to=${GWMS_TRACE_CONTROLLER_TIMEOUT:-2} q='' k v kv out rc code
+  local url=${1%/} q='' k v kv out rc f tok=''
   shift
   _gt_cr=error
-  [[ $url =~ ^https?://[^[:space:]\"\\]+$ ]] || return 0
-  [[ $to =~ ^[0-9]{1,3}([.][0-9]{1,3})?$ && ! $to =~ ^0*([.]0*)?$ ]] || to=2   # curl's 0 is "no limit"
+  _gt_urlok "$url" || return 0
+  _gt_tmo "${GWMS_TRACE_CONTROLLER_TIMEOUT-}" 2 GWMS_TRACE_CONTROLLER_TIMEOUT
   for k in factory entry site frontend security_class pilot; do
     v=''
     for kv in "$@"; do
@@ -813,41 +1001,27 @@ _gt_ask() {
   done
   url+="/v1/decide?$q"
   command -v head >/dev/null 2>&1 || return 0   # no way to bound the read
-  if command -v curl >/dev/null 2>&1; then
-    # The token reaches curl as config on stdin (-K -); the status follows the body on its own line.
-    out=$(
-      set +e
-      _gt_ctl_conf | curl -s -o - -w '\n%{http_code}' --proto =http,https --max-filesize "$_gt_ctl_max" \
-        --connect-timeout "$to" --max-time "$to" -H 'Accept: application/json' -K - "$url" 2>/dev/null |
-        head -c $((_gt_ctl_max + 8)) 2>/dev/null
-      printf '\n%s' "${PIPESTATUS[1]}"
-    ) || true
-  elif command -v wget >/dev/null 2>&1; then
-    local cfg=$_gt_spool.ctl.wgetrc tmo=()
-    (umask 077 && _gt_ctl_conf | sed 's/^header = "\(.*\)"$/header = \1/' >"$cfg") 2>/dev/null || true
-    command -v timeout >/dev/null 2>&1 && tmo=(timeout "$to")   # wget's --timeout is per read, not total
-    out=$(
-      set +e
-      ${tmo[@]+"${tmo[@]}"} wget -q -O - --config="$cfg" --timeout="$to" --tries=1 "$url" 2>/dev/null |
-        head -c $((_gt_ctl_max + 8)) 2>/dev/null
-      rc=${PIPESTATUS[0]}
-      printf '\n%s\n%s' "$((rc ? 0 : 200))" "$rc"   # wget fails on a non-2xx answer
-    ) || true
-    rm -f "$cfg" 2>/dev/null || true
-  else
-    return 0
-  fi
+  # The token: the file's first line, else GWMS_TRACE_CONTROLLER_TOKEN.
+  f=${GWMS_TRACE_CONTROLLER_TOKEN_FILE-}
+  [[ -n $f && -r $f ]] && { read -r tok <"$f" 2>/dev/null || true; }
+  [[ -n $tok ]] || tok=${GWMS_TRACE_CONTROLLER_TOKEN-}
+  _gt_hl=("Accept: application/json")
+  _gt_bearer "$tok" "the controller token"
+  tok=
+  out=$(
+    set +e
+    _gt_req "$url" "$_gt_to" "$_gt_to" 2>/dev/null | head -c $((_gt_ctl_max + 8)) 2>/dev/null
+    printf '\n%s' "${PIPESTATUS[0]}"
+  ) || true
+  _gt_hl=()
   rc=${out##*$'\n'}
   out=${out%$'\n'*}
-  code=${out##*$'\n'}
-  out=${out%"$code"}
-  out=${out%$'\n'}
   case $rc in
     0) ;;
     28 | 124) _gt_cr=timeout; return 0 ;;   # curl's and timeout(1)'s "timed out"
     *) return 0 ;;
   esac
-  [[ $code == 200 && ${#out} -le $_gt_ctl_max && $out =~ $_gt_ctl_re ]] || return 0
+  [[ ${#out} -le $_gt_ctl_max && $out =~ $_gt_ctl_re ]] || return 0
   ((10#${BASH_REMATCH[5]} <= 72057594037927936)) || return 0   # the threshold is out of 2^56
   _gt_cr=answered
 }
@@ -859,6 +1033,7 @@ _gt_root_attr() {
 }
 
 gwms_trace_control() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_control "$@"; return 0; }
   ((_gt_on && _gt_asked == 0)) || return 0   # asked once per glidein; off pilots never ask
   _gt_asked=1
   local kind='' rule='' thr
@@ -892,6 +1067,7 @@ gwms_trace_control() {
 
 # --- flush -------------------------------------------------------------------------------------
 gwms_trace_flush() {
+  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_flush "$@"; return 0; }
   ((_gt_on)) || return 0
   if ((_gt_v == 0)); then   # off by default and never told otherwise
     _gt_discard
@@ -912,13 +1088,18 @@ gwms_trace_flush() {
   fi
   local ep=${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT-} why
   [[ -z $ep && -n ${OTEL_EXPORTER_OTLP_ENDPOINT-} ]] && ep=${OTEL_EXPORTER_OTLP_ENDPOINT%/}/v1/traces
+  [[ -z $ep ]] || _gt_headers
   if [[ -z $ep ]]; then
     why="no endpoint"
+  elif ! _gt_urlok "$ep"; then
+    why="the endpoint is not an http(s) URL"
   elif why=$(_gt_post "$ep" 2>&1); then
+    _gt_hl=() _gt_tok=
     GWMS_TRACE_RESULT=sent
     echo "gwms-trace: $_gt_spans spans sent" >&2
     return 0
   fi
+  _gt_hl=() _gt_tok=
   why=${why//$'\n'/; }   # one log line
   if _gt_frame >&2; then
     GWMS_TRACE_RESULT=stderr
@@ -943,42 +1124,32 @@ _gt_body() {
   printf ']}\n'
 }
 
-# Request headers as curl config lines, so the token never shows in `ps`.
+# _gt_headers: the POST's headers in _gt_hl (the token never on a command line, so never in `ps`), and
+# GWMS_TRACE_TIMEOUT in _gt_to; what is refused is said on stderr.
 _gt_headers() {
-  local h kv kvs=()
+  local kv kvs=() h
+  _gt_tmo "${GWMS_TRACE_TIMEOUT-}" 5 GWMS_TRACE_TIMEOUT
+  _gt_hl=("Content-Type: application/json")
   if [[ -n $_gt_tok ]]; then
-    printf 'header = "Authorization: Bearer %s"\n' "$_gt_tok"
-  elif [[ -n ${GWMS_TRACE_TOKEN-} ]]; then
-    printf 'header = "Authorization: Bearer %s"\n' "$GWMS_TRACE_TOKEN"
+    _gt_bearer "$_gt_tok" "the glidein's token"
+  else
+    _gt_bearer "${GWMS_TRACE_TOKEN-}" GWMS_TRACE_TOKEN
   fi
   h=${OTEL_EXPORTER_OTLP_TRACES_HEADERS-${OTEL_EXPORTER_OTLP_HEADERS-}}
   [[ -n $h ]] && IFS=, read -r -a kvs <<<"$h"
   for kv in ${kvs[@]+"${kvs[@]}"}; do
-    [[ $kv == ?*=* && $kv != *[\"\\]* ]] || continue
     _gt_pct_decode "${kv#*=}"
-    printf 'header = "%s: %s"\n' "${kv%%=*}" "$_gt_e"
+    [[ $kv == ?*=* ]] && _gt_hadd "${kv%%=*}" "$_gt_e" ||
+      echo "gwms-trace: a header of OTEL_EXPORTER_OTLP_(TRACES_)HEADERS not sent: not NAME=VALUE, or characters a header cannot have" >&2
   done
+  return 0
 }
 
 _gt_post() {
-  local ep=$1 body=$_gt_spool.request.json to=${GWMS_TRACE_TIMEOUT:-5} rc
-  _gt_body >"$body" 2>/dev/null || return 1
-  if command -v curl >/dev/null 2>&1; then
-    _gt_headers | curl -sS --fail -o /dev/null --connect-timeout 2 --max-time "$to" -K - \
-      -H 'Content-Type: application/json' --data-binary @"$body" "$ep"
-    rc=$?
-  elif command -v wget >/dev/null 2>&1; then
-    local cfg=$_gt_spool.wgetrc
-    (umask 077 && _gt_headers | sed 's/^header = "\(.*\)"$/header = \1/' >"$cfg")
-    echo 'header = Content-Type: application/json' >>"$cfg"
-    wget -q -O /dev/null --config="$cfg" --timeout="$to" --tries=1 --post-file="$body" "$ep"
-    rc=$?
-    rm -f "$cfg"
-  else
-    echo "no curl or wget"
-    rc=1
-  fi
-  rm -f "$body"
+  local ep=$1 body=$_gt_spool.request.json rc=0
+  _gt_body >"$body" 2>/dev/null || { rm -f "$body" 2>/dev/null; echo "cannot write $body"; return 1; }
+  _gt_req "$ep" "$_gt_to" 2 "$body" >/dev/null || rc=$?
+  rm -f "$body" 2>/dev/null
   ((rc == 0)) || echo "exit code $rc"
   return "$rc"
 }
@@ -990,3 +1161,5 @@ _gt_frame() {
   gzip -c <"$_gt_spool" | base64
   printf '====\n'
 }
+
+((_gt_sa == 0)) || set -a   # as the sourcing script had it
