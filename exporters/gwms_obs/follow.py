@@ -1,13 +1,22 @@
-"""Follow append-only logs by byte offset, across restarts, rotation and deletion.
+"""Follow append-only logs by byte offset, across restarts, rotation, rewrites and deletion.
 
-A cursor is (inode, offset). A file whose inode changed, or that shrank below
-its cursor, was replaced (rotated or truncated) and is read from the start; a
-file that disappeared is forgotten. Only complete records advance a cursor, so
-a half-written last line is read again, whole, next time.
+A cursor is (inode, offset, fingerprint): the fingerprint is a hash of the
+bytes just before the offset (at most ``FINGERPRINT_BYTES``), checked with one
+small ``pread`` before each read. A file whose inode changed, that shrank below
+its cursor, or whose bytes before the cursor changed (rewritten in place: same
+inode, truncated, written again longer) was replaced and is read from the
+start; what was counted from it before stays counted once (the stages skip
+pilots already seen). A file renamed by a logrotate-style rotation
+(``x.log`` -> ``x.log.1``) keeps its cursor: a path with no cursor of its own
+takes the cursor of its inode from the path that no longer holds it, when its
+bytes still match. A file that disappeared is forgotten. Only complete records
+advance a cursor, so a half-written last line is read again, whole, next time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,20 +26,33 @@ from .sources import files
 T = TypeVar("T")
 
 READ_CHUNK = 8 << 20
+FINGERPRINT_BYTES = 4096  # the bytes before a cursor that must not change: one page, one pread
 
 # parse(buf, path, base_offset) -> (records, bytes consumed)
 Parser = Callable[[bytes, str, int], tuple[list[T], int]]
+
+
+def fingerprint(window: bytes) -> str:
+    return hashlib.blake2b(window, digest_size=8).hexdigest()
 
 
 @dataclass(slots=True)
 class Cursor:
     inode: int
     offset: int
+    # Hash of the FINGERPRINT_BYTES (or fewer, from 0) before ``offset``; None: not known
+    # (a checkpoint written before fingerprints), the offset is trusted as it was.
+    fp: str | None = None
 
 
 class Follower:
     def __init__(self, cursors: dict[str, Cursor] | None = None) -> None:
         self.cursors: dict[str, Cursor] = cursors or {}
+        # inode -> the path whose cursor had it (a hint, checked): where a renamed file's cursor is
+        self._by_inode: dict[int, str] = {c.inode: p for p, c in self.cursors.items()}
+        # Cursors displaced this scan by a new file under their path, kept until forget_missing
+        # for the rotated name the old file may be read under later in the same scan.
+        self._displaced: dict[int, Cursor] = {}
 
     def read_new(self, path: str, parse: Parser[T], sink: Callable[[list[T]], None], *, root: str | None = None) -> int:
         """Parse what was appended to ``path`` since the last call; return bytes consumed.
@@ -47,13 +69,20 @@ class Follower:
         try:
             f = files.open_regular(path, root=root)
         except OSError:
-            self.cursors.pop(path, None)
+            self._drop(path)
             raise
         consumed = 0
         with f:
-            st = f.st
-            c = self.cursors[path] = Cursor(st.st_ino, self.resume_at(path, st.st_ino, st.st_size))
-            f.seek(c.offset)
+            owner, start, tail = self._resume(path, f)
+            old = self.cursors.get(path)
+            if old is not None and old.inode != f.st.st_ino:
+                self._displaced[old.inode] = old  # its file may be read under a rotated name next
+            if owner is not None and owner != path:
+                del self.cursors[owner]  # the file was renamed: its cursor moves with it
+            self._displaced.pop(f.st.st_ino, None)
+            c = self.cursors[path] = Cursor(f.st.st_ino, start, fingerprint(tail) if start else None)
+            self._by_inode[c.inode] = path
+            f.seek(start)
             pending = b""
             while True:
                 chunk = f.read(READ_CHUNK)
@@ -61,30 +90,81 @@ class Follower:
                     break
                 buf = pending + chunk if pending else chunk
                 records, used = parse(buf, path, c.offset)
+                if used:
+                    # The bytes just before the new offset, for its fingerprint.
+                    tail = buf[used - FINGERPRINT_BYTES : used] if used >= FINGERPRINT_BYTES else (tail + buf[:used])
+                    tail = tail[-FINGERPRINT_BYTES:]
                 if records:
                     sink(records)
                 c.offset += used
+                if used:
+                    c.fp = fingerprint(tail)
                 consumed += used
                 pending = buf[used:]
         return consumed
 
-    def resume_at(self, path: str, inode: int, size: int) -> int:
-        """Where the next read of ``path`` (now ``inode``, ``size`` bytes) begins; moves nothing.
+    def resume_at(self, path: str, f: files.RegularFile) -> int:
+        """Where the next read of ``path`` (open as ``f``) begins; moves nothing.
 
-        Its cursor's offset, or 0 when it has none or the file was replaced (its
-        inode changed, or it shrank below the cursor).
+        Its cursor's offset (or, for a renamed file, the cursor it had under its
+        old name), or 0 when there is none or the file was replaced: its inode
+        changed, it shrank below the cursor, or its bytes before the cursor changed.
         """
+        return self._resume(path, f)[1]
+
+    def _resume(self, path: str, f: files.RegularFile) -> tuple[str | None, int, bytes]:
+        """(whose cursor applies, where the read begins, the bytes before it: up to FINGERPRINT_BYTES)."""
+        ino, size = f.st.st_ino, f.st.st_size
+        owner: str | None = path
         c = self.cursors.get(path)
-        return c.offset if c is not None and c.inode == inode and c.offset <= size else 0
+        if c is None or c.inode != ino:
+            owner, c = self._renamed_from(path, ino)
+        if c is None or c.offset > size or c.offset == 0:
+            return None, 0, b""
+        lo = max(0, c.offset - FINGERPRINT_BYTES)
+        try:
+            window = os.pread(f.fd, c.offset - lo, lo)
+        except OSError:
+            return None, 0, b""
+        if len(window) != c.offset - lo or (c.fp is not None and fingerprint(window) != c.fp):
+            return None, 0, b""  # rewritten in place: read it again from its start
+        return owner, c.offset, window
+
+    def _renamed_from(self, path: str, ino: int) -> tuple[str | None, Cursor | None]:
+        """The cursor ``ino`` had under another path that no longer holds it (a rotation)."""
+        if (c := self._displaced.get(ino)) is not None:
+            return None, c
+        old = self._by_inode.get(ino)
+        c = self.cursors.get(old) if old is not None and old != path else None
+        if old is None or c is None or c.inode != ino:
+            return None, None
+        try:
+            if os.stat(old).st_ino == ino:
+                return None, None  # the old name still holds it (a hard link): two files to us
+        except OSError:
+            pass  # gone: renamed
+        return old, c
+
+    def _drop(self, path: str) -> None:
+        c = self.cursors.pop(path, None)
+        if c is not None and self._by_inode.get(c.inode) == path:
+            del self._by_inode[c.inode]
 
     def forget_missing(self, present: Iterable[str]) -> None:
         keep = set(present)
         for p in [p for p in self.cursors if p not in keep]:
-            del self.cursors[p]
+            self._drop(p)
+        self._displaced.clear()
+        self._by_inode = {c.inode: p for p, c in self.cursors.items()}
 
     def to_json(self) -> dict[str, Any]:
-        return {p: [c.inode, c.offset] for p, c in self.cursors.items()}
+        return {p: [c.inode, c.offset] if c.fp is None else [c.inode, c.offset, c.fp] for p, c in self.cursors.items()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Follower:
-        return cls({p: Cursor(int(v[0]), int(v[1])) for p, v in data.items() if isinstance(v, list) and len(v) == 2})
+        """Cursors as :meth:`to_json` wrote them; ``[inode, offset]`` (no fingerprint) is trusted as before."""
+        out: dict[str, Cursor] = {}
+        for p, v in data.items():
+            if isinstance(v, list) and len(v) in (2, 3):
+                out[p] = Cursor(int(v[0]), int(v[1]), str(v[2]) if len(v) == 3 else None)
+        return cls(out)

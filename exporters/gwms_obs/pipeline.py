@@ -109,7 +109,7 @@ def default_workers() -> int:
 
 
 # The day in a completed_jobs or event log's name.
-_LOG_DAY = re.compile(r"_(\d{8})(?:_|\.log$)")
+_LOG_DAY = re.compile(r"_(\d{8})(?:_|\.log(?:\.\d+)?$)")  # .log.N: rotated
 
 
 class Ingest:

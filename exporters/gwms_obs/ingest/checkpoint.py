@@ -13,7 +13,11 @@ import os
 import tempfile
 from typing import Any
 
-VERSION = 2  # 2: pending lines, format evidence, client_by_user names frontends
+VERSION = 3  # 2: pending lines, format evidence, client_by_user names frontends; 3: cursors' fingerprints
+# Versions this one loads: a version 2 checkpoint's cursors have no fingerprint and are
+# trusted as they were; its timeline's open pilots, saved without their log, are put in the
+# log of their submit day (condor_eventlog.PilotTimeline.from_json).
+READS = (2, 3)
 
 
 class CheckpointError(RuntimeError):
@@ -53,7 +57,7 @@ def load(path: str, factory_dir: str) -> dict[str, Any] | None:
         raise CheckpointError(f"checkpoint {path} unreadable: {e}") from e
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint {path} is not a gwms-obs checkpoint (not a JSON object)")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READS:
         raise CheckpointError(f"checkpoint {path} has version {data.get('version')}, expected {VERSION}")
     mine, theirs = os.path.abspath(factory_dir), data.get("factory_dir")
     if theirs != mine:

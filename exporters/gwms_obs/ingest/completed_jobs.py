@@ -129,7 +129,7 @@ class CompletedJobsStage(Stage):
             except OSError:
                 continue  # the read says why
             with f:
-                f.seek(b.follower.resume_at(path, f.st.st_ino, f.st.st_size))
+                f.seek(b.follower.resume_at(path, f))
                 while b.unmapped and (buf := f.read(READ_CHUNK)):
                     self._learn_clients(buf, len(buf))
             if not b.unmapped:

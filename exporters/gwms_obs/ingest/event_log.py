@@ -20,6 +20,15 @@ from .books import Books, key_str
 from .stage import Scan, Stage
 
 
+# Parse-error reason of a pilot forgotten by the timeline before its end.
+EXPIRED = "pilot_expired"
+
+
+def _dropped(b: Books, t: PilotTimes, path: str, why: str) -> None:
+    """A pilot the timeline gave up on before its end: never silent (counted, logged)."""
+    b.errors.record(Source.EVENT_LOG, EXPIRED, path, None, f"job {t.cluster}.{t.proc}: {why}; not counted")
+
+
 class EventLogStage(Stage):
     sources = (Source.EVENT_LOG,)
     precedence = 30
@@ -46,7 +55,9 @@ class EventLogStage(Stage):
                 b.health.records[Source.EVENT_LOG] += len(events)
                 for t in self.timeline.feed(events, f.path):
                     k = key_str((f.entry, t.cluster, t.proc))
-                    if k not in b.seen and t.ended is not None:
+                    if t.ended is None:  # beyond the timeline's bound, unfinished
+                        _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")
+                    elif k not in b.seen:
                         t.client = f.username  # the factory-side user; named at accounting time
                         self.waiting[k] = t
 
@@ -61,8 +72,13 @@ class EventLogStage(Stage):
                 b.once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
                 continue
             b.health.bytes_read[Source.EVENT_LOG] += n
-        # Pilots silent for weeks (held forever, or their end rotated away) are dropped, not guessed.
-        self.timeline.expire(b.clock())
+        # Pilots silent for weeks of their log's own time (held forever, or their end deleted
+        # with an old file) are dropped, not guessed; counted and logged.
+        paths = {condor_eventlog.log_of(f.path): f.path for f in found}
+        days = self.timeline.max_age / 86400
+        for t, (entry, client, day) in self.timeline.expire():
+            path = paths.get((entry, client, day)) or f"entry_{entry}/condor_activity_{day}_{client}.log (gone)"
+            _dropped(b, t, path, f"no event for {days:g} days of its log")
         b.health.backlog.pop(Source.EVENT_LOG, None)
 
     def settle(self, scan: Scan) -> None:

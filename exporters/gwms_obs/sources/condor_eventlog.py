@@ -49,7 +49,7 @@ _HEADER = re.compile(
 _HEADER_START = re.compile(rb"^\d{3} \(", re.M)  # a new event inside an unterminated one
 _NORMAL = re.compile(rb"\(1\) Normal termination \(return value (-?\d{1,9})\)")
 _ABNORMAL = re.compile(rb"\(0\) Abnormal termination \(signal (\d{1,9})\)")
-_FILE = re.compile(r"condor_activity_(\d{8})_(.+)\.log")
+_FILE = re.compile(r"condor_activity_(\d{8})_(.+)\.log(?:\.[1-9][0-9]{0,3})?")  # ".log.N": rotated, the same log
 _ENTRY_DIR = re.compile(r"entry_(.+)")
 
 
@@ -64,7 +64,7 @@ class CondorEvent:
 
 
 def names_from_path(path: str) -> tuple[str | None, date | None, str | None]:
-    """``.../entry_<e>/condor_activity_<YYYYMMDD>_<client>.log`` -> (entry, day, client)."""
+    """``.../entry_<e>/condor_activity_<YYYYMMDD>_<client>.log`` (or ``.log.N``, rotated) -> (entry, day, client)."""
     em = _ENTRY_DIR.fullmatch(os.path.basename(os.path.dirname(path)))
     fm = _FILE.fullmatch(os.path.basename(path))
     day: date | None = None
@@ -258,20 +258,35 @@ def read_file(
     return out
 
 
+# One event log, as the timeline knows it: (entry, client, submit day YYYYMMDD or None).
+LogKey = tuple[str | None, str | None, str | None]
+
+
+def log_of(path: str) -> LogKey:
+    """The log a path is (its rotated names ``.log.N`` are the same log)."""
+    em = _ENTRY_DIR.fullmatch(os.path.basename(os.path.dirname(path)))
+    fm = _FILE.fullmatch(os.path.basename(path))
+    return (em.group(1) if em else None), (fm.group(2) if fm else None), (fm.group(1) if fm else None)
+
+
 class PilotTimeline:
     """Folds events into :class:`PilotTimes`, one per (entry, client, cluster, proc).
 
     A pilot is returned by :meth:`feed` and forgotten as soon as it ends (005
     or 009); a hold alone is not an end, since 013 may release it. Memory is
-    bounded: pilots silent for ``max_age`` seconds (see :meth:`expire`) or
-    beyond ``max_pilots`` are returned as they are, oldest first.
+    bounded: pilots silent for ``max_age`` seconds of their log's own time (see
+    :meth:`expire`) or beyond ``max_pilots`` are returned as they are, oldest first.
     """
 
     def __init__(self, max_pilots: int = 200_000, max_age: float = 30 * 86400) -> None:
         self.max_pilots = max_pilots
         self.max_age = max_age
-        # Value: (pilot, time of its newest event); ordered by insertion.
-        self._open: OrderedDict[tuple[str | None, str | None, int, int], tuple[PilotTimes, float]] = OrderedDict()
+        # Value: (pilot, time of its newest event, its log); ordered by insertion.
+        self._open: OrderedDict[tuple[str | None, str | None, int, int], tuple[PilotTimes, float, LogKey]] = (
+            OrderedDict()
+        )
+        # The newest event time read from each log with open pilots: the log's own clock.
+        self._newest: dict[LogKey, float] = {}
         # Late stray events of an ended pilot must not resurrect it.
         self._ended: OrderedDict[tuple[str | None, str | None, int, int], None] = OrderedDict()
 
@@ -279,10 +294,15 @@ class PilotTimeline:
         return len(self._open)
 
     def feed(self, events: Iterable[CondorEvent], path: str) -> list[PilotTimes]:
-        """Apply events read from ``path``; return the pilots that ended."""
-        entry, _, client = names_from_path(path)
+        """Apply events read from ``path``; return the pilots that ended, then any beyond
+        ``max_pilots`` (not ended: forgotten unfinished, oldest first)."""
+        log = log_of(path)
+        entry, client, _ = log
         done: list[PilotTimes] = []
+        newest = self._newest.get(log)
         for e in events:
+            if newest is None or e.time > newest:
+                newest = e.time
             key = (entry, client, e.cluster, e.proc)
             if key in self._ended:
                 continue
@@ -311,7 +331,9 @@ class PilotTimeline:
                     self._ended.popitem(last=False)
                 done.append(p)
                 continue
-            self._open[key] = (p, e.time)
+            self._open[key] = (p, e.time, log)
+        if newest is not None:
+            self._newest[log] = newest
         while len(self._open) > self.max_pilots:
             done.append(self._open.popitem(last=False)[1][0])
         return done
@@ -319,22 +341,48 @@ class PilotTimeline:
     def to_json(self) -> dict[str, Any]:
         """JSON-safe state for the exporter's checkpoint."""
         return {
-            "open": [[*k, asdict(p), t] for k, (p, t) in self._open.items()],
+            "open": [[*k, asdict(p), t, log[2]] for k, (p, t, log) in self._open.items()],
             "ended": [list(k) for k in self._ended],
+            "newest": [[*log, t] for log, t in self._newest.items()],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any], max_pilots: int = 200_000, max_age: float = 30 * 86400) -> PilotTimeline:
-        """Inverse of :meth:`to_json`; ``{}`` gives an empty timeline."""
+        """Inverse of :meth:`to_json`; ``{}`` gives an empty timeline.
+
+        An open pilot saved without its log's day (before logs kept their own time) is put
+        in the log of its submit (or newest event's) local day, as the factory names it.
+        """
         tl = cls(max_pilots, max_age)
-        for entry, client, cluster, proc, p, t in data.get("open", []):
-            tl._open[(entry, client, int(cluster), int(proc))] = (PilotTimes(**p), float(t))
+        for row in data.get("open", []):
+            entry, client, cluster, proc, p, t = row[:6]
+            pilot = PilotTimes(**p)
+            day = row[6] if len(row) > 6 else None
+            if day is None:
+                day = datetime.fromtimestamp(pilot.submitted or float(t)).strftime("%Y%m%d")
+            tl._open[(entry, client, int(cluster), int(proc))] = (pilot, float(t), (entry, client, day))
+        for entry, client, day, t in data.get("newest", []):
+            tl._newest[(entry, client, day)] = float(t)
         for entry, client, cluster, proc in data.get("ended", []):
             tl._ended[(entry, client, int(cluster), int(proc))] = None
         return tl
 
-    def expire(self, now: float) -> list[PilotTimes]:
-        """Return and forget pilots with no event for ``max_age`` seconds
-        (e.g. held forever, or whose end fell in a rotated-away file)."""
-        old = [k for k, (_, t) in self._open.items() if now - t > self.max_age]
-        return [self._open.pop(k)[0] for k in old]
+    def expire(self) -> list[tuple[PilotTimes, LogKey]]:
+        """Return (with their log) and forget the pilots silent for ``max_age`` seconds of their own log's time
+        (held forever, or whose end fell in a file deleted or rotated away).
+
+        A pilot is silent when its log has gone on for ``max_age`` past the pilot's newest
+        event; the wall clock is not asked, so a log read long after it was written (a
+        backfill of archived logs, a restore) keeps its open pilots until their end arrives.
+        """
+        old: list[tuple[str | None, str | None, int, int]] = []
+        keep: set[LogKey] = set()
+        for k, (_, t, log) in self._open.items():
+            if self._newest.get(log, t) - t > self.max_age:
+                old.append(k)
+            else:
+                keep.add(log)
+        if len(keep) != len(self._newest):
+            # Only the logs with open pilots need their clock (a log's next events are its newest).
+            self._newest = {log: t for log, t in self._newest.items() if log in keep}
+        return [(p, log) for p, _, log in (self._open.pop(k) for k in old)]

@@ -41,8 +41,12 @@ NONCANONICAL_NAME = "noncanonical_name"
 _ID = r"(0|[1-9][0-9]{0,17})\.(0|[1-9][0-9]{0,8})"
 _JOB_OUT = re.compile(rf"job\.{_ID}\.out")
 _ANY_JOB_OUT = re.compile(r"job\..*\.out", re.S)  # the shape of a pilot's .out, canonical or not
-_EVENT_LOG = re.compile(r"condor_activity_([0-9]{8})_(.+)\.log")
-_COMPLETED = re.compile(r"completed_jobs_([0-9]{8})\.log")
+# A log may carry a logrotate-style suffix (".1", ".2"...: the same log, renamed; older
+# the higher the number). GlideinWMS itself never renames them (one file per day, deleted
+# by its cleanup), but a site's logrotate may; the daemon follows a renamed file by its inode.
+ROTATED = r"(?:\.([1-9][0-9]{0,3}))?"
+_EVENT_LOG = re.compile(rf"condor_activity_([0-9]{{8}})_(.+)\.log{ROTATED}")
+_COMPLETED = re.compile(rf"completed_jobs_([0-9]{{8}})\.log{ROTATED}")
 
 
 class Recorder(Protocol):
@@ -96,6 +100,7 @@ class EventLogFile:
     username: str
     client: str
     day: str  # YYYYMMDD, the submit day
+    rotation: int = 0  # N of a logrotate-style ".log.N" name (0: the log's own name)
 
 
 def _listing_failed(e: OSError, path: str, errors: Recorder | None, source: str) -> None:
@@ -171,23 +176,26 @@ def scan_client_dir(
             err = name[:-4] + ".err"
             pilots.append(PilotFiles(entry, username, int(m[1]), int(m[2]), out, out[:-4] + ".err", err in present))
         elif m := _EVENT_LOG.fullmatch(name):
-            logs.append(EventLogFile(os.path.join(edir, name), entry, username, m[2], m[1]))
+            logs.append(EventLogFile(os.path.join(edir, name), entry, username, m[2], m[1], int(m[3] or 0)))
         elif errors is not None and _ANY_JOB_OUT.fullmatch(name):
             errors.record(
                 src, NONCANONICAL_NAME, os.path.join(edir, name), None, "not job.<cluster>.<proc>.out in plain decimal"
             )
     pilots.sort(key=lambda p: (p.cluster, p.proc))
-    logs.sort(key=lambda f: (f.day, f.path))
+    logs.sort(key=lambda f: (f.day, f.client, -f.rotation))
     return pilots, logs
 
 
 def completed_logs(factory_dir: str, errors: Recorder | None = None) -> Iterator[tuple[str, str]]:
-    """(entry, path) of every completed_jobs log, oldest day first per entry."""
+    """(entry, path) of every completed_jobs log, oldest first per entry (by day, then
+    rotated copies before the log: ``.log.2``, ``.log.1``, ``.log``)."""
     src = Source.COMPLETED_JOBS.value
     for entry, sdir in _subdirs(os.path.join(factory_dir, "server"), "entry_", errors, src, set()):
         try:
             with os.scandir(sdir) as it:
-                names = sorted(e.name for e in it if _COMPLETED.fullmatch(e.name))
+                # (day, -rotation, name): by day, then .log.2, .log.1, .log (oldest first)
+                found = sorted((m[1], -int(m[2] or 0), m[0]) for e in it if (m := _COMPLETED.fullmatch(e.name)))
+            names = [name for *_, name in found]
         except OSError as e:
             _listing_failed(e, sdir, errors, src)
             continue
