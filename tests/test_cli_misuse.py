@@ -32,10 +32,10 @@ def gwms_obs(
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GWMS_OBS_"))}
     if "stdout" not in kw:
         kw["capture_output"] = True
+    kw.setdefault("timeout", 120)
     return subprocess.run(
         [sys.executable, *prefix, *args],
         text=True,
-        timeout=120,
         check=False,
         env={**base, **(env or {})},
         **kw,  # type: ignore[call-overload]
@@ -87,6 +87,7 @@ def test_report_and_export_refuse_what_is_not_a_factory(kind: str, tmp_path: Pat
         (d / "logs").mkdir(parents=True)
     what = {"missing": "does not exist", "file": "is not a directory", "not-a-factory": "neither client/ nor server/"}
     one_line(gwms_obs("report", "--factory-dir", str(d)), 2, "--factory-dir", str(d), what[kind])
+    # --once refuses what the daemon waits for (tests/test_export_daemon.py): one scan of no factory is a mistake.
     one_line(gwms_obs("export", "--factory-dir", str(d), "--once"), 2, "factory_dir", str(d), what[kind])
 
 
@@ -136,7 +137,8 @@ def test_listen_port_in_use(factory: Path) -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         addr = f"127.0.0.1:{s.getsockname()[1]}"
-        r = gwms_obs("export", "--factory-dir", str(factory), "--listen", addr, "--once")
+        # The daemon (--once binds no port): it exits at once, so the timeout is only a guard.
+        r = gwms_obs("export", "--factory-dir", str(factory), "--listen", addr, timeout=60)
     one_line(r, 2, f"cannot listen on {addr}", "in use")
 
 

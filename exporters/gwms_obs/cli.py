@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, native
-from .config import ConfigError, ExportConfig, check, dir_problems, load, parse_listen
+from .config import ConfigError, ExportConfig, check, dir_problems, factory_pending, load, parse_listen
 from .controller import cli as controller_cli
 from .parse_errors import ParseErrors
 
@@ -93,13 +93,13 @@ def _empty_window(a: argparse.Namespace) -> bool:
     return True
 
 
-def cmd_export(a: argparse.Namespace) -> int:
-    from prometheus_client import start_http_server
+# While the factory's log dir is not there yet, look for it this often at least (seconds).
+FACTORY_WAIT_POLL = 10.0
 
+
+def cmd_export(a: argparse.Namespace) -> int:
     from .ingest.checkpoint import CheckpointError
-    from .outputs.otlp import otlp_configured, start_otlp
-    from .outputs.prometheus import exporter_registry
-    from .pipeline import Ingest
+    from .ingest.checkpoint_lock import acquire
 
     try:
         cfg = load(a.config) if a.config else ExportConfig()
@@ -110,11 +110,34 @@ def cmd_export(a: argparse.Namespace) -> int:
         v = getattr(a, k, None)
         if v is not None:
             setattr(cfg, k, v)
-    problems = check(cfg)
+    # The daemon waits for a factory dir not created yet; one scan (--once) of nothing is a mistake.
+    problems = check(cfg, wait_for_factory=not a.once)
     if problems:
         for p in problems:
             log.error("config: %s", p)
         return 2
+    try:  # before the checkpoint is read: one exporter per checkpoint, --once included
+        lock = acquire(cfg.checkpoint) if cfg.checkpoint else None
+    except CheckpointError as e:
+        log.error("%s", e)
+        return 2
+    try:
+        return _export(a, cfg)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
+    """export once the configuration is checked and the checkpoint locked."""
+    from prometheus_client import make_wsgi_app
+
+    from .ingest.checkpoint import CheckpointError
+    from .outputs.http import MetricsServer
+    from .outputs.otlp import otlp_configured, start_otlp
+    from .outputs.prometheus import exporter_registry
+    from .pipeline import Ingest
+
     try:
         ingest = Ingest(
             dataclasses.replace(cfg.ingest(reset_checkpoint=a.reset_checkpoint), workers=a.workers), progress=True
@@ -127,14 +150,18 @@ def cmd_export(a: argparse.Namespace) -> int:
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
-    registry = exporter_registry(ingest, forwarder.stats if forwarder is not None else None)
-    host, port = parse_listen(cfg.listen)
-    try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
-    except OSError as e:  # in use, or a host name that does not resolve here
-        log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
-        return 2
-    log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
+    server = None
+    if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
+        log.info("one scan of factory %s (--once: /metrics is not served)", cfg.factory_dir)
+    else:
+        registry = exporter_registry(ingest, forwarder.stats if forwarder is not None else None)
+        host, port = parse_listen(cfg.listen)
+        try:
+            server = MetricsServer(host, port, make_wsgi_app(registry))
+        except OSError as e:  # in use, or a host name that does not resolve here
+            log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
+            return 2
+        log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
     log.info("readers: %s", native.describe())
     if forwarder is not None:
         ingest.spool_sink = forwarder
@@ -144,8 +171,22 @@ def cmd_export(a: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     failed = False  # what --once exits with
+    waiting: str | None = None  # why the factory dir is not ready, while the daemon waits for it
     try:
         while not stop.is_set():
+            # --once has checked the dir; the daemon looks before each scan (a factory not started yet)
+            pending = None if a.once else factory_pending(cfg.factory_dir)
+            if pending:
+                if pending != waiting:
+                    log.warning(
+                        "factory_dir: %s: waiting for the factory to create it (/metrics is served meanwhile)", pending
+                    )
+                waiting = pending
+                stop.wait(min(cfg.interval, FACTORY_WAIT_POLL))
+                continue
+            if waiting:
+                log.info("factory_dir %s is ready: scanning", cfg.factory_dir)
+                waiting = None
             try:
                 res = ingest.scan()
                 if res.failed:
@@ -161,8 +202,8 @@ def cmd_export(a: argparse.Namespace) -> int:
                 break
             stop.wait(cfg.interval)
     finally:
-        server.shutdown()
-        thread.join(5)
+        if server is not None:
+            server.close()
         if provider is not None:
             provider.shutdown()
         if forwarder is not None:
@@ -508,7 +549,9 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--config", help="TOML configuration file (flags override it)")
     e.add_argument(
-        "--factory-dir", help="the factory log dir, with client/ and server/ (default /var/log/gwms-factory)"
+        "--factory-dir",
+        help="the factory log dir, with client/ and server/ (default /var/log/gwms-factory); "
+        "until the factory creates it, export waits (--once refuses)",
     )
     e.add_argument("--monitor-dir", help="entry monitoring dir (default <factory-dir>/monitor)")
     e.add_argument("--listen", help="HOST:PORT for /metrics (default 127.0.0.1:9822)")
@@ -523,7 +566,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--lost-after-seconds", type=_seconds, help="wait this long for a .out before a pilot is lost (default 3600)"
     )
-    e.add_argument("--once", action="store_true", help="one scan, then exit (1 if the scan or any source in it failed)")
+    e.add_argument(
+        "--once",
+        action="store_true",
+        help="one scan, then exit, serving no /metrics (1 if the scan or any source in it failed)",
+    )
     e.add_argument(
         "--traces-endpoint",
         help="OTLP/HTTP traces URL for span spools found in .err files "

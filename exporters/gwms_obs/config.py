@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -165,35 +166,60 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     return problems
 
 
+def factory_pending(d: str) -> str | None:
+    """Why the factory's log dir is not there yet, when its first start will fix it: absent, or with
+    neither client/ nor server/ (None when it is ready, or wrong in a way only an operator can fix)."""
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        return f"{d} does not exist"
+    except OSError:
+        return None  # unreachable or not a directory: dir_problems says which
+    readable = stat.S_ISDIR(st.st_mode) and os.access(d, os.R_OK | os.X_OK)
+    if readable and not any(os.path.isdir(os.path.join(d, s)) for s in FACTORY_SUBDIRS):
+        return f"{d} is not a GlideinWMS factory log dir (it has neither client/ nor server/)"
+    return None
+
+
 def dir_problems(
-    factory_dir: str, monitor_dir: str | None, names: tuple[str, str] = ("factory_dir", "monitor_dir")
+    factory_dir: str,
+    monitor_dir: str | None,
+    names: tuple[str, str] = ("factory_dir", "monitor_dir"),
+    *,
+    wait_for_factory: bool = False,
 ) -> list[str]:
-    """Why the factory's log dir (and the monitor dir, when given) cannot be read (empty when fine)."""
+    """Why the factory's log dir (and the monitor dir, when given) cannot be read (empty when fine).
+
+    ``wait_for_factory``: what :func:`factory_pending` names is not a problem
+    (the exporter daemon waits for the factory to create its dir).
+    """
     problems = []
     for name, d, is_factory in ((names[0], factory_dir, True), (names[1], monitor_dir, False)):
         if not d:
             continue
-        if not os.path.exists(d):
+        if is_factory and (pending := factory_pending(d)):
+            if not wait_for_factory:
+                problems.append(f"{name}: {pending}")
+        elif not os.path.exists(d):
             problems.append(f"{name}: {d} does not exist")
         elif not os.path.isdir(d):
             problems.append(f"{name}: {d} is not a directory")
         elif not os.access(d, os.R_OK | os.X_OK):
             problems.append(f"{name}: {d} is not readable")
-        elif is_factory and not any(os.path.isdir(os.path.join(d, s)) for s in FACTORY_SUBDIRS):
-            problems.append(f"{name}: {d} is not a GlideinWMS factory log dir (it has neither client/ nor server/)")
     return problems
 
 
-def check(cfg: ExportConfig, *, filesystem: bool = True) -> list[str]:
+def check(cfg: ExportConfig, *, filesystem: bool = True, wait_for_factory: bool = False) -> list[str]:
     """Problems that would stop the exporter from doing its job (empty when fine).
 
     ``filesystem=False`` (``check-config --syntax-only``) skips only the checks
     of directories and files, e.g. on a build host without the factory.
+    ``wait_for_factory``: a factory dir not created yet is no problem (see dir_problems).
     """
     problems = value_problems(cfg)
     if not filesystem:
         return problems
-    problems += dir_problems(cfg.factory_dir, cfg.monitor_dir)
+    problems += dir_problems(cfg.factory_dir, cfg.monitor_dir, wait_for_factory=wait_for_factory)
     if cfg.checkpoint:
         parent = os.path.dirname(os.path.abspath(cfg.checkpoint))
         if os.path.isdir(cfg.checkpoint):
