@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -271,3 +272,141 @@ def test_query_strings_read_as_parse_qsl_reads_them(query: str) -> None:
 
     raw = query.encode("utf-8")
     assert list(_query(raw)) == parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+
+
+# --- hostile input (issue 29): every refusal a 4xx, audited and counted --------------------------
+
+
+@pytest.fixture
+def lax(api: Api) -> Iterator[TestClient]:
+    """The same application, answering a server error with its 500 instead of raising it into the test."""
+    with TestClient(create_app(api.controller, "s" * 40), raise_server_exceptions=False) as client:
+        yield client
+
+
+def _counted(client: TestClient, reason: str) -> float:
+    line = f'gwms_controller_denials_total{{reason="{reason}"}} '
+    found = [x for x in client.get("/metrics").text.splitlines() if x.startswith(line)]
+    return float(found[0].split()[-1]) if found else 0.0
+
+
+DEEP = b'{"kind": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"  # 60 kB, inside the 64 KiB cap
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        DEEP,
+        b'{"kind":"site","selector":{"site":"T2_A"},"effect":{"verbosity":"off"},"reason":"r","hours":1'
+        + b"0" * 400
+        + b"}",
+        b'{"kind":"site","selector":{"site":"T2_A"},"effect":{"verbosity":"off","sample":1'
+        + b"0" * 400
+        + b'},"reason":"r","hours":1}',
+        b'{"kind":"operator","selector":{},"effect":{"verbosity":"off"},"reason":"r","expires":1' + b"0" * 400 + b"}",
+        b'{"kind":"site","selector":{"site":"T2_A"},"effect":{"verbosity":{}},"reason":"r","hours":1}',
+        b'{"kind":"site","selector":{"site":"T2_A"},"effect":{"verbosity":true},"reason":"r","hours":1}',
+        b'{"kind":"site","selector":{"site":{"x":[1]}},"effect":{"verbosity":"off"},"reason":"r","hours":1}',
+        b'{"kind":"site","selector":{"site":"T2_A"},"effect":{"verbosity":"off"},"reason":"\\ud800","hours":1}',
+        b'{"\\ud800":1}',
+        b'{"kind":"\\udfff"}',
+    ],
+    ids=[
+        "deep",
+        "hours-10e400",
+        "sample-10e400",
+        "expires-10e400",
+        "verbosity-object",
+        "verbosity-true",
+        "selector-object",
+        "reason-surrogate",
+        "field-surrogate",
+        "kind-surrogate",
+    ],
+)
+def test_bad_json_of_any_shape_is_a_400_audited_and_counted(api: Api, lax: TestClient, raw: bytes) -> None:
+    h = {**api.as_("operator"), "content-type": "application/json"}
+    r = lax.post("/v1/rules", headers=h, content=raw)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"] == "invalid" and "Traceback" not in r.text
+    [entry] = audit(api)
+    assert (entry["action"], entry["attempted"], entry["outcome"]) == ("denied", "create", "invalid")
+    assert _counted(lax, "invalid") == 1
+    assert api.controller.rules() == []
+
+
+@pytest.mark.parametrize("raw", ["²", "١٢", "12x", "9" * 19])
+def test_ids_and_numbers_that_are_not_ascii_digits_are_refused_not_500(api: Api, lax: TestClient, raw: str) -> None:
+    h = api.as_("operator")
+    assert lax.get(f"/v1/rules/{raw}", headers=h).status_code == 404
+    r = lax.post(f"/v1/rules/{raw}/expire", headers=h, json={"reason": "r"})
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    assert lax.get(f"/v1/audit?limit={raw}", headers=h).status_code == 400
+    assert lax.get(f"/v1/audit?rule={raw}", headers=h).status_code == 400
+    # a header is latin-1: "²" is a digit to str.isdigit, and no number to int()
+    r = lax.post("/v1/rules", headers={**h, "content-length": raw.encode("latin-1", "replace")}, content=b"")
+    assert r.status_code == 400, r.text
+
+
+@pytest.mark.parametrize("reason", ["stop\ud800", "stop\x00now", "a\u202egnp.exe", "two\nlines"])
+def test_a_reason_that_cannot_be_stored_or_shown_is_refused_and_the_refusal_audited(
+    api: Api, lax: TestClient, reason: str
+) -> None:
+    """A surrogate cannot be stored (SQLite), a NUL neither (PostgreSQL); controls and bidi overrides mislead
+    the page's reader."""
+    made = api.create("site_admin", **SITE_OFF).json()
+    h = {**api.as_("site_admin"), "content-type": "application/json"}
+
+    def body(**fields: Any) -> bytes:
+        return json.dumps(fields).encode()  # ASCII, a lone surrogate as its \u escape (as any client may send it)
+
+    attempts = [
+        lax.post("/v1/rules", headers=h, content=body(**{**SITE_OFF, "reason": reason})),
+        lax.post(f"/v1/rules/{made['id']}/expire", headers=h, content=body(reason=reason)),
+        lax.request(
+            "DELETE", f"/v1/rules/{made['id']}", headers={**h, **api.as_("operator")}, content=body(reason=reason)
+        ),
+    ]
+    for r in attempts:
+        assert r.status_code == 400 and r.json()["error"] == "invalid" and "reason" in r.json()["detail"], r.text
+    entries = audit(api)[:3]
+    assert [(e["attempted"], e["outcome"]) for e in entries] == [
+        ("delete", "invalid"), ("expire", "invalid"), ("create", "invalid")]  # fmt: skip
+    for e in entries:  # what was typed, kept in a form every backend stores and every page shows
+        assert e["reason"] and e["reason"] == e["reason"].encode("utf-8").decode("utf-8")
+        assert e["reason"].isprintable(), e["reason"]
+        assert "\\" in e["reason"]  # the offending character, escaped
+    assert _counted(lax, "invalid") == 3
+    assert [r.id for r in api.controller.rules(active_only=True)] == [made["id"]]
+
+
+@pytest.mark.parametrize(
+    "when", [1e300, T0 * 1000, T0 + 11 * 366 * 86400], ids=["1e300", "milliseconds", "eleven-years"]
+)
+def test_an_expiry_beyond_any_sane_time_is_refused(api: Api, when: float) -> None:
+    for role, body in (("operator", {**SITE_OFF, "kind": "operator"}), ("site_admin", SITE_OFF)):
+        r = api.create(role, **{k: v for k, v in body.items() if k != "hours"}, expires=when)
+        assert r.status_code == 400 and "expires" in r.json()["detail"], r.text
+        assert audit(api)[0]["outcome"] == "invalid"
+    r = api.create("operator", **{**SITE_OFF, "kind": "operator", "hours": 11 * 366 * 24})
+    assert r.status_code == 400 and "hours" in r.json()["detail"]
+    assert api.controller.rules() == []
+
+
+def test_the_effective_table_is_bounded_per_asker_and_ages(api: Api) -> None:
+    """A pilot token making up scopes fills its own share of the table, not the operators' whole page."""
+    from gwms_obs.controller import service
+
+    h = api.as_("pilot")
+    assert api.client.get("/v1/decide?site=T2_A&entry=REAL_CE", headers=api.as_("reader")).status_code == 200
+    for i in range(service.MAX_SEEN_PER_ASKER + 300):
+        assert api.client.get(f"/v1/decide?site=FAKE_{i}&entry=E", headers=h).status_code == 200
+    # junk that could mislead a reader is decided for, never listed
+    assert api.client.get("/v1/decide?site=%E2%80%AEevil&entry=%00", headers=h).status_code == 200
+    rows = api.get("/v1/effective")["effective"]
+    sites = [r["scope"]["site"] for r in rows]
+    assert len(sites) == service.MAX_SEEN_PER_ASKER + 1
+    assert "T2_A" in sites  # another asker's scope survives the flood
+    assert not any("\u202e" in s or "\x00" in s for s in sites)
+    api.clock[0] += service.SEEN_SECONDS + 1
+    assert api.get("/v1/effective")["effective"] == []  # nobody asked lately

@@ -111,7 +111,7 @@ def test_migrate_is_idempotent_and_reports_the_revision(url: str, open_store: Ca
     store = open_store(url)
     assert store.revision() is None
     head = store.head()
-    assert head == "0001"
+    assert head == "0002"
     assert store.migrate() == head
     assert store.migrate() == head  # again: nothing to do, nothing lost
     assert store.revision() == head
@@ -159,6 +159,7 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (root / "env.py").is_file()
     assert (root / "script.py.mako").is_file()
     assert (root / "versions" / "v0001_initial.py").is_file()
+    assert (root / "versions" / "v0002_sessions.py").is_file()
 
 
 # --- SQLite -------------------------------------------------------------------------------------
@@ -473,3 +474,78 @@ def test_concurrent_writers_all_succeed(url: str, store: Store, open_store: Call
     assert len(rules) == 2 * per_thread and len({r.id for r in rules}) == 2 * per_thread
     changes = 2 * (per_thread + per_thread // 5)
     assert store.generation() == changes and len(store.audit(limit=1000)) == changes
+
+
+# --- hostile text (issue 29) --------------------------------------------------------------------
+
+
+def test_a_refusal_is_audited_whatever_text_it_carries(store: Store) -> None:
+    """A NUL (PostgreSQL refuses it in text), a lone surrogate (SQLite cannot encode it), a bidi override:
+    a refused request's why and detail are kept escaped, so the audit write cannot fail on them."""
+    denied = store.record_denial(
+        SITE_ADMIN, "create", "invalid", "selector site='\x00\ud800'", T0, {"reason": "x\x00\ud800"},
+        why="stop\x00now \ud800 \u202etxt.exe",
+    )  # fmt: skip
+    assert denied.reason == "stop\\x00now \\ud800 \\u202etxt.exe"
+    assert denied.detail == "selector site='\\x00\\ud800'"
+    assert denied.after == {"reason": "x\x00\ud800"}  # JSON keeps the request exactly, in ASCII
+    assert store.audit() == [denied]
+    long = store.record_denial(OPERATOR, "create", "invalid", "d" * 100_000, T0, None, why="w" * 100_000)
+    assert len(long.reason) <= 1000 and len(long.detail) <= 1000
+
+
+@pytest.mark.parametrize("reason", ["nul\x00", "surrogate\ud800", "rlo\u202e"])
+def test_a_change_with_a_reason_no_backend_stores_is_a_value_error(store: Store, reason: str) -> None:
+    with pytest.raises(ValueError, match="reason"):
+        _create(store, reason=reason)
+    assert store.rules() == [] and store.audit() == [] and store.generation() == 0
+
+
+@pytest.mark.parametrize("expires", [1e300, T0 * 1000, -1.0])
+def test_a_time_no_page_can_show_is_a_value_error(store: Store, expires: float) -> None:
+    with pytest.raises(ValueError, match="Unix seconds"):
+        _create(store, expires=expires)
+    assert store.rules() == []
+
+
+def test_an_audit_entry_that_is_not_json_is_read_as_unreadable(store: Store) -> None:
+    with store._engine.begin() as conn:
+        for text in ("[1, 2]", "{oops", '"a string"'):
+            conn.execute(sa.insert(audit_table).values(
+                at=T0, actor="x", role="operator", action="create", attempted="", rule_id=1, before_json=text,
+                after_json=None, reason="r", outcome="ok", detail=""))  # fmt: skip
+    entries = store.audit()
+    assert len(entries) == 3 and all(e.before is not None and "unreadable" in e.before for e in entries)
+
+
+def test_the_controller_audits_and_counts_a_nul_reason(url: str, store: Store) -> None:
+    """The whole path on both backends: refused as invalid before the database sees it, audited, counted."""
+    from gwms_obs.controller.policy import Denied
+    from gwms_obs.controller.service import Controller
+    from tests.support.controller import in_process_config
+
+    cfg = in_process_config(url, {"site_admin": "t" * 40})
+    controller = Controller(cfg, store, clock=lambda: T0)
+    who = Principal("site_admin-1", Role.SITE_ADMIN, sites=frozenset({"T2_A"}))
+    for reason in ("nul\x00", "surrogate\ud800"):
+        with pytest.raises(Denied) as e:
+            controller.create_rule(who, Kind.SITE, Selector(site="T2_A"), Effect(Verbosity.OFF), reason, T0 + 60)
+        assert e.value.reason == "invalid"
+    assert [(x.outcome, x.reason) for x in store.audit()] == [("invalid", "surrogate\\ud800"), ("invalid", "nul\\x00")]
+    assert controller.metrics.registry.get_sample_value("gwms_controller_denials_total", {"reason": "invalid"}) == 2
+
+
+# --- web sessions -------------------------------------------------------------------------------
+
+
+def test_sessions_are_found_until_closed_or_expired(url: str, store: Store, open_store: Callable[[str], Store]) -> None:
+    store.open_session("a" * 64, "h" * 64, T0, T0 + 100)
+    store.open_session("b" * 64, "h" * 64, T0, T0 + 100)
+    other = open_store(url)  # another worker sees it
+    assert other.session("a" * 64, T0 + 1) == "h" * 64
+    assert other.session("a" * 64, T0 + 100) is None  # expired
+    assert other.close_session("a" * 64) is True
+    assert store.session("a" * 64, T0 + 1) is None and store.session("b" * 64, T0 + 1) == "h" * 64
+    assert store.close_session("a" * 64) is False
+    store.open_session("c" * 64, "h" * 64, T0 + 200, T0 + 300)  # a login purges the expired
+    assert _rows(store, "sessions") == 1

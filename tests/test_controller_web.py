@@ -142,15 +142,15 @@ def _session(set_cookie: str) -> dict[str, Any]:
     return decoded
 
 
-def test_the_session_cookie_holds_the_token_hash_never_the_token(site: Site) -> None:
+def test_the_session_cookie_holds_a_session_id_never_the_token(site: Site) -> None:
     client = site.browser()
     token = site.tokens["operator"]
     r = client.post("/login", data={"csrf": csrf_of(client.get("/login").text), "token": token})
     cookie = r.headers["set-cookie"]
     assert token not in cookie
     session = _session(cookie)
-    assert session["sub"] == C.token_hash(token)
-    assert token not in json.dumps(session)
+    assert set(session) == {"sid", "csrf", "flash"} and len(session["sid"]) >= 43  # 256 random bits
+    assert token not in json.dumps(session) and C.token_hash(token) not in json.dumps(session)
     flags = cookie.lower()
     assert "httponly" in flags and "samesite=strict" in flags and f"max-age={8 * 3600}" in flags
 
@@ -421,3 +421,85 @@ def test_every_field_has_a_label(site: Site) -> None:
     labels = set(re.findall(r'<label for="([^"]+)"', page))
     assert ids and ids <= labels, ids - labels
     assert all(re.search(r'<th scope="col">', t) for t in re.findall(r"<thead>.*?</thead>", page, re.S))
+
+
+# --- hostile input (issue 29) ---------------------------------------------------------------------
+
+
+def test_logout_ends_the_session_on_the_server(site: Site) -> None:
+    """A cookie saved before the logout (copied, stolen, kept by a proxy) is worth nothing after it."""
+    client = site.login("site_admin")
+    page = client.get("/").text
+    saved, csrf = dict(client.cookies), csrf_of(page)
+    assert client.post("/logout", data={"csrf": csrf}).status_code == 303
+    with TestClient(site.app, follow_redirects=False) as replay:
+        replay.cookies = saved
+        assert replay.get("/").headers["location"] == "/login"
+        assert replay.get("/audit").headers["location"] == "/login"
+        r = replay.post("/rules", data={"csrf": csrf, **SITE_FORM})
+        assert r.status_code == 401 and "Not logged in" in r.text
+    assert site.controller.rules() == []
+    # another browser's session of the same token is its own: it stays
+    other = site.login("site_admin")
+    assert other.get("/").status_code == 200
+
+
+@pytest.mark.parametrize("role", ["site_admin", "vo_manager", "operator"])
+def test_a_refused_absurd_expiry_leaves_every_page_up(site: Site, role: str) -> None:
+    """The refusal is audited with what was asked; the page shows it, and answers 200 for everyone after it."""
+    lax = TestClient(site.app, raise_server_exceptions=False)
+    site.clients.append(lax)
+    bodies = {
+        "site_admin": {"kind": "site", "selector": {"site": "T2_A"}, "effect": {"verbosity": "off"}},
+        "vo_manager": {"kind": "vo", "selector": {"frontend": "cms"}, "effect": {"verbosity": "off"}},
+        "operator": {"kind": "operator", "selector": {}, "effect": {"verbosity": "off"}},
+    }
+    for expires in (1e300, T0 * 1000):  # absurd, and an operator's millisecond timestamp
+        r = lax.post("/v1/rules", headers={"Authorization": f"Bearer {site.tokens[role]}"},
+                     json={**bodies[role], "reason": "keep it", "expires": expires})  # fmt: skip
+        assert r.status_code == 400 and r.json()["error"] == "invalid", r.text
+    reader = site.login("reader")
+    for path in ("/", "/audit"):
+        r = reader.get(path)
+        assert r.status_code == 200, (path, r.status_code)
+        rows = re.findall(r'<tr class="denied">.*?</tr>', r.text, re.S)
+        assert len(rows) == 2 and all("create refused" in x and "denied: invalid" in x for x in rows), rows
+    assert site.controller.rules() == []
+
+
+def _stored_before_the_fix(site: Site) -> None:
+    """Rows written straight into the database, as an older controller (or a hand) left them."""
+    import sqlalchemy as sa
+
+    from gwms_obs.controller.store import audit_table, rules_table
+
+    with site.controller.store._engine.begin() as conn:
+        conn.execute(sa.insert(rules_table).values(
+            kind="operator", verbosity=1, sample=1.0, record_commands=False, owner="olga", role="operator",
+            reason="ms \u202eclock\x07", created=T0 - 60, expires=T0 * 1000))  # fmt: skip
+        request = {"kind": "site", "selector": {"site": "T2_A"}, "effect": {"verbosity": "off"}, "expires": 1e300}
+        for after in (json.dumps(request), '{"effect": "not an object", "expires": "soon"}', "[1, 2]", "{oops"):
+            conn.execute(sa.insert(audit_table).values(
+                at=T0, actor="vic", role="vo_manager", action="denied", attempted="create", rule_id=None,
+                before_json=None, after_json=after, reason="why \u202etxt.exe\x00", outcome="invalid",
+                detail="a vo_manager's rule may last 720 h at most"))  # fmt: skip
+        conn.execute(sa.insert(audit_table).values(
+            at=float("inf"), actor="x", role="operator", action="expire", attempted="", rule_id=7,
+            before_json=None, after_json=None, reason="r", outcome="ok", detail=""))  # fmt: skip
+
+
+def test_the_pages_render_any_stored_row(site: Site) -> None:
+    """An absurd expiry, a broken audit entry, a control or bidi character stored before the fix: shown, escaped."""
+    _stored_before_the_fix(site)
+    site.controller._reload(site.clock[0])
+    client = site.login("operator")
+    for path in ("/", "/?all=1", "/audit"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.status_code)
+        assert "\u202e" not in r.text and "\x00" not in r.text and "\x07" not in r.text
+        assert "\\u202e" in r.text  # shown, as an escape a reader sees
+    page = client.get("/audit").text
+    assert "(not a time: 1e+300)" in page
+    assert page.count("(this entry could not be read") == 3  # the three that are not a rule request
+    rule = text_of(re.search(r'<tr id="rule-1".*?</tr>', client.get("/").text, re.S).group(0))  # type: ignore[union-attr]
+    assert "(not a time: 1800000000000.0)" in rule

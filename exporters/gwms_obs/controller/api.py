@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import unquote_plus
@@ -23,14 +22,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from .policy import SELECTOR_FIELDS, Attributes, Denied, Effect, Kind, Principal, Selector
+from . import web
+from .policy import SELECTOR_FIELDS, Attributes, Denied, Principal, require_writer
+from .validate import STATUS, parse_id, rule_request
 
 log = logging.getLogger("gwms_obs.controller")
 
 MAX_BODY = 64 * 1024
-STATUS = {
-    "read_only": 403, "wrong_kind": 403, "out_of_scope": 403, "above_cap": 403, "invalid": 400, "not_found": 404,
-}  # fmt: skip
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -63,7 +61,7 @@ def _unauthorized() -> Response:
 
 async def _body(request: Request) -> dict[str, Any]:
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY):
         raise Denied("invalid", f"a body of at most {MAX_BODY} bytes")
     raw = b""
     async for chunk in request.stream():
@@ -74,42 +72,13 @@ async def _body(request: Request) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+    except ValueError as e:  # UnicodeDecodeError and a number of over 4,300 digits included
         raise Denied("invalid", f"the body is not JSON: {e}") from None
+    except RecursionError:  # [[[[... within the size cap
+        raise Denied("invalid", "the body nests too deeply") from None
     if not isinstance(body, dict):
         raise Denied("invalid", "the body must be a JSON object")
     return body
-
-
-def rule_request(body: dict[str, Any], now: float) -> tuple[Kind, Selector, Effect, str, float | None]:
-    """A rule to create, from a JSON body or a form; Denied("invalid") names what is wrong."""
-    unknown = set(body) - {"kind", "selector", "effect", "reason", "expires", "hours"}
-    if unknown:
-        raise Denied("invalid", f"unknown field(s) {', '.join(sorted(unknown))}")
-    try:
-        kind = Kind(str(body.get("kind")))
-    except ValueError:
-        raise Denied("invalid", f"kind: one of {', '.join(k.value for k in Kind)}") from None
-    selector_raw, effect_raw = body.get("selector", {}), body.get("effect")
-    if not isinstance(selector_raw, dict) or not isinstance(effect_raw, dict):
-        raise Denied("invalid", "selector and effect must be objects")
-    try:
-        selector = Selector.from_mapping(selector_raw)
-        effect = Effect.from_mapping(effect_raw)
-    except ValueError as e:
-        raise Denied("invalid", str(e)) from None
-    reason = body.get("reason", "")
-    if not isinstance(reason, str):
-        raise Denied("invalid", "reason must be a string")
-    expires, hours = body.get("expires"), body.get("hours")
-    if expires is not None and hours is not None:
-        raise Denied("invalid", "give expires or hours, not both")
-    for name, v in (("expires", expires), ("hours", hours)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0):
-            raise Denied("invalid", f"{name} must be a positive number")
-    if hours is not None:
-        expires = now + float(hours) * 3600.0
-    return kind, selector, effect, reason, (float(expires) if expires is not None else None)
 
 
 _JSON_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
@@ -137,7 +106,8 @@ class DecideFastPath:
             await self.app(scope, receive, send)
             return
         token = next((bearer(v.decode("latin-1")) for k, v in scope["headers"] if k == b"authorization"), "")
-        if self.controller.authenticate(token) is None:
+        who = self.controller.authenticate(token)
+        if who is None:
             self.controller.metrics.auth_failures.inc()
             await _send(send, 401, _dumps({"error": "unauthenticated", "detail": UNAUTHENTICATED}),
                         [(b"www-authenticate", b"Bearer")])  # fmt: skip
@@ -155,7 +125,7 @@ class DecideFastPath:
                     detail = f"unknown parameter {key[:40]!r}: {', '.join(SELECTOR_FIELDS)}, explain"
                     await _send(send, 400, _dumps({"error": "invalid", "detail": detail}))
                     return
-        decision = self.controller.decide(Attributes.from_mapping(values), explain)
+        decision = self.controller.decide(Attributes.from_mapping(values), explain, who.name)
         if explain:
             body = _dumps(decision.as_dict(True))
         else:
@@ -192,7 +162,6 @@ async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, 
 
 def create_app(controller: Any, session_secret: str, https_only: bool = False) -> DecideFastPath:
     """The API and the web page (web.py) over one Controller."""
-    from . import web
 
     def authed(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Handler:
         async def wrapped(request: Request) -> Response:
@@ -216,49 +185,54 @@ def create_app(controller: Any, session_secret: str, https_only: bool = False) -
         return _Json({"rules": [r.as_dict() for r in found], "now": controller.clock()})
 
     def _rule_id(request: Request) -> int:
-        raw = request.path_params["rule_id"]
-        if not raw.isdigit() or len(raw) > 18:
-            raise Denied("not_found", f"no rule {raw[:40]!r}")
-        return int(raw)
+        return parse_id(request.path_params["rule_id"], "rule", "not_found")
 
     async def rule(request: Request, who: Principal) -> Response:
-        found = await run_in_threadpool(controller.rule, _rule_id(request))
+        rule_id = _rule_id(request)
+        found = await run_in_threadpool(controller.rule, rule_id)
         if found is None:
-            raise Denied("not_found", f"no rule {request.path_params['rule_id']}")
+            raise Denied("not_found", f"no rule {rule_id}")
         return _Json(found.as_dict())
 
     async def create(request: Request, who: Principal) -> Response:
+        body: dict[str, Any] = {}
         try:
-            if not who.role.writes:  # refused for what it is, whatever it sent
-                raise Denied("read_only", f"a {who.role.value} token reads, never writes")
-            kind, selector, effect, reason, expires = rule_request(await _body(request), controller.clock())
-        except Denied as e:
-            await run_in_threadpool(controller.refuse, who, "create", e, None, None)
+            require_writer(who)
+            body = await _body(request)
+            kind, selector, effect, reason, expires = rule_request(body, controller.clock())
+        except Denied as e:  # the request's own reason goes with it, whatever it is (the store escapes it)
+            await run_in_threadpool(controller.refuse, who, "create", e, None, None, body.get("reason", ""))
             raise
         made = await run_in_threadpool(controller.create_rule, who, kind, selector, effect, reason, expires)
         return _Json(made.as_dict(), status_code=201)
 
-    async def expire(request: Request, who: Principal) -> Response:
-        body = await _body(request)
-        done = await run_in_threadpool(controller.expire_rule, who, _rule_id(request), body.get("reason", ""))
+    async def change(request: Request, who: Principal, action: str) -> Response:
+        """Expire or delete a rule; a refusal of the request itself (bad id, bad body) is audited too."""
+        rule_id: int | None = None
+        try:
+            rule_id = _rule_id(request)
+            body = await _body(request)
+        except Denied as e:
+            await run_in_threadpool(controller.refuse, who, action, e, None, rule_id)
+            raise
+        reason = body.get("reason", request.query_params.get("reason", "") if action == "delete" else "")
+        done = await run_in_threadpool(
+            controller.expire_rule if action == "expire" else controller.delete_rule, who, rule_id, reason
+        )
         return _Json(done.as_dict())
 
+    async def expire(request: Request, who: Principal) -> Response:
+        return await change(request, who, "expire")
+
     async def delete(request: Request, who: Principal) -> Response:
-        body = await _body(request)
-        reason = body.get("reason", request.query_params.get("reason", ""))
-        gone = await run_in_threadpool(controller.delete_rule, who, _rule_id(request), reason)
-        return _Json(gone.as_dict())
+        return await change(request, who, "delete")
 
     async def audit(request: Request, who: Principal) -> Response:
         q = request.query_params
 
         def number(name: str) -> int | None:
             v = q.get(name)
-            if v is None:
-                return None
-            if not v.isdigit() or len(v) > 18:
-                raise Denied("invalid", f"{name} must be a whole number")
-            return int(v)
+            return None if v is None else parse_id(v, name)
 
         entries = await run_in_threadpool(controller.audit, number("limit") or 100, number("before"), number("rule"))
         return _Json({"audit": [e.as_dict() for e in entries]})
@@ -300,4 +274,4 @@ def vars_(a: Attributes) -> dict[str, str]:
     return {f: v for f in SELECTOR_FIELDS if (v := getattr(a, f))}
 
 
-__all__ = ["bearer", "create_app", "error", "rule_request"]
+__all__ = ["bearer", "create_app", "error"]

@@ -47,12 +47,20 @@ class Verbosity(IntEnum):
     def parse(cls, value: str | int | Verbosity) -> Verbosity:
         if isinstance(value, Verbosity):
             return value
-        if isinstance(value, int):
-            return cls(value)
         try:
-            return cls[value.strip().upper()]
-        except KeyError:
-            raise ValueError(f"verbosity {value!r}: one of {', '.join(v.label for v in cls)}") from None
+            if isinstance(value, str):
+                return cls[value.strip().upper()]
+            if isinstance(value, int) and not isinstance(value, bool):
+                return cls(value)
+        except (KeyError, ValueError):
+            pass
+        if isinstance(value, str) and len(value) < 40:
+            shown = repr(value)
+        elif isinstance(value, int) and abs(value) < 1000:  # str() of a 5,000-digit int raises
+            shown = str(value)
+        else:
+            shown = type(value).__name__
+        raise ValueError(f"verbosity {shown}: one of {', '.join(v.label for v in cls)}")
 
 
 class Role(StrEnum):
@@ -136,7 +144,10 @@ class Selector:
         unknown = set(values) - set(SELECTOR_FIELDS)
         if unknown:
             raise ValueError(f"selector: unknown field(s) {', '.join(sorted(unknown))}")
-        return cls(**{f: (str(values[f]) if values.get(f) not in (None, "") else None) for f in SELECTOR_FIELDS})
+        for f in SELECTOR_FIELDS:
+            if not isinstance(values.get(f, ""), str | None):
+                raise ValueError(f"selector {f}: a string")
+        return cls(**{f: (values[f] or None) for f in SELECTOR_FIELDS if f in values})
 
     def as_dict(self) -> dict[str, str]:
         return {f: v for f in SELECTOR_FIELDS if (v := getattr(self, f)) is not None}
@@ -194,11 +205,15 @@ class Effect:
             raise ValueError("effect: verbosity is required")
         sample = values.get("sample", 1.0)
         if isinstance(sample, bool) or not isinstance(sample, int | float | str):
-            raise ValueError(f"sample {sample!r}: a ratio in [0, 1]")
+            raise ValueError("sample: a ratio in [0, 1]")
+        try:
+            ratio = float(sample)
+        except (ValueError, OverflowError):  # "x", 10**400
+            raise ValueError("sample: a ratio in [0, 1]") from None
         record = values.get("record_commands", False)
         if not isinstance(record, bool):
             raise ValueError(f"record_commands {record!r}: true or false")
-        return cls(Verbosity.parse(values["verbosity"]), float(sample), record)
+        return cls(Verbosity.parse(values["verbosity"]), ratio, record)
 
     def as_dict(self) -> dict[str, Any]:
         return {"verbosity": self.verbosity.label, "sample": self.sample, "record_commands": self.record_commands}
@@ -498,6 +513,12 @@ class Denied(Exception):
 DENIAL_REASONS = ("read_only", "wrong_kind", "out_of_scope", "above_cap", "invalid", "not_found")
 
 
+def require_writer(who: Principal) -> None:
+    """Raise Denied("read_only") unless ``who`` may write at all: refused for what it is, whatever it sent."""
+    if not who.role.writes:
+        raise Denied("read_only", f"a {who.role.value} token reads, never writes")
+
+
 def authorize_create(
     who: Principal,
     kind: Kind,
@@ -508,8 +529,7 @@ def authorize_create(
     expires: float | None = None,
 ) -> None:
     """Raise Denied unless ``who`` may create this rule now."""
-    if not who.role.writes:
-        raise Denied("read_only", f"a {who.role.value} token reads, never writes")
+    require_writer(who)
     if kind not in KINDS_OF_ROLE[who.role]:
         raise Denied("wrong_kind", f"a {who.role.value} may not make {kind.value} rules")
     if expires is not None and expires <= now:
@@ -531,8 +551,7 @@ def authorize_create(
 
 def authorize_change(who: Principal, rule: Rule) -> None:
     """Raise Denied unless ``who`` may expire or delete ``rule``."""
-    if not who.role.writes:
-        raise Denied("read_only", f"a {who.role.value} token reads, never writes")
+    require_writer(who)
     if rule.kind not in KINDS_OF_ROLE[who.role]:
         raise Denied("wrong_kind", f"a {who.role.value} may not change {rule.kind.value} rules")
     _in_scope(who, rule.kind, rule.selector)
@@ -574,5 +593,6 @@ __all__ = [
     "Why",
     "authorize_change",
     "authorize_create",
+    "require_writer",
     "sampled",
 ]

@@ -14,6 +14,10 @@ counted (metrics.py).
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import re
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -37,9 +41,20 @@ from .policy import (
     authorize_create,
 )
 from .store import AuditEntry, Store
+from .validate import check_reason
 
-MAX_REASON = 500
-MAX_SEEN = 2000  # pilots' scopes remembered for the effective-verbosity table (LRU)
+log = logging.getLogger("gwms_obs.controller")
+
+# The effective-tracing table's scopes that pilots asked about: kept per asker (a token's name), so a
+# token making scopes up fills its own share of the table and pushes out nobody else's; and only those
+# asked about lately, so yesterday's flood is gone today. A factory asks for its entries and frontends,
+# a few hundred scopes at most; the configured [[scopes]] are always listed.
+MAX_SEEN_PER_ASKER = 200
+SEEN_SECONDS = 6 * 3600.0
+# a scope is listed only when every field could be a selector's (policy._SAFE without patterns): junk
+# (a NUL, a bidi override, spaces) is decided for, never shown to an operator
+_LISTABLE = re.compile(r"^[A-Za-z0-9_.:@/-]{0,256}$")
+SESSION_SECONDS = 8 * 3600.0  # a web session lasts this long at most (web.SESSION_MAX_AGE)
 
 
 class Controller:
@@ -56,7 +71,7 @@ class Controller:
         self.metrics = metrics if metrics is not None else ControllerMetrics()
         self._principals = config.principals()
         self._lock = threading.Lock()  # writes, and rebuilding the snapshot
-        self._seen: OrderedDict[Attributes, None] = OrderedDict()
+        self._seen: dict[str, OrderedDict[Attributes, float]] = {}  # asker -> scope -> when last asked
         self._policy = Policy((), config.default, config.ceiling)
         self._generation = -1
         self._checked = float("-inf")
@@ -73,6 +88,31 @@ class Controller:
     def principal(self, digest: str) -> Principal | None:
         """The principal of a token's hash (the web page's session keeps the hash, never the token)."""
         return self._principals.get(digest)
+
+    # --- web sessions ----------------------------------------------------------------------------------
+    def open_session(self, token: str) -> str | None:
+        """A new web session for ``token`` (None if it is no token of ours): its id, for the signed cookie.
+
+        The database keeps the session (its id's hash and the token's hash) so that a logout
+        ends it everywhere: a copy of the cookie is worth nothing after it.
+        """
+        if self.authenticate(token) is None:
+            return None
+        sid = secrets.token_urlsafe(32)
+        now = self.clock()
+        self.store.open_session(_digest(sid), token_hash(token), now, now + SESSION_SECONDS)
+        return sid
+
+    def session_principal(self, sid: str) -> Principal | None:
+        """Who a web session speaks for: None once it is closed or expired, or its token left the config."""
+        if not sid or len(sid) > 128:
+            return None
+        digest = self.store.session(_digest(sid), self.clock())
+        return None if digest is None else self.principal(digest)
+
+    def close_session(self, sid: str) -> None:
+        if sid and len(sid) <= 128:
+            self.store.close_session(_digest(sid))
 
     # --- the snapshot ------------------------------------------------------------------------------
     def _reload(self, now: float) -> None:
@@ -116,28 +156,40 @@ class Controller:
             self._next_expiry = later
 
     # --- deciding ----------------------------------------------------------------------------------
-    def decide(self, attrs: Attributes, explain: bool = False) -> Decision:
+    def decide(self, attrs: Attributes, explain: bool = False, asker: str = "") -> Decision:
+        """The decision for a pilot; ``asker`` (the token's name) files its scope in the effective table."""
         now = self.clock()
         decision = self._snapshot(now).decide(attrs, now, explain)
         self.metrics.decided(decision)
-        self._remember(attrs)
+        self._remember(attrs, asker, now)
         return decision
 
-    def _remember(self, attrs: Attributes) -> None:
+    def _remember(self, attrs: Attributes, asker: str, now: float) -> None:
         scope = Attributes(attrs.factory, attrs.entry, attrs.site, attrs.frontend, attrs.security_class)
-        seen = self._seen
+        seen = self._seen.get(asker)
+        if seen is None:
+            seen = self._seen[asker] = OrderedDict()
         if scope in seen:
+            seen[scope] = now
             seen.move_to_end(scope)
             return
-        seen[scope] = None
-        if len(seen) > MAX_SEEN:
+        if not all(_LISTABLE.match(v) for v in (scope.factory, scope.entry, scope.site, scope.frontend,
+                                                  scope.security_class)):  # fmt: skip
+            return
+        seen[scope] = now
+        if len(seen) > MAX_SEEN_PER_ASKER:
             seen.popitem(last=False)
 
     def effective(self) -> list[tuple[Attributes, Decision]]:
         """The decision, now, for every configured scope and every scope a pilot asked about lately."""
-        scopes = list(dict.fromkeys([*self.config.scopes, *list(self._seen)]))
-        scopes.sort(key=lambda a: (a.site, a.entry, a.frontend, a.factory, a.security_class))
         now = self.clock()
+        since = now - SEEN_SECONDS
+        lately: list[Attributes] = []
+        # decide() adds to these in the event loop while this runs in a thread: list() copies each at once
+        for seen in list(self._seen.values()):
+            lately.extend(scope for scope, at in list(seen.items()) if at > since)
+        scopes = list(dict.fromkeys([*self.config.scopes, *lately]))
+        scopes.sort(key=lambda a: (a.site, a.entry, a.frontend, a.factory, a.security_class))
         policy = self._snapshot(now)
         return [(a, policy.decide(a, now)) for a in scopes]
 
@@ -163,10 +215,18 @@ class Controller:
         rule_id: int | None,
         why: str = "",
     ) -> None:
-        """Audit and count a refused change (``why``: the reason its author gave)."""
-        why = why.strip()[:MAX_REASON] if isinstance(why, str) else ""
-        self.store.record_denial(who, action, e.reason, e.detail, self.clock(), request, rule_id, why=why)
+        """Audit and count a refused change (``why``: the reason its author gave, whatever it is).
+
+        Counted first: a refusal the database cannot take (it is away) is still counted, and logged.
+        The store keeps the why and the detail escaped (validate.visible), so their text cannot fail the write.
+        """
         self.metrics.denied(e.reason)
+        why = why.strip() if isinstance(why, str) else ""
+        try:
+            self.store.record_denial(who, action, e.reason, e.detail, self.clock(), request, rule_id, why=why)
+        except Exception:
+            log.exception("refused %s by %s (%s: %s) could not be audited", action, who.name, e.reason, e.detail)
+            raise
 
     def create_rule(
         self,
@@ -184,7 +244,7 @@ class Controller:
             try:
                 # who may do what first: a refusal names the real reason, not a missing field
                 authorize_create(who, kind, selector, effect, self._policy, now, expires)
-                _check_reason(reason)
+                reason = check_reason(reason)
                 if who.role != Role.OPERATOR:
                     hours = self.config.max_override_hours
                     if expires is None:
@@ -194,7 +254,7 @@ class Controller:
             except Denied as e:
                 self.refuse(who, "create", e, request, None, reason)
                 raise
-            rule = self.store.create(kind, selector, effect, who, reason.strip(), now, expires)
+            rule = self.store.create(kind, selector, effect, who, reason, now, expires)
             self.metrics.changed("create")
             self._reload(now)
         return rule
@@ -213,23 +273,20 @@ class Controller:
                 if rule is None:
                     raise Denied("not_found", f"no rule {rule_id}")
                 authorize_change(who, rule)
-                _check_reason(reason)
+                reason = check_reason(reason)
                 if action == "expire" and not rule.active(now) and rule.created <= now:
                     raise Denied("invalid", f"rule {rule_id} has already expired")
             except Denied as e:
                 self.refuse(who, action, e, None, rule_id, reason)
                 raise
             if action == "expire":
-                _, after = self.store.expire(rule_id, who, reason.strip(), now)
+                _, after = self.store.expire(rule_id, who, reason, now)
             else:
-                after = self.store.delete(rule_id, who, reason.strip(), now)
+                after = self.store.delete(rule_id, who, reason, now)
             self.metrics.changed(action)
             self._reload(now)
         return after
 
 
-def _check_reason(reason: str) -> None:
-    if not isinstance(reason, str) or not reason.strip():
-        raise Denied("invalid", "a change needs a reason (the audit log's why)")
-    if len(reason) > MAX_REASON:
-        raise Denied("invalid", f"reason: at most {MAX_REASON} characters")
+def _digest(sid: str) -> str:
+    return hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()

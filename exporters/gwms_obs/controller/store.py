@@ -49,6 +49,7 @@ from gwms_obs.controller.policy import (
     Selector,
     Verbosity,
 )
+from gwms_obs.controller.validate import MAX_DETAIL, first_unsafe, visible
 
 # Alembic's script_location as a package resource: found wherever the package is installed
 MIGRATIONS = "gwms_obs.controller:migrations"
@@ -56,6 +57,8 @@ CHANGES = ("create", "expire", "delete")
 ACTIONS = (*CHANGES, "denied")
 SQLITE_BUSY_TIMEOUT_MS = 5000
 PG_CONNECT_TIMEOUT_S = 10
+# the times a rule or entry may hold: from 1970 to the end of year 9999, the range every date formatter shows
+MAX_TIME = 253_402_300_799.0
 
 # named constraints: the same names on both backends, so a later migration can drop or alter them
 metadata = sa.MetaData(
@@ -112,6 +115,18 @@ audit_table = sa.Table(
     sa.CheckConstraint(_in("action", ACTIONS), name="action"),
     sa.Index(None, "rule_id"),
     sqlite_autoincrement=True,
+)
+
+# web page sessions (web.py): the cookie carries the session id, this table what it is worth, so a
+# logout (a deleted row) ends the session in every worker and every controller on the database
+sessions_table = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),  # SHA-256 of the session id, never the id itself
+    sa.Column("token_sha256", sa.String(64), nullable=False),
+    sa.Column("created", sa.Double, nullable=False),
+    sa.Column("expires", sa.Double, nullable=False),
+    sa.Index(None, "expires"),
 )
 
 meta_table = sa.Table(
@@ -423,12 +438,15 @@ class Store:
         ``request`` (the rule asked for, as a dict) is kept as the entry's ``after``; for an
         expire or delete of a rule that exists, ``before`` is that rule. ``why`` is the
         human's reason given with the refused request, if any. No generation bump: nothing changed.
+        ``why`` and ``detail`` are stored as :func:`validate.visible` shows them, and ``request``
+        as ASCII JSON: what a refused request carried can never make its audit write fail.
         """
         if action not in CHANGES:
             raise ValueError(f"action {action!r}: one of {', '.join(CHANGES)}")
         if reason not in DENIAL_REASONS:
             raise ValueError(f"denial reason {reason!r}: one of {', '.join(DENIAL_REASONS)}")
         _need_time(at, "at")
+        why, detail = visible(why, MAX_DETAIL), visible(detail, MAX_DETAIL)
         with self._write() as conn:
             before = None
             if rule_id is not None:
@@ -462,6 +480,29 @@ class Store:
         with self._read() as conn:
             rows = conn.execute(query).mappings().all()
         return [_entry(r) for r in rows]
+
+    # --- web sessions ------------------------------------------------------------------------------
+
+    def open_session(self, digest: str, token_sha256: str, at: float, expires: float) -> None:
+        """A web session (``digest``: its id's SHA-256) of a token, valid until ``expires``; the expired go."""
+        with self._write() as conn:
+            conn.execute(sa.delete(sessions_table).where(sessions_table.c.expires <= at))
+            conn.execute(sa.insert(sessions_table).values(id=digest, token_sha256=token_sha256, created=at,
+                                                          expires=expires))  # fmt: skip
+
+    def session(self, digest: str, at: float) -> str | None:
+        """The token hash of a session still open at ``at``, or None (closed, expired or never opened)."""
+        query = sa.select(sessions_table.c.token_sha256).where(
+            sessions_table.c.id == digest, sessions_table.c.expires > at
+        )
+        with self._read() as conn:
+            found = conn.execute(query).scalar()
+        return None if found is None else str(found)
+
+    def close_session(self, digest: str) -> bool:
+        """End a session (logout); False when there was none."""
+        with self._write() as conn:
+            return conn.execute(sa.delete(sessions_table).where(sessions_table.c.id == digest)).rowcount > 0
 
     def close(self) -> None:
         self._engine.dispose()
@@ -528,11 +569,14 @@ def _inserted(result: sa.CursorResult[Any]) -> int:
 def _need_reason(reason: str) -> None:
     if not reason or not reason.strip():
         raise ValueError("a reason is required for every change")
+    bad = first_unsafe(reason)
+    if bad is not None:  # a NUL PostgreSQL refuses, a surrogate SQLite cannot encode, a bidi override
+        raise ValueError(f"reason: {bad!a} is a control, surrogate or bidirectional-override character")
 
 
 def _need_time(value: float, name: str) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"{name} {value!r}: Unix seconds")
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIME):
+        raise ValueError(f"{name} {value!r}: Unix seconds from 1970 to 9999")
 
 
 def _dump(value: Mapping[str, Any] | None) -> str | None:
@@ -540,7 +584,15 @@ def _dump(value: Mapping[str, Any] | None) -> str | None:
 
 
 def _load(text: str | None) -> dict[str, Any] | None:
-    return None if text is None else dict(json.loads(text))
+    """A stored rule's JSON; one that is not a JSON object (written by hand, or by a bug) is marked unreadable,
+    so one bad entry never takes the audit log down with it."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, dict) else {"unreadable": visible(text, 200)}
 
 
 def _rule(row: sa.RowMapping) -> Rule:
@@ -574,4 +626,4 @@ def _entry(row: sa.RowMapping) -> AuditEntry:
     )
 
 
-__all__ = ["ACTIONS", "AuditEntry", "Store", "StoreError", "masked", "metadata"]
+__all__ = ["ACTIONS", "MAX_TIME", "AuditEntry", "Store", "StoreError", "masked", "metadata"]

@@ -5,12 +5,19 @@ plain HTML forms, no JavaScript: every page works in any browser, and the
 Content-Security-Policy forbids inline script outright.
 
 Sessions are Starlette's signed cookie (8 h, SameSite=Strict, HttpOnly). It
-holds the token's SHA-256 and a CSRF token, never the token: every request
-resolves the hash again through ``controller.principal``, so a token removed
-from the configuration stops working on its very next request. Every POST
-(the login's too) carries the session's CSRF token in a hidden field; a login
-starts a new session (new CSRF token), so a session planted before it is
-worth nothing after.
+holds a random session id and a CSRF token, never the token; the database
+holds the session (the id's hash, the token's hash, its expiry), and every
+request looks it up again (``controller.session_principal``): a logout
+deletes it, so a copy of the cookie is worth nothing after it, in every
+worker; and a token removed from the configuration stops working on its very
+next request. Every POST (the login's too) carries the session's CSRF token
+in a hidden field; a login starts a new session (new id, new CSRF token), so
+a session planted before it is worth nothing after.
+
+Every row is rendered, whatever the database holds: a time no calendar shows
+reads "(not a time: ...)", an audit entry that cannot be read says so, and
+control and bidirectional-override characters show as escapes
+(validate.visible), never as what they would do to the page.
 
 The page decides which forms and buttons to show from the same policy
 functions the controller enforces (policy.authorize_change), and the
@@ -20,6 +27,7 @@ controller checks and audits every write again, whatever the page showed.
 from __future__ import annotations
 
 import hmac
+import logging
 import math
 import secrets
 import urllib.parse
@@ -40,9 +48,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .api import STATUS, rule_request
-from .config import token_hash
-from .policy import CEILING, Denied, Kind, Principal, Role, Rule, Verbosity, authorize_change
+from .policy import CEILING, Denied, Kind, Principal, Role, Rule, Verbosity, authorize_change, require_writer
+from .validate import STATUS, parse_id, rule_request, visible
+
+log = logging.getLogger("gwms_obs.controller")
 
 SESSION_COOKIE = "gwms_controller_session"
 SESSION_MAX_AGE = 8 * 3600
@@ -90,15 +99,19 @@ class _SecurityHeaders:
 # --- formatting ----------------------------------------------------------------------------------
 
 
-def utc(ts: float | None) -> str:
+def utc(ts: object) -> str:
+    """A Unix time as ISO 8601 UTC; anything no calendar shows (1e300, inf, a string) as itself, never an error."""
     if ts is None:
         return "never"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return f"(not a time: {visible(repr(ts), 40)})"
 
 
-def relative(ts: float | None, now: float) -> str:
-    """``in 1 h 59 min`` / ``3 min ago``: two units at most, rounded down."""
-    if ts is None:
+def relative(ts: object, now: float) -> str:
+    """``in 1 h 59 min`` / ``3 min ago``: two units at most, rounded down ("" for no time, or not a time)."""
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts) or not math.isfinite(now):
         return ""
     delta = ts - now
     s = round(abs(delta))  # to the second: a rule made for 2 h reads "in 2 h", not "in 1 h 59 min"
@@ -125,9 +138,14 @@ def selector_text(selector: Mapping[str, Any]) -> str:
 
 
 def rule_summary(d: Mapping[str, Any] | None) -> str:
-    """One line for a rule as the audit log keeps it (Rule.as_dict, or a refused request)."""
+    """One line for a rule as the audit log keeps it (Rule.as_dict, or a refused request).
+
+    Raises (TypeError, ValueError, AttributeError...) on an entry of another shape: _audit_row says so.
+    """
     if not d:
         return ""
+    if "unreadable" in d:
+        raise ValueError("not a JSON object")
     effect = d.get("effect") or {}
     text = f"{d.get('kind', '?')} [{selector_text(d.get('selector') or {})}]"
     if effect:
@@ -135,7 +153,7 @@ def rule_summary(d: Mapping[str, Any] | None) -> str:
             str(effect.get("verbosity", "?")), float(effect.get("sample", 1.0)), bool(effect.get("record_commands"))
         )
     if d.get("expires") is not None:
-        text += f", until {utc(float(d['expires']))}"
+        text += f", until {utc(d['expires'])}"
     return text
 
 
@@ -152,6 +170,7 @@ def scope_text(who: Principal) -> str:
 @dataclass(frozen=True, slots=True)
 class RuleRow:
     rule: Rule
+    reason: str  # shown escaped (validate.visible)
     selector: str
     effect: str
     created: str
@@ -185,6 +204,7 @@ def _rule_row(rule: Rule, who: Principal, now: float) -> RuleRow:
         can = False
     return RuleRow(
         rule,
+        visible(rule.reason),
         selector_text(rule.selector.as_dict()),
         effect_text(rule.effect.verbosity.label, rule.effect.sample, rule.effect.record_commands),
         utc(rule.created),
@@ -197,6 +217,19 @@ def _rule_row(rule: Rule, who: Principal, now: float) -> RuleRow:
 
 
 def _audit_row(e: Any, now: float) -> AuditRow:
+    """One entry as the page shows it; an entry that cannot be read (a bad JSON, a bad shape) says so."""
+    try:
+        summary = _summary(e)
+    except Exception as x:
+        log.warning("audit entry %s cannot be shown: %s", e.id, x)
+        summary = f"(this entry could not be read: {visible(str(x), 100)})"
+    denied = e.action == "denied"
+    outcome = f"denied: {e.outcome}" + (f" ({e.detail})" if e.detail else "") if denied else "ok"
+    return AuditRow(e.id, visible(e.actor), e.role, e.action, e.rule_id, visible(summary), visible(e.reason),
+                    utc(e.at), relative(e.at, now), visible(outcome), denied)  # fmt: skip
+
+
+def _summary(e: Any) -> str:
     before, after = e.before, e.after
     if e.action == "create":
         summary = "→ " + rule_summary(after)
@@ -207,10 +240,7 @@ def _audit_row(e: Any, now: float) -> AuditRow:
     else:  # denied: what was asked for
         asked = rule_summary(after) if after else (f"rule {e.rule_id}" if e.rule_id is not None else "")
         summary = f"{e.attempted or 'change'} refused" + (f": {asked}" if asked else "")
-    denied = e.action == "denied"
-    outcome = f"denied: {e.outcome}" + (f" ({e.detail})" if e.detail else "") if denied else "ok"
-    return AuditRow(e.id, e.actor, e.role, e.action, e.rule_id, summary, e.reason, utc(e.at), relative(e.at, now),
-                    outcome, denied)  # fmt: skip
+    return summary
 
 
 # --- forms ---------------------------------------------------------------------------------------
@@ -229,7 +259,7 @@ async def _read_form(request: Request) -> dict[str, str]:
     if ctype not in ("application/x-www-form-urlencoded", ""):  # "": an empty body, read as an empty form
         raise _BadForm(415, "this page accepts only its own forms (application/x-www-form-urlencoded)")
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_FORM):
+    if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_FORM):
         raise _BadForm(413, f"a form of at most {MAX_FORM} bytes")
     raw = b""
     async for chunk in request.stream():
@@ -336,12 +366,12 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
     def message(request: Request, status: int, title: str, text: str, who: Principal | None = None) -> HTMLResponse:
         return page(request, "message.html", status, title=title, text=text, who=who)
 
-    def current(request: Request) -> Principal | None:
-        digest = request.session.get("sub")
-        if not isinstance(digest, str):
+    async def current(request: Request) -> Principal | None:
+        sid = request.session.get("sid")
+        if not isinstance(sid, str):
             return None
-        who: Principal | None = controller.principal(digest)
-        if who is None:  # the token left the configuration: so does this session
+        who: Principal | None = await run_in_threadpool(controller.session_principal, sid)
+        if who is None:  # logged out, expired, or the token left the configuration: so does this cookie
             request.session.clear()
         return who
 
@@ -366,7 +396,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         return form
 
     async def login_page(request: Request) -> Response:
-        if current(request) is not None:
+        if await current(request) is not None:
             return redirect(request, "/")
         return page(request, "login.html", flash=request.session.pop("flash", None))
 
@@ -380,17 +410,24 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             controller.metrics.auth_failures.inc()
             text = "That token is not valid here: check that you pasted all of it, or ask an operator for one."
             return page(request, "login.html", 401, error=text)
+        old = request.session.get("sid")
+        if isinstance(old, str):  # logging in again over a session ends that one
+            await run_in_threadpool(controller.close_session, old)
+        sid = await run_in_threadpool(controller.open_session, token)
         # a new session: nothing from before the login (a planted CSRF token) survives it
         request.session.clear()
-        request.session["sub"] = token_hash(token)
+        request.session["sid"] = sid
         request.session["csrf"] = secrets.token_urlsafe(32)
         request.session["flash"] = f"Logged in as {who.name} ({who.role.value})."
         return redirect(request, "/")
 
     async def logout(request: Request) -> Response:
-        form = await posted(request, current(request))
+        form = await posted(request, await current(request))
         if isinstance(form, Response):
             return form
+        sid = request.session.get("sid")
+        if isinstance(sid, str):  # ended on the server: a copy of this cookie is worth nothing from now on
+            await run_in_threadpool(controller.close_session, sid)
         request.session.clear()
         request.session["flash"] = "Logged out."
         return redirect(request, "/login")
@@ -445,7 +482,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         return {"action": action, "reason": e.reason, "detail": e.detail}
 
     async def index(request: Request) -> Response:
-        who = current(request)
+        who = await current(request)
         if who is None:
             return redirect(request, "/login")
         return await index_page(request, who)
@@ -454,15 +491,14 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         return message(request, 401, "Not logged in", "Log in first: your session has ended or was never started.")
 
     async def create(request: Request) -> Response:
-        who = current(request)
+        who = await current(request)
         if who is None:
             return not_logged_in(request)
         form = await posted(request, who)
         if isinstance(form, Response):
             return form
         try:
-            if not who.role.writes:  # refused for what it is, whatever it sent
-                raise Denied("read_only", f"a {who.role.value} token reads, never writes")
+            require_writer(who)
             kind, selector, effect, reason, expires = rule_from_form(form, controller.clock())
         except Denied as e:
             why = form.get("reason", "")
@@ -479,33 +515,37 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         return redirect(request, "/")
 
     async def expire(request: Request) -> Response:
-        who = current(request)
+        who = await current(request)
         if who is None:
             return not_logged_in(request)
         form = await posted(request, who)
         if isinstance(form, Response):
             return form
         raw = request.path_params["rule_id"]
-        if not raw.isdigit() or len(raw) > 18:
-            return message(request, 404, "No such rule", f"There is no rule {raw[:40]!r}.", who)
         try:
-            done = await run_in_threadpool(controller.expire_rule, who, int(raw), form.get("reason", ""))
+            rule_id = parse_id(raw, "rule", "not_found")
+        except Denied as e:
+            await run_in_threadpool(controller.refuse, who, "expire", e, None, None, form.get("reason", ""))
+            return message(request, 404, "No such rule", f"There is {e.detail}.", who)
+        try:
+            done = await run_in_threadpool(controller.expire_rule, who, rule_id, form.get("reason", ""))
         except Denied as e:  # the controller audited it
             return await index_page(request, who, STATUS.get(e.reason, 403), refusal(e, f"expire rule {raw}"))
         request.session["flash"] = f"Rule {done.id} expired."
         return redirect(request, "/")
 
     async def audit(request: Request) -> Response:
-        who = current(request)
+        who = await current(request)
         if who is None:
             return redirect(request, "/login")
         q = request.query_params
         numbers: dict[str, int | None] = {}
         for name in ("before", "rule"):
             v = q.get(name)
-            if v is not None and (not v.isdigit() or len(v) > 18):
-                return message(request, 400, "Bad page", f"{name} must be a whole number.", who)
-            numbers[name] = int(v) if v is not None else None
+            try:
+                numbers[name] = None if v is None else parse_id(v, name)
+            except Denied as e:
+                return message(request, 400, "Bad page", f"{e.detail}.", who)
 
         def gather() -> tuple[list[Any], float]:
             return controller.audit(AUDIT_PAGE, numbers["before"], numbers["rule"]), controller.clock()
