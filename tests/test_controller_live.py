@@ -257,3 +257,54 @@ def test_the_factory_samples_by_the_real_controller(tmp_path: Path) -> None:
         assert cluster.attributes[C.CONTROLLER_RULE] == vo["id"] and cluster.attributes[C.CONTROLLER_KIND] == "vo"
         assert cap["id"] != vo["id"]
         ft.shutdown()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_refusals_of_hostile_requests_are_audited_and_the_page_stays_up(tmp_path: Path, database: str) -> None:
+    """A site admin's absurd expiry (1e300): a 400, audited, and the web page still answers every user with the
+    refusal on it. Then an operator's millisecond timestamp and a NUL in a reason (PostgreSQL cannot store one):
+    each a 400, each in the audit log and the denials counter, the page still up."""
+    import re
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import httpx
+
+    def pages_show(web: httpx.Client, refusals: int) -> None:
+        for path in ("/", "/audit"):
+            page = web.get(path)
+            assert page.status_code == 200, (path, page.status_code)
+            denied = re.findall(r'<tr class="denied">.*?</tr>', page.text, re.S)
+            assert len(denied) == refusals and all("create refused" in d for d in denied), denied
+            assert "\x00" not in page.text
+
+    with controller(tmp_path, database) as c, httpx.Client(base_url=c.url, timeout=10, follow_redirects=False) as web:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
+        assert csrf is not None
+        r = web.post("/login", data={"csrf": csrf.group(1), "token": c.tokens["reader"]})
+        assert r.status_code == 303, r.text
+
+        site_off = {"kind": "site", "selector": {"site": c.site}, "effect": {"verbosity": "off"}}
+        got = call(c, "POST", "/v1/rules", "site_admin", {**site_off, "reason": "drain", "expires": 1e300})
+        assert (got.get("status"), got.get("error")) == (400, "invalid"), got
+        pages_show(web, 1)
+
+        for role, body in (
+            ("operator", {**site_off, "kind": "operator", "reason": "drain", "expires": time.time() * 1000}),
+            ("vo_manager", {"kind": "vo", "selector": {"frontend": c.frontend}, "effect": {"verbosity": "off"},
+                            "reason": "nul\x00here", "hours": 1}),
+        ):  # fmt: skip
+            got = call(c, "POST", "/v1/rules", role, body)
+            assert (got.get("status"), got.get("error")) == (400, "invalid"), (role, got)
+        log = call(c, "GET", "/v1/audit", "reader")["audit"]
+        assert [(e["actor"], e["outcome"]) for e in log] == [
+            (c.names["vo_manager"], "invalid"),
+            (c.names["operator"], "invalid"),
+            (c.names["site_admin"], "invalid"),
+        ]
+        assert log[0]["reason"] == "nul\\x00here"  # kept, escaped
+        metrics = httpx.get(f"{c.url}/metrics", timeout=10).text
+        assert 'gwms_controller_denials_total{reason="invalid"} 3.0' in metrics
+        pages_show(web, 3)
+        assert "nul\\x00here" in web.get("/audit").text
