@@ -13,6 +13,12 @@ what the pilot wrote, whenever the pilot is known: the .err's path for a
 spool, ``gwms.entry`` + ``gwms.condor.cluster``/``proc`` for Jaeger (set by
 the collector from the pilot's token, docs/tracing.md). A span seen both in a
 spool and in Jaeger (the exporter forwards spools) is counted once.
+
+A span beyond its pilot's life (``tracing.lifetime``: longer than any pilot,
+longer than the accounting says its pilot lived, or outside its pilot root) is
+no sample: one hostile pilot's 31-year script would otherwise be the p90, p99
+and mean of that script at its entry. Each is counted as a parse error
+(``trace_spool``, ``beyond_pilot_life``) and logged with its .err or trace.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ..accounting.pilot import PilotAccount
 from ..ingest.books import ScanResult
 from ..parse_errors import ParseErrors
 from ..pipeline import Ingest, IngestConfig
+from ..tracing import lifetime as L
 from ..tracing.redact import scrub_resource_spans
 from ..tracing.spool import SpoolError, parse_spool
 from . import spans as S
@@ -68,6 +75,7 @@ class Dataset:
     spools: int = 0  # spools read from the tree
     jaeger_spans: int = 0  # pilot spans read from Jaeger
     dropped_names: int = 0  # spans past MAX_NAMES_PER_ENTRY
+    beyond_life: int = 0  # spans beyond their pilot's life (tracing.lifetime)
 
     @property
     def window_seconds(self) -> float:
@@ -102,8 +110,8 @@ class Collector:
         self.until = until
         self.accounts: dict[tuple[str, int, int], PilotAccount] = {}
         self.all_accounts: list[PilotAccount] = []
-        # (trace, span) -> (span, its pilot's key, from a spool)
-        self.spans: dict[tuple[str, str], tuple[S.Span, tuple[str, int, int] | None, bool]] = {}
+        # (trace, span) -> (span, its pilot's key, from a spool, where it was read: .err path or Jaeger trace)
+        self.spans: dict[tuple[str, str], tuple[S.Span, tuple[str, int, int] | None, bool, str]] = {}
         self.spools = 0
         self.jaeger_spans = 0
         self.errors = ParseErrors()
@@ -133,13 +141,13 @@ class Collector:
         scrub_resource_spans(parsed.resource_spans)
         self.spools += 1
         for s in S.from_otlp(parsed.resource_spans):
-            self.spans.setdefault((s.trace_id, s.span_id), (s, key, True))
+            self.spans.setdefault((s.trace_id, s.span_id), (s, key, True, path))
 
     def add_jaeger(self, traces: Iterable[dict[str, Any]]) -> None:
         for s in S.from_jaeger(traces):
             self.jaeger_spans += 1
             key = (s.entry, s.cluster, s.proc) if s.cluster is not None and s.proc is not None else None
-            self.spans.setdefault((s.trace_id, s.span_id), (s, key, False))
+            self.spans.setdefault((s.trace_id, s.span_id), (s, key, False, f"jaeger trace {s.trace_id}"))
 
     def dataset(self) -> Dataset:
         d = Dataset(since=self.since, until=self.until, spools=self.spools, jaeger_spans=self.jaeger_spans)
@@ -153,12 +161,17 @@ class Collector:
         d.units = {e: sum(v) / len(v) for e, v in units.items()}
         names: dict[str, set[str]] = {}
         windowed = self.since is not None or self.until is not None
-        for s, key, from_spool in self.spans.values():
+        for s, key, from_spool, where in self.spans.values():
             if s.kind == S.KIND_PILOT:
                 continue
             acc = self.accounts.get(key) if key is not None else None
             if acc is None and from_spool and windowed:
                 continue  # its pilot ended outside the window (Jaeger's search is windowed already)
+            why = L.beyond_life(s.start, s.end, s.window, acc.lifetime if acc is not None else None)
+            if why is not None:
+                d.beyond_life += 1
+                self.errors.record("trace_spool", L.REASON, where, None, f"span {s.span_id} {s.name[:60]!r} {why}")
+                continue
             # The factory's names: the accounting's, else the .err's path (a spool) or the
             # collector's gwms.entry (Jaeger); never what a spool's resource claims.
             entry = acc.entry if acc is not None else key[0] if key is not None else s.entry

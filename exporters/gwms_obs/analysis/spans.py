@@ -4,7 +4,9 @@ Both inputs name the same things (docs/tracing.md): a root span ``glidein``,
 phase spans with ``gwms.phase``, and script spans with ``gwms.script``, each a
 child of its phase. A script's phase is its parent's ``gwms.phase``. Spans
 of the factory (``condor_submit``, ``glidein submit``) are not the pilot's and
-are left out.
+are left out. Each span carries its pilot root's interval (``tracing.lifetime``),
+found through every span of its trace, the unclassified ones too, so that a
+span beyond its pilot's life can be told.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..tracing import conventions as C
+from ..tracing import lifetime as L
 
 KIND_PILOT: Final = "pilot"
 KIND_PHASE: Final = "phase"
@@ -35,6 +38,11 @@ class Span:
     site: str
     cluster: int | None
     proc: int | None
+    window: tuple[float, float] | None = None  # its pilot root's start and end (lifetime.pilot_windows)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
 
 
 def _otlp_value(v: object) -> str | None:
@@ -68,8 +76,9 @@ def _build(
 ) -> list[Span]:
     """raw: (trace, span, parent, name, start s, duration s, span tags, resource tags)."""
     phase_of = {(t, s): tags.get(C.PHASE, "") for t, s, _p, _n, _st, _d, tags, _r in raw}
+    windows = L.pilot_windows([L.Timed(t, s, p, n, st, st + d) for t, s, p, n, st, d, _t, _r in raw])
     out: list[Span] = []
-    for trace, span, parent, name, start, dur, tags, res in raw:
+    for (trace, span, parent, name, start, dur, tags, res), window in zip(raw, windows, strict=True):
         if name in FACTORY_SPANS or res.get(C.SERVICE_NAME) == C.SERVICE_FACTORY:
             continue
         kind = _classify(name, tags)
@@ -89,6 +98,7 @@ def _build(
                 res.get(C.SITE, ""),
                 _int(res.get(C.CONDOR_CLUSTER)),
                 _int(res.get(C.CONDOR_PROC)),
+                window,
             )
         )
     return out

@@ -33,6 +33,7 @@ from urllib.parse import unquote
 from ..catalogue import Source
 from ..parse_errors import ParseErrors
 from . import conventions as C
+from . import lifetime as L
 from .ledger import Issued, LedgerIndex
 from .redact import scrub_resource_spans
 
@@ -52,6 +53,7 @@ _VALUE_KEYS = frozenset(
     ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
 )
 _NANOS = re.compile(r"[0-9]{1,20}")
+MAX_NANOS: Final = (1 << 64) - 1  # OTLP's fixed64: a collector refuses the whole request for one time above it
 
 
 class SpoolError(ValueError):
@@ -97,10 +99,11 @@ def _nanos(v: object, what: str) -> int:
     # OTLP/JSON writes int64 as a decimal string; a JSON number is accepted too.
     if isinstance(v, bool):
         raise _Bad("bad_time", what)
-    if isinstance(v, int) and v >= 0:
-        return v
-    if isinstance(v, str) and _NANOS.fullmatch(v):
-        return int(v)
+    n = v if isinstance(v, int) else int(v) if isinstance(v, str) and _NANOS.fullmatch(v) else -1
+    if 0 <= n <= MAX_NANOS:
+        return n
+    if n > MAX_NANOS:
+        raise _Bad("bad_time", f"{what}={str(v)[:40]!r} is above the uint64 range")
     raise _Bad("bad_time", f"{what}={str(v)[:40]!r}")
 
 
@@ -244,21 +247,50 @@ def parse_spool(
             except (ValueError, RecursionError) as e:
                 report.offset = here
                 report(_Bad("bad_json", str(e)[:100]))
+    offsets: dict[int, int] = {}  # id(span) -> its line's offset, for the log of a span dropped later
     for here, doc in chunks:
         report.offset = here
         try:
             for rs in _resource_spans(doc, report):
                 out.resource_spans.append(rs)
-                out.spans += sum(len(ss["spans"]) for ss in rs["scopeSpans"])
+                for ss in rs["scopeSpans"]:
+                    out.spans += len(ss["spans"])
+                    offsets.update((id(s), here) for s in ss["spans"])
         except _Bad as e:
             report(e)
         if out.spans > max_spans:
             raise SpoolError("too_many_spans", f"more than {max_spans}")
+    _drop_beyond_life(out, report, offsets)
     out.rejected = report.count
     if out.spans == 0:
         first = report.first
         raise SpoolError(first.reason if first else "empty", str(first) if first else "no spans")
     return out
+
+
+def _drop_beyond_life(spool: Spool, report: _Reporter, offsets: Mapping[int, int]) -> None:
+    """Drop the spans longer than any pilot lives or outside their pilot root (tracing.lifetime)."""
+    flat = [s for rs in spool.resource_spans for ss in rs["scopeSpans"] for s in ss["spans"]]
+    timed = [
+        L.Timed(s["traceId"], s["spanId"], s["parentSpanId"], s["name"],
+                int(s["startTimeUnixNano"]) / 1e9, int(s["endTimeUnixNano"]) / 1e9)
+        for s in flat
+    ]  # fmt: skip
+    gone = L.drops(timed)
+    if not gone:
+        return
+    for i, why in gone.items():
+        report.offset = offsets.get(id(flat[i]))
+        report(_Bad(L.REASON, f"span {flat[i]['spanId']} {flat[i]['name'][:60]!r} {why}"))
+    dropped = {id(flat[i]) for i in gone}
+    kept_rs = []
+    for rs in spool.resource_spans:
+        scopes = [{**ss, "spans": [s for s in ss["spans"] if id(s) not in dropped]} for ss in rs["scopeSpans"]]
+        scopes = [ss for ss in scopes if ss["spans"]]
+        if scopes:
+            kept_rs.append({**rs, "scopeSpans": scopes})
+    spool.resource_spans = kept_rs
+    spool.spans -= len(gone)
 
 
 # --- forwarding -------------------------------------------------------------------------------
