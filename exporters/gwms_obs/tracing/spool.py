@@ -49,6 +49,13 @@ MAX_LINKS = 128
 MAX_OUTBOX_BYTES = 128 << 20  # requests waiting for the collector; the oldest go first
 MAX_OUTBOX_AGE = 3 * 86400.0  # seconds; older requests are dropped (Jaeger's view has moved on)
 MAX_REJECTED = 100  # requests the collector refused, kept for a look
+OUTBOX_MARKER: Final = ".gwms-obs-outbox"  # written when a directory becomes an outbox
+OUTBOX_PREFIX: Final = "gwms-spool-"
+# Requests in the outbox: <prefix><ns:020d>-<pid>-<seq>-<spans>.json. The forwarder sends,
+# expires and deletes only these; the earlier version wrote them without the prefix, and
+# those are still sent after an upgrade.
+_OUTBOX_NAME = re.compile(r"(?:gwms-spool-)?([0-9]{20})-[0-9]{1,10}-[0-9]{6,20}-([0-9]{1,9})\.json")
+MAX_FOREIGN_LOGGED = 1000  # names of files not ours in the outbox, each counted and logged once
 _VALUE_KEYS = frozenset(
     ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
 )
@@ -308,6 +315,52 @@ def otlp_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+class OutboxError(OSError):
+    """The outbox cannot be the forwarder's own directory: it would send and delete what is not a spool."""
+
+
+def _outbox_own(name: str) -> bool:
+    """A name the forwarder writes in its outbox (a request, a temporary, the marker, rejected/)."""
+    return bool(_OUTBOX_NAME.fullmatch(name)) or name in (OUTBOX_MARKER, "rejected") or name.startswith(".tmp.")
+
+
+def claim_outbox(outbox: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None = None) -> Path:
+    """Make ``outbox`` the forwarder's own directory, or raise :class:`OutboxError` saying why not.
+
+    Refused: the checkpoint's directory or one above it (symlinks resolved), and
+    a directory not yet marked as an outbox that holds anything the forwarder
+    did not write (an empty one, or the earlier version's outbox, is adopted).
+    The marker is written on success; the resolved directory is returned.
+    """
+    real = Path(outbox).resolve()
+    if checkpoint:
+        state = Path(checkpoint).resolve().parent
+        if real == state or real in state.parents:
+            raise OutboxError(
+                f"traces outbox {outbox} is {'' if real == state else 'above '}the directory of the checkpoint "
+                f"{checkpoint}: the forwarder would send and delete what is not a spool; "
+                f"give it a directory of its own (the default is {checkpoint}.traces)"
+            )
+    if (real / OUTBOX_MARKER).is_file():
+        return real
+    try:
+        foreign = sorted(n for n in os.listdir(real) if not _outbox_own(n))
+    except FileNotFoundError:
+        foreign = []
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        shown = ", ".join(repr(n[:60]) for n in foreign[:3]) + more
+        raise OutboxError(
+            f"traces outbox {outbox} holds files the forwarder did not write ({shown}) and is not marked "
+            f"{OUTBOX_MARKER}: give it a directory of its own"
+        )
+    real.mkdir(parents=True, exist_ok=True)
+    (real / OUTBOX_MARKER).write_text(
+        f"gwms-obs span outbox: the exporter sends and deletes {OUTBOX_PREFIX}*.json here, nothing else\n"
+    )
+    return real
+
+
 def traces_endpoint(env: Mapping[str, str] | None = None) -> str | None:
     """The OTLP/HTTP traces URL the OTEL_* variables name, as the SDK resolves it."""
     env = os.environ if env is None else env
@@ -461,7 +514,10 @@ class SpoolForwarder:
         max_rejected: int = MAX_REJECTED,
         ledger: LedgerIndex | None = None,
         require_issued: bool = True,
+        checkpoint: str | os.PathLike[str] | None = None,
     ) -> None:
+        # Before anything is read or written there: refused (OutboxError, an OSError) when it is not ours.
+        claim_outbox(outbox, checkpoint)
         self.endpoint = endpoint
         self.outbox = Path(outbox)
         self.rejected_dir = self.outbox / "rejected"
@@ -486,7 +542,7 @@ class SpoolForwarder:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._retry_after = 0.0  # the collector's Retry-After of the last failure, seconds
-        self.outbox.mkdir(parents=True, exist_ok=True)
+        self._foreign: set[str] = set()  # names of files not ours, counted and logged once
         # name -> size of the requests waiting, the outbox's byte bound is kept on this
         self._sizes: dict[str, int] = {}
         for p in self.pending():
@@ -514,7 +570,7 @@ class SpoolForwarder:
         with self._cond:
             self._seq += 1
             # The span count rides in the name: the sender's statistics need no re-parse.
-            name = f"{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{parsed.spans}.json"
+            name = f"{OUTBOX_PREFIX}{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{parsed.spans}.json"
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=self.outbox)
             with os.fdopen(fd, "wb") as f:
@@ -548,12 +604,12 @@ class SpoolForwarder:
     def _enforce_bounds(self) -> None:
         """Drop requests older than the age bound, then the oldest until under the byte bound (lock held)."""
         cutoff = time.time_ns() - int(self.max_outbox_age * 1e9)
-        for name in sorted(self._sizes):
+        for name in sorted(self._sizes, key=_name_key):
             if _name_time(name) >= cutoff:
                 break
             self._drop(name, "outbox_expired", f"older than {self.max_outbox_age:.0f} s")
         total = sum(self._sizes.values())
-        for name in sorted(self._sizes):
+        for name in sorted(self._sizes, key=_name_key):
             if total <= self.max_outbox_bytes:
                 break
             total -= self._sizes.get(name, 0)
@@ -575,9 +631,16 @@ class SpoolForwarder:
             return sum(self._sizes.values())
 
     def pending(self) -> list[Path]:
-        with contextlib.suppress(FileNotFoundError):
-            return sorted(p for p in self.outbox.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
-        return []
+        """The requests waiting, oldest first; anything else in the outbox is left alone (counted, logged once)."""
+        try:
+            names = os.listdir(self.outbox)
+        except FileNotFoundError:
+            return []
+        for n in names:
+            if not _outbox_own(n) and n not in self._foreign and len(self._foreign) < MAX_FOREIGN_LOGGED:
+                self._foreign.add(n)
+                self.errors.record(SOURCE, "outbox_foreign", str(self.outbox / n), None, "not a spool: left in place")
+        return [self.outbox / n for n in sorted((n for n in names if _OUTBOX_NAME.fullmatch(n)), key=_name_key)]
 
     def start(self) -> None:
         if self._thread is None:
@@ -657,7 +720,8 @@ class SpoolForwarder:
     def _prune_rejected(self) -> None:
         """Requests the collector refused are kept for a look, the newest max_rejected of them."""
         with contextlib.suppress(OSError):
-            old = sorted(self.rejected_dir.iterdir())[: -self.max_rejected or None]
+            ours = (p for p in self.rejected_dir.iterdir() if _OUTBOX_NAME.fullmatch(p.name))
+            old = sorted(ours, key=lambda p: _name_key(p.name))[: -self.max_rejected or None]
             for q in old:
                 with contextlib.suppress(OSError):
                     q.unlink()
@@ -687,15 +751,18 @@ class SpoolForwarder:
 
 
 def _name_time(name: str) -> int:
-    with contextlib.suppress(ValueError):
-        return int(name.split("-", 1)[0])
-    return 0
+    m = _OUTBOX_NAME.fullmatch(name)
+    return int(m[1]) if m else 0
+
+
+def _name_key(name: str) -> tuple[int, str]:
+    """Oldest first, whichever version named the file."""
+    return _name_time(name), name
 
 
 def _name_spans(name: str) -> int:
-    with contextlib.suppress(ValueError, IndexError):
-        return int(name.removesuffix(".json").rsplit("-", 1)[1])
-    return 0
+    m = _OUTBOX_NAME.fullmatch(name)
+    return int(m[2]) if m else 0
 
 
 def _retry_after(value: str | None) -> float:
