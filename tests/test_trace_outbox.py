@@ -64,7 +64,6 @@ def test_files_not_ours_in_a_marked_outbox_are_left_in_place_counted_and_logged_
     ob = tmp_path / "ob"
     errors = ParseErrors()
     SpoolForwarder("http://127.0.0.1:9/v1/traces", ob, errors)  # first use: marks it
-    assert (ob / OUTBOX_MARKER).is_file()
     (ob / "checkpoint.json").write_bytes(CHECKPOINT)
     (ob / "notes.json").write_bytes(FOREIGN)
     old = time.time() - 30 * 86400  # older than the age bound: still not ours to expire
@@ -82,6 +81,7 @@ def test_files_not_ours_in_a_marked_outbox_are_left_in_place_counted_and_logged_
         "00f067aa0ba902b7"
     )
     assert untouched(ob) and not (ob / "rejected").exists()
+    assert (ob / OUTBOX_MARKER).is_file()
     assert errors.counts[("trace_spool", "outbox_foreign")] == 2  # once per file, however many passes
     assert ("trace_spool", "outbox_expired") not in errors.counts
     logged = [r.getMessage() for r in caplog.records if "outbox_foreign" in r.getMessage()]
