@@ -73,14 +73,14 @@ class Follower:
             raise
         consumed = 0
         with f:
-            owner, start, tail = self._resume(path, f)
+            owner, start, tail, fp = self._resume(path, f)
             old = self.cursors.get(path)
             if old is not None and old.inode != f.st.st_ino:
                 self._displaced[old.inode] = old  # its file may be read under a rotated name next
             if owner is not None and owner != path:
                 del self.cursors[owner]  # the file was renamed: its cursor moves with it
             self._displaced.pop(f.st.st_ino, None)
-            c = self.cursors[path] = Cursor(f.st.st_ino, start, fingerprint(tail) if start else None)
+            c = self.cursors[path] = Cursor(f.st.st_ino, start, fp)
             self._by_inode[c.inode] = path
             f.seek(start)
             pending = b""
@@ -112,23 +112,25 @@ class Follower:
         """
         return self._resume(path, f)[1]
 
-    def _resume(self, path: str, f: files.RegularFile) -> tuple[str | None, int, bytes]:
-        """(whose cursor applies, where the read begins, the bytes before it: up to FINGERPRINT_BYTES)."""
+    def _resume(self, path: str, f: files.RegularFile) -> tuple[str | None, int, bytes, str | None]:
+        """(whose cursor applies, where the read begins, the bytes before it (up to
+        FINGERPRINT_BYTES) and their fingerprint)."""
         ino, size = f.st.st_ino, f.st.st_size
         owner: str | None = path
         c = self.cursors.get(path)
         if c is None or c.inode != ino:
             owner, c = self._renamed_from(path, ino)
         if c is None or c.offset > size or c.offset == 0:
-            return None, 0, b""
+            return None, 0, b"", None
         lo = max(0, c.offset - FINGERPRINT_BYTES)
         try:
             window = os.pread(f.fd, c.offset - lo, lo)
         except OSError:
-            return None, 0, b""
-        if len(window) != c.offset - lo or (c.fp is not None and fingerprint(window) != c.fp):
-            return None, 0, b""  # rewritten in place: read it again from its start
-        return owner, c.offset, window
+            return None, 0, b"", None
+        fp = fingerprint(window)
+        if len(window) != c.offset - lo or (c.fp is not None and fp != c.fp):
+            return None, 0, b"", None  # rewritten in place: read it again from its start
+        return owner, c.offset, window, fp
 
     def _renamed_from(self, path: str, ino: int) -> tuple[str | None, Cursor | None]:
         """The cursor ``ino`` had under another path that no longer holds it (a rotation)."""
