@@ -946,12 +946,12 @@ _gt_bound() {
 
 # _gt_req URL SECONDS CONNECT_SECONDS [BODY_FILE]: one request, a GET or the POST of BODY_FILE, with the headers
 # of _gt_hl, bounded by SECONDS in all; the answer's body on stdout, the client's status returned (124, or
-# curl's 28: out of time; 22 or wget's 8: an HTTP error). No redirect is followed, no user config read.
+# curl's 28: out of time; 22 or wget's 8: an HTTP error; 47 or 8: a redirect, never followed). No user config is read.
 _gt_req() {
   local url=$1 to=$2 ct=$3 body=${4-} rc=0 cfg a
   _gt_urlok "$url" || return 2
   if command -v curl >/dev/null 2>&1; then
-    a=(-q -sS --fail --proto '=http,https' --max-redirs 0 --connect-timeout "$ct" --max-time "$to" -o - -K -)
+    a=(-q -sS --fail --proto '=http,https' -L --max-redirs 0 --connect-timeout "$ct" --max-time "$to" -o - -K -)
     [[ -z $body ]] || a+=(--data-binary "@$body")
     _gt_conf curl | _gt_bound "$to" curl "${a[@]}" --url "$url" || rc=$?
   elif command -v wget >/dev/null 2>&1; then
@@ -962,7 +962,8 @@ _gt_req() {
       echo "cannot write $cfg" >&2
       return 1
     fi
-    a=(-q -O - --config="$cfg" --timeout="$to" --tries=1 --max-redirect=0)
+    # wget's --timeout bounds each read (a backstop, after the bound: a timeout is then always 124)
+    a=(-q -O - --config="$cfg" --timeout=$((10#${to%%.*} + 1)) --tries=1 --max-redirect=0)
     [[ -z $body ]] || a+=(--post-file="$body")
     _gt_bound "$to" wget "${a[@]}" -- "$url" || rc=$?
     rm -f "$cfg" 2>/dev/null || true
