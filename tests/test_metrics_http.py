@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 
-from gwms_obs.outputs.http import MetricsServer
+from gwms_obs.outputs.http import MetricsServer, SharedRenders
+from tools.polling import poll
 
 
 @pytest.fixture
@@ -147,3 +148,38 @@ def test_close_stops_every_thread(registry: CollectorRegistry) -> None:
     assert threading.active_count() == before
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
+
+
+def test_concurrent_identical_scrapes_share_one_render() -> None:
+    """100 scrapes at once cost one render, not 100 one after the other under the ingest lock."""
+    release = threading.Event()
+    renders: list[str] = []
+
+    def slow_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        renders.append(environ["HTTP_ACCEPT_ENCODING"])
+        release.wait(10)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [f"rendered {len(renders)}".encode()]
+
+    app = SharedRenders(slow_app)
+    answers: list[bytes] = []
+
+    def scrape(encoding: str) -> None:
+        env = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": encoding}
+        answers.append(b"".join(app(env, lambda status, headers: None)))
+
+    threads = [threading.Thread(target=scrape, args=(e,)) for e in ["gzip"] * 8 + ["identity"] * 2]
+    threads[0].start()
+    poll("the first render to start", lambda: renders, 5, 0.01)
+    for t in threads[1:]:
+        t.start()
+    # Every other request of the same kind waits for the running render; the other kind starts its own.
+    poll("the other requests to wait for a render", lambda: app.sharing() == 8, 5, 0.01)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert sorted(renders) == ["gzip", "identity"]
+    assert len(answers) == 10 and set(answers) <= {b"rendered 1", b"rendered 2"}
+    # Once a render has ended, the next request renders anew.
+    scrape("gzip")
+    assert answers[-1] == b"rendered 3"

@@ -133,7 +133,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
     from prometheus_client import make_wsgi_app
 
     from .ingest.checkpoint import CheckpointError
-    from .outputs.http import MetricsServer
+    from .outputs.http import MetricsServer, SharedRenders
     from .outputs.otlp import otlp_configured, start_otlp
     from .outputs.prometheus import exporter_registry
     from .pipeline import Ingest
@@ -157,7 +157,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
         registry = exporter_registry(ingest, forwarder.stats if forwarder is not None else None)
         host, port = parse_listen(cfg.listen)
         try:
-            server = MetricsServer(host, port, make_wsgi_app(registry))
+            server = MetricsServer(host, port, SharedRenders(make_wsgi_app(registry)))
         except OSError as e:  # in use, or a host name that does not resolve here
             log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
             return 2

@@ -13,7 +13,11 @@ with no timeout: 100 concurrent scrapes waited seconds in SYN retries, and
   :data:`MAX_CONNECTIONS` waiting, the oldest is closed first;
 * a fixed pool of :data:`WORKERS` threads answers complete requests with the
   same WSGI app as before (``make_wsgi_app``: gzip, OpenMetrics negotiation,
-  ``name[]`` filtering, every path), each send bounded by :data:`IO_TIMEOUT`.
+  ``name[]`` filtering, every path), each send bounded by :data:`IO_TIMEOUT`;
+* :class:`SharedRenders`: scrapes that arrive while the same exposition is
+  being rendered wait for that render and share it (a render costs ~25 ms of
+  CPU for a small factory, under the ingest lock: 100 at once, one by one,
+  would take seconds).
 """
 
 from __future__ import annotations
@@ -40,6 +44,64 @@ MAX_CONNECTIONS = 256  # connections waiting for their head or an answer; well u
 MAX_HEAD = 64 << 10  # a request head larger than this is not a scrape: closed
 
 _HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
+
+
+class _Render:
+    """One render of the app's answer, shared by the requests that arrive while it runs."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: tuple[str, list[tuple[str, str]], bytes] | None = None
+        self.sharers = 0  # requests waiting for it besides the one rendering
+
+
+class SharedRenders:
+    """``app`` (a WSGI app answering GET with one body) with concurrent identical GETs rendered once.
+
+    Requests are the same when their method, path, query, Accept and
+    Accept-Encoding are; one arriving after a render ended starts a new one,
+    so no answer is older than the request that receives it by more than one render.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+        self._running: dict[tuple[str, ...], _Render] = {}
+
+    def sharing(self) -> int:
+        """Requests waiting for a render another one runs."""
+        with self._lock:
+            return sum(r.sharers for r in self._running.values())
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") != "GET":
+            return list(self.app(environ, start_response))
+        key = tuple(
+            str(environ.get(k, "")) for k in ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING")
+        )
+        with self._lock:
+            render = self._running.get(key)
+            leader = render is None
+            if render is None:
+                render = self._running[key] = _Render()
+            else:
+                render.sharers += 1
+        if leader:
+            try:
+                got: list[Any] = []
+                body = b"".join(self.app(environ, lambda status, headers, exc_info=None: got.extend((status, headers))))
+                render.answer = (got[0], list(got[1]), body)
+            finally:
+                with self._lock:
+                    del self._running[key]
+                render.done.set()  # the sharers of a failed render fail too, below
+        else:
+            render.done.wait()
+        if render.answer is None:
+            raise RuntimeError("rendering /metrics failed (see the error logged with it)")
+        status, headers, body = render.answer
+        start_response(status, list(headers))
+        return [body]
 
 
 class _Server(WSGIServer):
