@@ -20,7 +20,6 @@ import re
 import secrets
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +70,8 @@ class Controller:
         self.metrics = metrics if metrics is not None else ControllerMetrics()
         self._principals = config.principals()
         self._lock = threading.Lock()  # writes, and rebuilding the snapshot
-        self._seen: dict[str, OrderedDict[Attributes, float]] = {}  # asker -> scope -> when last asked
+        # asker -> scope (factory, entry, site, frontend, security class) -> when last asked, oldest first
+        self._seen: dict[str, dict[tuple[str, ...], float]] = {}
         self._policy = Policy((), config.default, config.ceiling)
         self._generation = -1
         self._checked = float("-inf")
@@ -165,29 +165,25 @@ class Controller:
         return decision
 
     def _remember(self, attrs: Attributes, asker: str, now: float) -> None:
-        scope = Attributes(attrs.factory, attrs.entry, attrs.site, attrs.frontend, attrs.security_class)
+        # on every decision: a tuple key (its hash and == in C), one pop and one insert (which moves it last)
+        scope = (attrs.factory, attrs.entry, attrs.site, attrs.frontend, attrs.security_class)
         seen = self._seen.get(asker)
         if seen is None:
-            seen = self._seen[asker] = OrderedDict()
-        if scope in seen:
-            seen[scope] = now
-            seen.move_to_end(scope)
-            return
-        if not all(_LISTABLE.match(v) for v in (scope.factory, scope.entry, scope.site, scope.frontend,
-                                                  scope.security_class)):  # fmt: skip
+            seen = self._seen[asker] = {}
+        if seen.pop(scope, None) is None and not all(_LISTABLE.match(v) for v in scope):
             return
         seen[scope] = now
         if len(seen) > MAX_SEEN_PER_ASKER:
-            seen.popitem(last=False)
+            del seen[next(iter(seen))]  # the one asked about least lately
 
     def effective(self) -> list[tuple[Attributes, Decision]]:
         """The decision, now, for every configured scope and every scope a pilot asked about lately."""
         now = self.clock()
         since = now - SEEN_SECONDS
         lately: list[Attributes] = []
-        # decide() adds to these in the event loop while this runs in a thread: list() copies each at once
+        # decide() changes these in the event loop while this runs in a thread: list() copies each at once
         for seen in list(self._seen.values()):
-            lately.extend(scope for scope, at in list(seen.items()) if at > since)
+            lately.extend(Attributes(*scope) for scope, at in list(seen.items()) if at > since)
         scopes = list(dict.fromkeys([*self.config.scopes, *lately]))
         scopes.sort(key=lambda a: (a.site, a.entry, a.frontend, a.factory, a.security_class))
         policy = self._snapshot(now)
