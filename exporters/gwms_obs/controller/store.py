@@ -17,6 +17,14 @@ queue instead of failing with "database is locked". A new database file is
 created mode 0600 (SQLite gives its -wal and -shm files the same mode); an
 existing file keeps its mode. The parent directory must exist.
 
+The ``sessions`` table holds the web page's sessions (web.py): a logout deletes
+its row, so it ends in every process on the database.
+
+Nothing the store writes can fail on its text: a change's reason with a
+control, surrogate or bidi-override character is a ValueError before the
+database sees it, and a refusal's why and detail are stored escaped
+(validate.visible). Times are Unix seconds from 1970 to 9999 (MAX_TIME).
+
 PostgreSQL: psycopg 3 (``postgresql+psycopg://``), a small pool, the default
 isolation (read committed); the generation bump is the first statement of
 every change, so concurrent writers serialize on the ``meta`` row and commit
