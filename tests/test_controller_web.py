@@ -503,3 +503,15 @@ def test_the_pages_render_any_stored_row(site: Site) -> None:
     assert page.count("(this entry could not be read") == 3  # the three that are not a rule request
     rule = text_of(re.search(r'<tr id="rule-1".*?</tr>', client.get("/").text, re.S).group(0))  # type: ignore[union-attr]
     assert "(not a time: 1800000000000.0)" in rule
+
+
+def test_a_reason_with_a_nul_or_bidi_override_is_refused_and_shown_escaped(site: Site) -> None:
+    """Before, the rule was made and its reason reached every reader's audit page as it was."""
+    client = site.login("site_admin")
+    r = post_form(client, **{**SITE_FORM, "reason": "ok \u202eexe.txt\x00"})
+    assert r.status_code == 400 and "Refused (create): invalid." in text_of(r.text)
+    assert "\u202e" not in r.text and "\x00" not in r.text
+    assert site.controller.rules() == []
+    assert site.audit()[0]["reason"] == "ok \\u202eexe.txt\\x00"
+    page = site.login("reader").get("/audit").text
+    assert "ok \\u202eexe.txt\\x00" in page and "\u202e" not in page

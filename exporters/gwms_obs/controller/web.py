@@ -617,7 +617,7 @@ def _form_values(submitted: Mapping[str, str] | None) -> dict[str, Any]:
     if submitted:
         for key in ("kind", "site", "frontend", "level", "sample", "hours", "reason"):
             if key in submitted:
-                values[key] = submitted[key][:600]
+                values[key] = visible(submitted[key], 600)  # a NUL or bidi override typed: shown, not obeyed
         values["record_commands"] = bool(submitted.get("record_commands"))
         values["ceiling"] = bool(submitted.get("ceiling"))
     return values
