@@ -233,7 +233,7 @@ def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: Pars
     else:
         outbox = Path(tempfile.mkdtemp(prefix="gwms-obs-traces-"))
     log.info("forwarding pilots' span spools to %s (outbox %s)", endpoint, outbox)
-    return SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers())
+    return SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint)
 
 
 def _factory_window_ok(a: argparse.Namespace) -> bool:
