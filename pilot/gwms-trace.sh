@@ -28,8 +28,9 @@
 # when valid and its TRACEPARENT was, else unset), GWMS_PILOT_TRACEPARENT
 # (the root span, exported for the payload to link to), GWMS_TRACE_SPAN_ID (last begun span),
 # GWMS_TRACE_SPOOL, GWMS_TRACE_RESULT (after flush: sent | stderr | kept | empty | off).
-# Settings (environment): GWMS_TRACE=0 disables; GWMS_TRACE_MAX_SPANS (10000);
-# GWMS_TRACE_TIMEOUT (5 s for the whole POST); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+# Settings (environment): GWMS_TRACE=0 disables; GWMS_TRACE_MAX_SPANS (10000); GWMS_TRACE_MAX_BYTES (8 MiB,
+# and never more than a quarter of the work dir's free space, read by df at init and after each MiB);
+# GWMS_TRACE_TIMEOUT (5 s for the whole POST, 0 < s <= 60); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 # OTEL_EXPORTER_OTLP_ENDPOINT (+/v1/traces); GWMS_TRACE_TOKEN_FILE (this glidein's own
 # token, a file the job transferred, default gwms-trace.jwt in the start directory: read
 # once by gwms_trace_init, then deleted); GWMS_TRACE_TOKEN (a shared static token, older setups);
@@ -55,6 +56,10 @@
 # readable, `date +%s%N` runs once per timestamp. GWMS_TRACE_COMPAT=4 forces
 # the bash-4 path and GWMS_TRACE_CLOCK=date the date clock (tests, benchmarks).
 
+# Hostile collectors and environments: both requests (controller, spans) go through _gt_req, one bound on the
+# whole request whatever the client, no redirect followed, headers checked before they become client config;
+# the library's own variables are never exported, even under `set -a`, and `set -x` is off inside it.
+#
 # Secrets never reach the spool: every name, key and value is masked where it looks like a
 # token, password, key, DN, PEM block or credential argument (the patterns of
 # exporters/gwms_obs/tracing/redact.py, in POSIX ERE), then cut to 128 (names) or 1024
