@@ -437,10 +437,11 @@ _gt_el() {
 _gt_freeze() {
   _gt_resj="{\"resource\":{\"attributes\":[$_gt_res]},\"scopeSpans\":[{\"scope\":{\"name\":\"gwms-trace.sh\",\"version\":\"$GWMS_TRACE_VERSION\"},\"spans\":["
   _gt_pre="{\"resourceSpans\":[$_gt_resj"
-  # An inline line is _gt_pre, its head, this glue, its end time, its attributes (and a comma), _gt_x0, a newline;
-  # its head and attributes are at most a 129-character name and value, their key and the traceState.
+  # An inline line is _gt_pre, its head, this glue, its end time (19 digits: EPOCHREALTIME's seconds and 6
+  # decimals, and 000, until 2286), its attributes (and a comma), _gt_x0, a newline; its head and attributes are at
+  # most a 129-character name and value, their key and the traceState.
   local g=',"endTimeUnixNano":"","attributes":['
-  _gt_lfix=$((${#_gt_pre} + ${#g} + ${#_gt_x0} + 1)) _gt_lmax=$((${#_gt_pre} + ${#_gt_tsj} + 2048))
+  _gt_lfix=$((${#_gt_pre} + ${#g} + 19 + ${#_gt_x0} + 1)) _gt_lmax=$((${#_gt_pre} + ${#_gt_tsj} + 2048))
   _gt_blimits
   _gt_gosync
 }
@@ -695,8 +696,8 @@ gwms_trace_end() {
   # (the conditions count the span and take it off the stack, once they hold)
   if [[ ${1-} == 0 && $- != *[ax]* ]] && ((_gt_go && _gt_n > _gt_elx && _gt_spans < _gt_max &&
     _gt_bytes < _gt_bfast && _gt_n - 1 != _gt_phase && ++_gt_spans && --_gt_n)); then
-    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01
-    _gt_bytes=$((_gt_bytes + _gt_lfix + ${#_gt_head[_gt_n]} + ${#_gt_t} + ${#_gt_at} + (${#_gt_at} > 0)))
+    _gt_t=${EPOCHREALTIME/[.,]/}000 _gt_cur=${_gt_par[_gt_n]} _gt_at=${_gt_attrs[_gt_n]} TRACEPARENT=$_gt_tp$_gt_cur-01 \
+      _gt_bytes=$((_gt_bytes + _gt_lfix + ${#_gt_head[_gt_n]} + ${#_gt_at} + (${#_gt_at} > 0)))
     printf '%s\n' "$_gt_pre${_gt_head[_gt_n]},\"endTimeUnixNano\":\"$_gt_t\",\"attributes\":[$_gt_at${_gt_at:+,}$_gt_x0" \
       2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
     return 0
