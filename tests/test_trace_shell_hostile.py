@@ -294,7 +294,8 @@ def test_spool_byte_cap(tmp_path: Path, mode: str) -> None:
     assert r.stdout.split() == ["counted", str(len(data) - len(data.splitlines()[-1]) - 1), "counted", str(len(data))]
     spans = spool_spans(data)
     root = spans[-1]
-    assert root["name"] == "glidein" and attrs(root["attributes"])[C.DROPPED_SPANS] == 402 - len(spans)  # 400, the phase, the root
+    assert root["name"] == "glidein"
+    assert attrs(root["attributes"])[C.DROPPED_SPANS] == 402 - len(spans)  # 400 spans, the phase, the root
     # the spans kept are the first ones, in order
     assert [s["name"] for s in spans[:4]] == ["main/s0.sh", "g0", "main/s1.sh", "g1"]
     assert r.stderr.count("spool at its limit") == 1
