@@ -125,11 +125,17 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# pytest-xdist workers: one a core. --dist loadfile keeps a test file on one worker, so a
+# module's servers start once; the live tests spend most of their time waiting on servers,
+# which the other worker fills.
+TEST_WORKERS ?= $(shell nproc)
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 unit: venv
-	$(BIN)/pytest -q -m "not live" -p no:cacheprovider
+	$(BIN)/pytest -q -m "not live" -p no:cacheprovider $(PYTEST_PARALLEL)
 
 live: venv otelcol jaeger thanos vegeta
-	$(BIN)/pytest -q -m live -p no:cacheprovider -rs
+	$(BIN)/pytest -q -m live -p no:cacheprovider -rs $(PYTEST_PARALLEL)
 
 check: lint typecheck unit
 
@@ -138,10 +144,17 @@ check: lint typecheck unit
 prereqs:
 	PYTHON=$(PYTHON) tools/prereqs.sh
 
+# What make test builds and checks before its tests. They are independent of each other, so
+# they run side by side: cold, most of it waits on the network (the module proxy, PyPI), and
+# one Go build links on one core while another compiles (benchmarks/results/ci.md).
+TEST_BUILDS := lint typecheck otelcol jaeger thanos dashboard-linter compose-plugin vegeta
+TEST_BUILD_JOBS ?= 4
+
 # prereqs first: a missing package fails here, not as skips after the Go builds.
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
-test: prereqs lint typecheck otelcol jaeger thanos dashboard-linter compose-plugin vegeta
-	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs
+test: prereqs
+	$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) -O $(TEST_BUILDS)
+	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs $(PYTEST_PARALLEL) --durations=25
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
 # install refuses; build the pinned module from the proxy as the main module.
