@@ -684,9 +684,7 @@ gwms_trace_begin() {
       return 0
     fi
   fi
-  [[ $- != *[ax]* ]] || { _gt_safe gwms_trace_begin "$@"; return 0; }
   _gt_begin "$@"
-  (($# != 2)) || _gt_kqset "${2%%=*}"   # the next span with this key may be inline
 }
 
 # gwms_trace_end inline (_gt_go): a span below the root and not the phase, ending with 0, under the caps
@@ -702,7 +700,6 @@ gwms_trace_end() {
       2>&- >>"$_gt_spool" || _gt_dropped=$((_gt_dropped + 1))
     return 0
   fi
-  [[ $- != *[ax]* ]] || { _gt_safe _gt_end "$@"; return 0; }
   _gt_end "$@"
 }
 else   # bash 4: no inline case, and the general code without a call more (as _gt_begin and _gt_end)
@@ -734,12 +731,16 @@ _gt_safe() {
   return 0
 }
 
-_gt_begin() {   # gwms_trace_begin's general code
+# gwms_trace_begin's and gwms_trace_end's general code (their bodies, copied at every call, stay short).
+_gt_begin() {
+  [[ $- != *[ax]* ]] || { _gt_safe _gt_begin "$@"; return 0; }
   ((_gt_on && _gt_v > 2 && _gt_skip == 0)) || _gt_gate || return 0
   _gt_push "${1:-span}" 1 "${@:2}"
+  ((!_gt_fast || $# != 2)) || _gt_kqset "${2%%=*}"   # the next span with this key may be inline
 }
 
-_gt_end() {   # gwms_trace_end's general code
+_gt_end() {
+  [[ $- != *[ax]* ]] || { _gt_safe _gt_end "$@"; return 0; }
   ((_gt_on && _gt_n > 1 && _gt_skip == 0)) || { _gt_unskip; return 0; }   # the root ends in gwms_trace_flush
   ((_gt_n - 1 == _gt_phase)) && _gt_phase=-1
   _gt_pop "${1-}" "${2-}"
