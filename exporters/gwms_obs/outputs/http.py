@@ -18,6 +18,12 @@ with no timeout: 100 concurrent scrapes waited seconds in SYN retries, and
   being rendered wait for that render and share it (a render costs ~25 ms of
   CPU for a small factory, under the ingest lock: 100 at once, one by one,
   would take seconds).
+
+Why not a WSGI server library (waitress, the usual pure-Python one): its
+channel timeout counts inactivity, so a client trickling a byte every few
+seconds keeps its connection for ever, and its connection limit then turns
+new scrapes away; here a head must be complete within a deadline, and the
+oldest waiting connection gives way to a new one.
 """
 
 from __future__ import annotations
