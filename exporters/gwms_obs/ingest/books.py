@@ -11,6 +11,7 @@ what is seen.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from collections import Counter
@@ -23,12 +24,14 @@ from ..accounting.ledger import Ledger
 from ..accounting.pilot import EntryDefaults, PilotAccount
 from ..catalogue import Source
 from ..follow import Follower
-from ..model import GlideinOut, StatsFormat
+from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from ..parse_errors import ParseErrors
 from ..sources import layout
 
 if TYPE_CHECKING:
     from ..pipeline import IngestConfig
+
+log = logging.getLogger("gwms_obs.ingest.books")
 
 Key = tuple[str, int, int]
 
@@ -62,6 +65,18 @@ class ScanResult:
     pilots: int = 0
     by_source: Counter[str] = field(default_factory=Counter)
     failed: list[str] = field(default_factory=list)  # sources whose phase raised (counted, logged)
+
+
+@dataclass(slots=True)
+class PilotFacts:
+    """What the stage that counted a pilot read of it: its trace is built from these
+    (outputs/pilot_traces.py). ``times``: the event log's, when it holds the pilot."""
+
+    source: str
+    out: GlideinOut | None = None
+    err: GlideinErr | None = None
+    line: CompletedJob | None = None
+    times: PilotTimes | None = None
 
 
 @dataclass(slots=True)
@@ -133,15 +148,20 @@ class Books:
         # Gets (span spool, .err path) of each pilot that returned its spans in its
         # stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
         self.spool_sink: Callable[[bytes, str], None] | None = None
+        # Gets each counted pilot's account and facts (outputs.pilot_traces.PilotTraces);
+        # None: no trace is built, and the readers keep nothing for one.
+        self.trace_sink: Callable[[PilotAccount, PilotFacts], None] | None = None
         self.progress = False  # a progress bar on a terminal for long first scans
         self.save: Callable[[], None] = lambda: None  # writes the checkpoint (set by Ingest)
 
-    def account(self, acc: PilotAccount, res: ScanResult, source: str) -> None:
+    def account(self, acc: PilotAccount, res: ScanResult, source: str, facts: PilotFacts | None = None) -> None:
         k = acc.key
         with self.lock:
             self.ledger.add(acc)
             if k is not None:
                 ks = key_str(k)
+                if self.trace_sink is not None:
+                    self._trace(acc, facts or PilotFacts(source), ks)
                 self.seen[ks] = self.clock()
                 for forget in self.on_counted:
                     forget(ks)
@@ -149,6 +169,17 @@ class Books:
         res.by_source[source] += 1
         if self.sink is not None:
             self.sink(acc)
+
+    def _trace(self, acc: PilotAccount, facts: PilotFacts, ks: str) -> None:
+        """The pilot's trace, with the event log's times when it holds them (before they are dropped)."""
+        assert self.trace_sink is not None
+        if facts.times is None:
+            held = self.held_by(Source.EVENT_LOG, ks)
+            facts.times = held if isinstance(held, PilotTimes) else None
+        try:
+            self.trace_sink(acc, facts)
+        except Exception:  # tracing must never cost the accounting of a pilot
+            log.exception("trace of pilot %s not built", ks)
 
     def list_clients(self) -> Listing:
         """Walk the client directories once: the pilots' files and the event logs."""

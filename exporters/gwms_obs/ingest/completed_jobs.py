@@ -22,7 +22,7 @@ from ..catalogue import Source
 from ..follow import READ_CHUNK
 from ..model import CompletedJob, PilotTimes
 from ..sources import completed_jobs, files, layout
-from .books import Books
+from .books import Books, PilotFacts
 from .stage import Scan, Stage
 
 # client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
@@ -181,7 +181,10 @@ class CompletedJobsStage(Stage):
                 end=times.ended if isinstance(times, PilotTimes) else None,
             )
             if acc is not None:
-                b.account(acc, scan.result, Source.COMPLETED_JOBS)
+                facts = PilotFacts(
+                    Source.COMPLETED_JOBS, line=line, times=times if isinstance(times, PilotTimes) else None
+                )
+                b.account(acc, scan.result, Source.COMPLETED_JOBS, facts)
             # else: duration -1/0, the factory had no .out either; the event log decides.
 
     def state(self) -> dict[str, Any]:

@@ -16,9 +16,8 @@ from ..accounting.pilot import from_event_log
 from ..catalogue import Source
 from ..model import PilotTimes
 from ..sources import condor_eventlog, files, layout
-from .books import Books, key_str
+from .books import Books, PilotFacts, key_str
 from .stage import Scan, Stage
-
 
 # Parse-error reason of a pilot forgotten by the timeline before its end.
 EXPIRED = "pilot_expired"
@@ -104,7 +103,7 @@ class EventLogStage(Stage):
                 t.client = b.client_of(user) or f"user_{user}"
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
                 if acc is not None:
-                    b.account(acc, scan.result, Source.EVENT_LOG)
+                    b.account(acc, scan.result, Source.EVENT_LOG, PilotFacts(Source.EVENT_LOG, times=t))
 
     def state(self) -> dict[str, Any]:
         return {

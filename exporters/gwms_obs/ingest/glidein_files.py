@@ -25,7 +25,7 @@ from ..catalogue import Source
 from ..model import StatsFormat
 from ..sources import layout
 from . import pool
-from .books import Books, Listing, key_str
+from .books import Books, Listing, PilotFacts, key_str
 from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.pipeline")
@@ -265,6 +265,7 @@ class GlideinFilesStage(Stage):
             rules=cfg.rules,
             now=now,
             spools=self.books.spool_sink is not None,
+            traces=self.books.trace_sink is not None,
             defaults=defaults,
         )
 
@@ -312,7 +313,8 @@ class GlideinFilesStage(Stage):
             self._mark_bad(ks)  # unreadable, implausible or timeless: the factory's own records count it
             return
         acc.client = b.client_label(p.username, Source.GLIDEIN_OUT, p.out)
-        b.account(acc, scan.result, Source.GLIDEIN_OUT)
+        facts = PilotFacts(Source.GLIDEIN_OUT, *r.facts) if r.facts is not None else None
+        b.account(acc, scan.result, Source.GLIDEIN_OUT, facts)
 
     def _inflight_path(self) -> str | None:
         cp = self.books.cfg.checkpoint

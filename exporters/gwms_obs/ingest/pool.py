@@ -62,6 +62,7 @@ class Context:
     rules: Rules
     now: float  # the factory's clock: the latest time a pilot may report (plus skew)
     spools: bool  # return the .err's span spool (someone takes it)
+    traces: bool  # return the parsed .out and .err (a pilot trace is built from them)
     defaults: dict[str, EntryDefaults]  # entry -> its descript.xml (only the entries read)
 
 
@@ -91,6 +92,7 @@ class Read:
     acc: PilotAccount | None = None  # None: not counted from its files (bad, or failed)
     failure: str | None = None  # the exception that stopped the reader ("Type: message")
     trace: str = ""  # and its traceback, for the log
+    facts: tuple[GlideinOut, GlideinErr | None] | None = None  # with Context.traces: what the trace needs
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Crosses the pipe as plain tuples, its enums as indexes: pickling the
@@ -159,11 +161,12 @@ def _pack_read(r: Read) -> tuple[Any, ...]:
         None if r.acc is None else _pack_account(r.acc),
         r.failure,
         r.trace,
+        r.facts,
     )
 
 
 def _unpack_read(t: tuple[Any, ...]) -> Read:
-    records, spool_at, spool, out_bytes, out_read, err_read, err_size, fmt, acc, failure, trace = t
+    records, spool_at, spool, out_bytes, out_read, err_read, err_size, fmt, acc, failure, trace, facts = t
     return Read(
         records,
         spool_at,
@@ -176,6 +179,7 @@ def _unpack_read(t: tuple[Any, ...]) -> Read:
         None if acc is None else _unpack_account(acc),
         failure,
         trace,
+        facts,
     )
 
 
@@ -228,6 +232,10 @@ def _read(t: Task, ctx: Context, errors: _Recorder, r: Read) -> None:
     # the path's entry/cluster/proc are the key the other sources use.
     acc.entry, acc.cluster, acc.proc = entry, cluster, proc
     r.acc = acc
+    if ctx.traces:
+        if err is not None:  # what no trace reads need not cross a pipe
+            err.config, err.trace_spool = {}, None
+        r.facts = (out, err)
 
 
 def _check_labels(

@@ -558,19 +558,28 @@ class SpoolForwarder:
             self.errors.record(SOURCE, e.reason, path, None, f"spool refused: {e}")
             self.stats.refused += 1
             return
-        tally = scrub_resource_spans(parsed.resource_spans)
+        if self.enqueue(parsed.request(), parsed.spans, path):
+            self.stats.accepted += 1
+
+    def enqueue(self, request: dict[str, Any], spans: int, path: str) -> bool:
+        """Queue one ExportTraceServiceRequest built here (outputs.pilot_traces); False when dropped.
+
+        The spans are masked and cut as a pilot's spool is (``tracing.redact``):
+        their text comes from the pilots' files. Quick, and never raises.
+        """
+        tally = scrub_resource_spans(request["resourceSpans"])
         for reason, n in (("secret_masked", tally.redacted), ("value_truncated", tally.truncated)):
             for _ in range(n):
                 self.errors.record(SOURCE, reason, path, None, f"{n} in this spool")
-        body = json.dumps(parsed.request(), separators=(",", ":")).encode()
+        body = json.dumps(request, separators=(",", ":")).encode()
         if len(body) > self.max_outbox_bytes:
             detail = f"{len(body)} bytes, outbox bound {self.max_outbox_bytes}"
-            self._count_drop("outbox_full", path, parsed.spans, detail)
-            return
+            self._count_drop("outbox_full", path, spans, detail)
+            return False
         with self._cond:
             self._seq += 1
             # The span count rides in the name: the sender's statistics need no re-parse.
-            name = f"{OUTBOX_PREFIX}{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{parsed.spans}.json"
+            name = f"{OUTBOX_PREFIX}{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{spans}.json"
         try:
             fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=self.outbox)
             with os.fdopen(fd, "wb") as f:
@@ -578,12 +587,12 @@ class SpoolForwarder:
             os.replace(tmp, self.outbox / name)
         except OSError as e:
             self.errors.record(SOURCE, "outbox_unwritable", path, None, str(e))
-            return
-        self.stats.accepted += 1
+            return False
         with self._cond:
             self._sizes[name] = len(body)
             self._enforce_bounds()
             self._cond.notify_all()
+        return True
 
     def _bind(self, parsed: Spool, path: str) -> None:
         m = _JOB_ERR.fullmatch(os.path.basename(path))

@@ -1,0 +1,426 @@
+"""One trace per counted pilot, built from the factory's own files (no GlideinWMS change needed).
+
+Every fact a pilot's trace needs is already read to account it: the event
+log's submit, execute and end; the .out's start, end of validation, HTCondor's
+start and end, exit code and OSGTestResult; the .err's user jobs (start, end,
+exit, cores, memory, GPUs); the accounting's category of each job. This module
+turns what the counting stage read (``ingest.books.PilotFacts``) and the
+pilot's account into OTLP/JSON spans:
+
+    glidein                 submit (or start) → the pilot's end as the factory saw it
+    ├── queued              submit → execute (event log)
+    │   └── held            hold → end, when the pilot ended held
+    └── running             start → end on the worker node
+        ├── validation      start → "Last script starting" (ERROR naming the failing test)
+        ├── condor          HTCondor's start → end
+        │   └── job         one per user job (category, exit, cores, memory, GPUs, VO job id)
+        └── cleanup         HTCondor's end → the glidein's end
+
+Ids are deterministic (:func:`pilot_trace_id`, docs/tracing.md "Pilot traces
+from the factory's files"), so sending a pilot again after a restart or a
+rescan writes the same spans, never new ones. The requests go into the span
+forwarder's outbox (``tracing.spool.SpoolForwarder.enqueue``), scrubbed and
+bounded as a pilot's own spool is; the scan never waits on the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from ..accounting.partition import DEFAULT_RULES, Rules, classify_job
+from ..accounting.pilot import PilotAccount
+from ..catalogue import Category
+from ..ingest.books import PilotFacts
+from ..model import Job
+from ..parse_errors import ParseErrors
+from ..sources import descript
+from ..tracing import conventions as C
+
+log = logging.getLogger("gwms_obs.outputs.pilot_traces")
+
+ID_VERSION: Final = "gwms-obs pilot trace 1"  # the first line hashed into every pilot trace id
+MAX_JOB_SPANS: Final = 100  # user jobs with a span each; the rest are summed in one span
+BATCH_PILOTS: Final = 200  # pilots per outbox request
+SCOPE: Final = {"name": "gwms_obs.pilot_traces", "version": C.VERSION}
+
+# Names of the spans and attributes this module writes (docs/tracing.md).
+SPAN_QUEUED: Final = "queued"
+SPAN_HELD: Final = "held"
+SPAN_RUNNING: Final = "running"
+SPAN_VALIDATION: Final = "validation"
+SPAN_CONDOR: Final = "condor"
+SPAN_CLEANUP: Final = "cleanup"
+SPAN_JOB: Final = "job"
+SPAN_JOBS_REST: Final = "jobs (summary)"
+TRACE_SOURCE: Final = "gwms.trace.source"  # resource: the sources that built the trace, "+"-joined
+OUTCOME: Final = "gwms.pilot.outcome"
+CPU_SECONDS: Final = "gwms.cpu_seconds."  # + category: the pilot's canonical CPU unit-seconds
+GPU_SECONDS: Final = "gwms.gpu_seconds."  # + category: GPU-seconds
+JOB_ID: Final = "gwms.job.id"  # the job's GlobalJobId on the VO schedd (never its owner)
+JOB_CATEGORY: Final = "gwms.job.category"
+JOB_CPUS: Final = "gwms.job.cpus"  # requested (the slot's cores)
+JOB_CPU_SECONDS: Final = "gwms.job.cpu_seconds"  # cores × its time inside HTCondor's life
+JOB_CPU_USED: Final = "gwms.job.cpu_used_seconds"  # RemoteUserCpu + RemoteSysCpu
+JOB_MEMORY: Final = "gwms.job.memory_mb"  # requested
+JOB_MEMORY_USED: Final = "gwms.job.memory_used_mb"
+JOB_GPUS: Final = "gwms.job.gpus"
+JOB_SIGNAL: Final = "gwms.job.exit_signal"
+JOB_COUNT: Final = "gwms.job.count"
+HOLD_REASON: Final = "gwms.hold.reason"
+FAILED_TEST: Final = "gwms.validation.test"
+FAILURE: Final = "gwms.validation.failure"
+FAILURE_DETAIL: Final = "gwms.validation.detail"
+EXIT_CODE: Final = C.PROCESS_EXIT_CODE
+EVENT_PREEMPTED: Final = "preempted"
+EVENT_VALIDATION_FAILED: Final = "validation_failed"
+EVENT_REMOVED: Final = "removed"
+EVENT_GRID_SUBMIT: Final = "grid_submit"
+NS: Final = 1_000_000_000
+
+
+def pilot_trace_id(factory: str, entry: str, cluster: int, proc: int, start: float) -> str:
+    """The pilot's trace id: SHA-256 of its identity, first 16 bytes, lower-case hex.
+
+    The identity is what every factory-side source names: the factory, the
+    entry (one schedd per entry, so entry + cluster.proc is the job on its
+    schedd), the job id, and the UTC day the pilot started, which keeps ids
+    apart when a schedd's cluster ids start over.
+    """
+    day = time.strftime("%Y-%m-%d", time.gmtime(start))
+    key = f"{ID_VERSION}\n{factory}\n{entry}\n{cluster}.{proc}\n{day}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def span_id(trace_id: str, path: str) -> str:
+    """A span's id from its trace and its place in it (``running/condor/job/3``); never all zero."""
+    h = hashlib.sha256(f"{trace_id}/{path}".encode()).hexdigest()[:16]
+    return h if h != "0" * 16 else "0" * 15 + "1"
+
+
+def _ns(t: float) -> str:
+    return str(max(0, round(t * NS)))
+
+
+def _attr(key: str, v: object) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"key": key, "value": {"boolValue": v}}
+    if isinstance(v, int):
+        return {"key": key, "value": {"intValue": str(v)}}
+    if isinstance(v, float):
+        return {"key": key, "value": {"doubleValue": v}}
+    return {"key": key, "value": {"stringValue": str(v)}}
+
+
+class _Trace:
+    """The spans of one pilot, each clamped into its parent's time."""
+
+    def __init__(self, trace_id: str) -> None:
+        self.trace_id = trace_id
+        self.spans: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        path: str,
+        parent: str | None,
+        name: str,
+        start: float,
+        end: float,
+        attrs: dict[str, object] | None = None,
+        *,
+        error: str | None = None,
+        events: list[tuple[str, float, dict[str, object]]] | None = None,
+    ) -> str:
+        sid = span_id(self.trace_id, path)
+        span: dict[str, Any] = {
+            "traceId": self.trace_id,
+            "spanId": sid,
+            "parentSpanId": span_id(self.trace_id, parent) if parent is not None else "",
+            "name": name,
+            "kind": C.KIND_INTERNAL,
+            "startTimeUnixNano": _ns(start),
+            "endTimeUnixNano": _ns(max(start, end)),
+            "attributes": [_attr(k, v) for k, v in (attrs or {}).items() if v is not None],
+        }
+        if error is not None:
+            span["status"] = {"code": C.STATUS_ERROR, "message": error}
+        if events:
+            span["events"] = _events(events)
+        self.spans.append(span)
+        return path
+
+
+def _clamp(t: float | None, lo: float, hi: float) -> float | None:
+    return None if t is None else min(max(t, lo), hi)
+
+
+def build(
+    acc: PilotAccount,
+    facts: PilotFacts,
+    factory: str,
+    *,
+    rules: Rules = DEFAULT_RULES,
+    max_job_spans: int = MAX_JOB_SPANS,
+) -> dict[str, Any] | None:
+    """One pilot's ResourceSpans (OTLP/JSON, not yet scrubbed); None without a key or a time."""
+    if acc.cluster is None or acc.proc is None:
+        return None
+    out, err, times = facts.out, facts.err, facts.times
+    tid = pilot_trace_id(factory, acc.entry, acc.cluster, acc.proc, acc.start)
+    tr = _Trace(tid)
+    submitted = times.submitted if times is not None else None
+    start = min(acc.start, submitted) if submitted is not None else acc.start
+    end = max(acc.end, times.ended) if times is not None and times.ended is not None else acc.end
+    sources = [facts.source]
+    if times is not None and facts.source != "condor_event_log":
+        sources.append("condor_event_log")
+
+    root_attrs: dict[str, object] = {OUTCOME: acc.outcome.value}
+    for cat, v in sorted(acc.partition.cpu.items()):
+        root_attrs[CPU_SECONDS + cat.value] = float(v)
+    for cat, v in sorted(acc.partition.gpu.items()):
+        root_attrs[GPU_SECONDS + cat.value] = float(v)
+    root_events: list[tuple[str, float, dict[str, object]]] = []
+    root_error = None
+    if out is not None and out.exit_code not in (None, 0):
+        root_attrs[EXIT_CODE] = out.exit_code
+        root_error = f"exit code {out.exit_code}"
+    if times is not None and times.end_event == "aborted" and times.ended is not None:
+        root_events.append((EVENT_REMOVED, times.ended, {HOLD_REASON: times.held_reason}))
+    root = tr.add("", None, C.SPAN_PILOT, start, end, root_attrs, error=root_error, events=root_events)
+
+    # queued: the factory's submit to the CE's first execute (the event log only)
+    if times is not None and times.submitted is not None:
+        q_end = times.started if times.started is not None else (times.ended or end)
+        q_end = max(times.submitted, min(q_end, end))
+        ev: list[tuple[str, float, dict[str, object]]] = []
+        if times.grid_submitted is not None:
+            ev.append((EVENT_GRID_SUBMIT, times.grid_submitted, {}))
+        q = tr.add(SPAN_QUEUED, root, SPAN_QUEUED, times.submitted, q_end, events=ev)
+        if times.end_event == "held" and times.ended is not None:
+            held_at = max(times.submitted, min(times.ended, end))
+            if held_at < q_end or times.started is None:
+                tr.add(f"{q}/held", q, SPAN_HELD, held_at, q_end, {HOLD_REASON: times.held_reason})
+            else:  # held after it ran: the hold ended the pilot
+                root_events.append(("held", times.ended, {HOLD_REASON: times.held_reason}))
+                tr.spans[0]["events"] = _events(root_events)
+
+    # running: the worker node's part
+    run_start = acc.start
+    run = tr.add(SPAN_RUNNING, root, SPAN_RUNNING, run_start, acc.end, {C.SITE: acc.site, "gwms.cpus": acc.cpus})
+    lo, hi = run_start, acc.end
+    condor_start = condor_end = None
+    if acc.condor_started:
+        if out is not None:
+            condor_start = _clamp(out.condor_start, lo, hi)
+            condor_end = _clamp(out.condor_end if out.condor_end is not None else hi, lo, hi)
+        elif acc.condor_duration is not None:  # completed_jobs: HTCondor put last (as the accounting does)
+            condor_end, condor_start = hi, max(lo, hi - acc.condor_duration)
+    val_end = condor_start
+    if val_end is None and out is not None and out.validation_end is not None:
+        val_end = _clamp(out.validation_end, lo, hi)
+    if val_end is None and acc.validation_duration is not None:
+        val_end = min(hi, lo + acc.validation_duration)
+    if not acc.condor_started and facts.source != "condor_event_log":
+        # Validation failed: up to the failing script's end (the .err's long XML), else the whole run.
+        ends = [x.end for x in err.scripts if not x.ok and x.end is not None] if err is not None else []
+        val_end = _clamp(ends[0], lo, hi) if ends else hi
+    if val_end is not None:
+        _validation(tr, run, lo, val_end, acc, facts)
+    if condor_start is not None and condor_end is not None:
+        condor = tr.add(f"{run}/{SPAN_CONDOR}", run, SPAN_CONDOR, condor_start, condor_end)
+        if out is not None and err is not None and err.jobs:
+            _jobs(tr, condor, err.jobs, condor_start, condor_end, acc, rules, max_job_spans)
+        elif acc.jobs:
+            tr.add(f"{condor}/jobs", condor, SPAN_JOBS_REST, condor_start, condor_end, {JOB_COUNT: acc.jobs})
+        if condor_end < hi:
+            tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, condor_end, hi)
+    elif val_end is not None and val_end < hi:
+        tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, val_end, hi)
+
+    resource = {
+        C.SERVICE_NAME: C.SERVICE_PILOT,
+        C.CONVENTIONS: C.VERSION,
+        C.FACTORY: factory,
+        C.ENTRY: acc.entry,
+        C.CLIENT: acc.client,
+        C.SITE: acc.site,
+        C.CONDOR_CLUSTER: acc.cluster,
+        C.CONDOR_PROC: acc.proc,
+        TRACE_SOURCE: "+".join(sources),
+    }
+    return {
+        "resource": {"attributes": [_attr(k, v) for k, v in resource.items()]},
+        "scopeSpans": [{"scope": dict(SCOPE), "spans": tr.spans}],
+    }
+
+
+def _events(evs: list[tuple[str, float, dict[str, object]]]) -> list[dict[str, Any]]:
+    return [
+        {"name": n, "timeUnixNano": _ns(t), "attributes": [_attr(k, v) for k, v in a.items() if v is not None]}
+        for n, t, a in evs
+    ]
+
+
+def _validation(tr: _Trace, run: str, start: float, end: float, acc: PilotAccount, facts: PilotFacts) -> None:
+    out, err = facts.out, facts.err
+    failed = not acc.condor_started and facts.source != "condor_event_log"
+    test = None
+    detail = None
+    failure = None
+    if out is not None:
+        failure = out.failure
+        test = out.metrics.get("TestID")
+        extra = {k: v for k, v in out.metrics.items() if k not in ("TestID", "failure")}
+        if extra:
+            detail = "; ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+    if test is None and err is not None:
+        bad = [s for s in err.scripts if not s.ok]
+        if bad:
+            test, failure = bad[0].name, failure or bad[0].failure
+    if failure is not None or (out is not None and out.status == "ERROR"):
+        failed = True
+    attrs: dict[str, object] = {}
+    events = []
+    error = None
+    if failed:
+        attrs = {FAILED_TEST: test, FAILURE: failure, FAILURE_DETAIL: detail}
+        error = f"validation failed: {test or 'unknown test'}" + (f" ({failure})" if failure else "")
+        events.append((EVENT_VALIDATION_FAILED, end, attrs))
+    tr.add(f"{run}/{SPAN_VALIDATION}", run, SPAN_VALIDATION, start, end, attrs, error=error, events=events)
+
+
+def _jobs(
+    tr: _Trace,
+    condor: str,
+    jobs: list[Job],
+    cs: float,
+    ce: float,
+    acc: PilotAccount,
+    rules: Rules,
+    max_job_spans: int,
+) -> None:
+    """One span per user job (the first ``max_job_spans`` by start), the rest summed in one."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].start, i))
+    rest: list[Job] = []
+    last = order[-1] if order else None
+    for n, i in enumerate(order):
+        j = jobs[i]
+        if n >= max_job_spans:
+            rest.append(j)
+            continue
+        s = min(max(j.start, cs), ce)
+        e = min(max(j.end if j.end is not None else ce, s), ce)
+        cat = classify_job(j, ce, acc.end, rules)
+        attrs: dict[str, object] = {
+            JOB_ID: j.global_job_id,
+            JOB_CATEGORY: cat.value,
+            JOB_CPUS: j.cpus,
+            JOB_CPU_SECONDS: float(max(0, j.cpus) * (e - s)),
+            JOB_CPU_USED: j.cpu_seconds,
+            JOB_MEMORY: j.memory_mb,
+            JOB_MEMORY_USED: j.memory_usage_mb,
+            JOB_GPUS: j.gpus,
+        }
+        error = None
+        if j.exit_by_signal:
+            attrs[JOB_SIGNAL] = j.exit_signal
+            error = f"signal {j.exit_signal}"
+        elif j.exit_code is not None:
+            attrs[EXIT_CODE] = j.exit_code
+        events: list[tuple[str, float, dict[str, object]]] = []
+        if cat is Category.PREEMPTION_BADPUT or (i == last and acc.end - e <= rules.grace_seconds and not j.exited):
+            events.append((EVENT_PREEMPTED, e, {}))
+        tr.add(f"{condor}/job/{n}", condor, SPAN_JOB, s, e, attrs, error=error, events=events)
+    if rest:
+        s = min(max(min(j.start for j in rest), cs), ce)
+        e = min(max(s, *(j.end if j.end is not None else ce for j in rest)), ce)
+        secs: dict[str, float] = {}
+        for j in rest:
+            js = min(max(j.start, cs), ce)
+            je = min(max(j.end if j.end is not None else ce, js), ce)
+            name = classify_job(j, ce, acc.end, rules).value
+            secs[name] = secs.get(name, 0.0) + max(0, j.cpus) * (je - js)
+        attrs = {JOB_COUNT: len(rest), **{f"{JOB_CPU_SECONDS}.{k}": v for k, v in sorted(secs.items())}}
+        tr.add(f"{condor}/jobs", condor, SPAN_JOBS_REST, s, e, attrs)
+
+
+def factory_name(monitor_dir: str, errors: ParseErrors) -> str:
+    """The factory's name (``FactoryName`` of ``monitor/descript.xml``), else this host's name."""
+    path = os.path.join(monitor_dir, "descript.xml")
+    root = descript.load_xml(path, "descript", errors) if os.path.isfile(path) else None
+    el = root.find("factory") if root is not None else None
+    name = el.get("FactoryName", "").strip() if el is not None else ""
+    return name[:256] if name else socket.gethostname()
+
+
+# --- delivery ---------------------------------------------------------------------------------
+
+
+class Outbox(Protocol):
+    def enqueue(self, request: dict[str, Any], spans: int, path: str) -> bool: ...
+
+
+class PilotTraces:
+    """``Books.trace_sink``: each counted pilot's trace, batched into the span outbox.
+
+    Called by the scan with the lock held; it only builds dicts and, every
+    ``batch`` pilots and at :meth:`flush`, writes one file: the network is the
+    forwarder's thread's. A failure is logged and counted, never raised.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        factory: str,
+        *,
+        rules: Rules = DEFAULT_RULES,
+        max_job_spans: int = MAX_JOB_SPANS,
+        batch: int = BATCH_PILOTS,
+        on_error: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.factory = factory
+        self.rules = rules
+        self.max_job_spans = max_job_spans
+        self.batch = batch
+        self.on_error = on_error
+        self._lock = threading.Lock()
+        self._pending: list[dict[str, Any]] = []
+        self._spans = 0
+        self.built = 0  # pilots with a trace built
+        self.spans = 0  # spans built
+
+    def __call__(self, acc: PilotAccount, facts: PilotFacts) -> None:
+        try:
+            rs = build(acc, facts, self.factory, rules=self.rules, max_job_spans=self.max_job_spans)
+        except Exception as e:  # a trace must never cost the accounting of a pilot
+            log.exception("pilot trace of %s/%s.%s not built", acc.entry, acc.cluster, acc.proc)
+            if self.on_error is not None:
+                self.on_error(f"{acc.entry}/{acc.cluster}.{acc.proc}", f"{type(e).__name__}: {e}")
+            return
+        if rs is None:
+            return
+        n = len(rs["scopeSpans"][0]["spans"])
+        with self._lock:
+            self._pending.append(rs)
+            self._spans += n
+            self.built += 1
+            self.spans += n
+            full = len(self._pending) >= self.batch
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is built into the outbox (one request)."""
+        with self._lock:
+            pending, spans = self._pending, self._spans
+            self._pending, self._spans = [], 0
+        if pending:
+            self.outbox.enqueue({"resourceSpans": pending}, spans, "pilot traces")

@@ -1,0 +1,353 @@
+"""A trace per counted pilot from the factory's own files (outputs/pilot_traces.py), on simulated pilots."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gwms_obs.accounting.pilot import from_glidein
+from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.ingest.books import PilotFacts
+from gwms_obs.model import GlideinErr, GlideinOut, Job, PilotTimes
+from gwms_obs.outputs import pilot_traces as P
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.pipeline import Ingest, IngestConfig
+from gwms_obs.simulate.factory import SimulationSummary, simulate
+from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing.spool import SpoolForwarder, parse_spool
+
+FACTORY = "testfactory"
+
+
+class Box:
+    """An outbox that keeps the requests (SpoolForwarder.enqueue's signature)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def enqueue(self, request: dict[str, Any], spans: int, path: str) -> bool:
+        assert spans == sum(len(ss["spans"]) for rs in request["resourceSpans"] for ss in rs["scopeSpans"])
+        self.requests.append(json.loads(json.dumps(request)))
+        return True
+
+
+def _attrs(kvs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for kv in kvs:
+        v = kv["value"]
+        if "doubleValue" in v:
+            out[kv["key"]] = float(v["doubleValue"])
+        elif "intValue" in v:
+            out[kv["key"]] = int(v["intValue"])
+        else:
+            out[kv["key"]] = next(iter(v.values()))
+    return out
+
+
+class Pilot:
+    """One pilot's trace, read back."""
+
+    def __init__(self, rs: dict[str, Any]) -> None:
+        self.resource = _attrs(rs["resource"]["attributes"])
+        self.spans = [s for ss in rs["scopeSpans"] for s in ss["spans"]]
+        self.by_id = {s["spanId"]: s for s in self.spans}
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        r = self.resource
+        return r[C.ENTRY], int(r[C.CONDOR_CLUSTER]), int(r[C.CONDOR_PROC])
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [s for s in self.spans if s["name"] == name]
+
+    def one(self, name: str) -> dict[str, Any]:
+        (s,) = self.named(name)
+        return s
+
+    def path(self, s: dict[str, Any]) -> list[str]:
+        names = []
+        while s["parentSpanId"]:
+            s = self.by_id[s["parentSpanId"]]
+            names.append(s["name"])
+        return names
+
+
+def _scan(factory: Path, **kw: Any) -> tuple[Ingest, Box, dict[tuple[str, int, int], Pilot]]:
+    box = Box()
+    cfg = IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0, **kw)
+    ing = Ingest(cfg)
+    sink = P.PilotTraces(box, FACTORY, batch=7)
+    ing.books.trace_sink = sink
+    ing.scan()
+    sink.flush()
+    pilots = [Pilot(rs) for req in box.requests for rs in req["resourceSpans"]]
+    by_key = {p.key: p for p in pilots}
+    assert len(by_key) == len(pilots) == sink.built  # one trace per pilot, each once
+    return ing, box, by_key
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationSummary]:
+    out = tmp_path_factory.mktemp("factory")
+    return out, simulate(out, 120, seed=31, ground_truth=True)
+
+
+@pytest.fixture(scope="module")
+def scanned(sim: tuple[Path, SimulationSummary]) -> tuple[Ingest, dict[tuple[str, int, int], Pilot]]:
+    ing, _, pilots = _scan(sim[0])
+    return ing, pilots
+
+
+def test_one_trace_per_counted_pilot(scanned: tuple[Ingest, dict[tuple[str, int, int], Pilot]]) -> None:
+    ing, pilots = scanned
+    assert len(pilots) == len(ing.seen) > 50
+    assert set(f"{e}/{c}.{p}" for e, c, p in pilots) == set(ing.seen)
+    sources: Counter[str] = Counter()
+    for p in pilots.values():
+        (root,) = [s for s in p.spans if not s["parentSpanId"]]
+        assert root["name"] == C.SPAN_PILOT
+        assert p.resource[C.FACTORY] == FACTORY and p.resource[C.SERVICE_NAME] == C.SERVICE_PILOT
+        sources[p.resource[P.TRACE_SOURCE]] += 1
+        # the pilot's start as counted is where it runs
+        start = int(p.one(P.SPAN_RUNNING)["startTimeUnixNano"]) / 1e9
+        assert {s["traceId"] for s in p.spans} == {P.pilot_trace_id(FACTORY, *p.key, start)}
+        for s in p.spans:  # every child inside its parent
+            if s["parentSpanId"]:
+                parent = p.by_id[s["parentSpanId"]]
+                assert int(parent["startTimeUnixNano"]) <= int(s["startTimeUnixNano"])
+                assert int(s["endTimeUnixNano"]) <= int(parent["endTimeUnixNano"])
+        assert len({s["spanId"] for s in p.spans}) == len(p.spans)
+    assert sources["glidein_out"] > 50 and sources["condor_event_log"] > 0, sources
+
+
+def test_validation_failure_is_error_naming_the_failing_test(
+    sim: tuple[Path, SimulationSummary], scanned: tuple[Ingest, dict[tuple[str, int, int], Pilot]]
+) -> None:
+    _, pilots = scanned
+    truth = sim[1].ground_truth
+    assert truth is not None
+    failed = [t for t in truth if t.kind == "validation_failed" and t.has_out]
+    assert failed, "the simulation has no validation failure to look at"
+    for t in failed:
+        p = pilots[(t.entry, t.cluster, t.proc)]
+        v = p.one(P.SPAN_VALIDATION)
+        assert v["status"]["code"] == C.STATUS_ERROR
+        assert t.failed_script and t.failed_script in v["status"]["message"]
+        a = _attrs(v["attributes"])
+        assert a[P.FAILED_TEST] == t.failed_script
+        (ev,) = v["events"]
+        assert ev["name"] == P.EVENT_VALIDATION_FAILED and _attrs(ev["attributes"])[P.FAILED_TEST] == t.failed_script
+        assert p.path(v) == [P.SPAN_RUNNING, C.SPAN_PILOT]
+        assert not p.named(P.SPAN_CONDOR)
+    ok = [t for t in truth if t.kind == "ran_jobs" and t.has_out]
+    for t in ok:
+        v = pilots[(t.entry, t.cluster, t.proc)].one(P.SPAN_VALIDATION)
+        assert "status" not in v
+
+
+def test_job_spans_add_up_to_the_accounted_cpu_seconds(
+    sim: tuple[Path, SimulationSummary], scanned: tuple[Ingest, dict[tuple[str, int, int], Pilot]]
+) -> None:
+    """cores × time of the job spans, per category, is what the accounting gives that category,
+    on every pilot whose jobs never asked for more cores (or memory) than the pilot had."""
+    _, pilots = scanned
+    truth = sim[1].ground_truth
+    assert truth is not None
+    checked = 0
+    for t in truth:
+        if t.kind != "ran_jobs" or not t.has_out or not t.jobs:
+            continue
+        p = pilots[(t.entry, t.cluster, t.proc)]
+        if p.named(P.SPAN_JOBS_REST) or not _fits(t):
+            continue
+        root = _attrs(p.one(C.SPAN_PILOT)["attributes"])
+        per_cat: dict[str, float] = defaultdict(float)
+        for j in p.named(P.SPAN_JOB):
+            a = _attrs(j["attributes"])
+            assert a[P.JOB_CPU_SECONDS] == pytest.approx(
+                a[P.JOB_CPUS] * (int(j["endTimeUnixNano"]) - int(j["startTimeUnixNano"])) / 1e9
+            )
+            per_cat[a[P.JOB_CATEGORY]] += a[P.JOB_CPU_SECONDS]
+        accounted = {
+            k.removeprefix(P.CPU_SECONDS): v
+            for k, v in root.items()
+            if k.startswith(P.CPU_SECONDS) and k != P.CPU_SECONDS + Category.OVERHEAD.value
+        }
+        assert per_cat == pytest.approx(accounted), (t.entry, t.cluster, t.proc)
+        checked += 1
+    assert checked >= 10
+
+
+def _fits(t: Any) -> bool:
+    """The pilot's jobs never ran more cores or memory at once than it had (the partition is then plain)."""
+    end = t.condor_end
+    edges = sorted(
+        [(j.start, 1, j.cpus, j.memory_mb) for j in t.jobs]
+        + [(j.end if j.end is not None else end, -1, -j.cpus, -j.memory_mb) for j in t.jobs]
+    )
+    cores = mb = 0
+    for _, _, c, m in edges:
+        cores, mb = cores + c, mb + m
+        if cores > t.cpus or (t.memory_mb and mb > t.memory_mb - 2048 * (t.cpus - cores)):
+            return False
+    return True
+
+
+def test_ids_identical_across_two_builds_a_rescan_and_the_pool(
+    sim: tuple[Path, SimulationSummary], scanned: tuple[Ingest, dict[tuple[str, int, int], Pilot]], tmp_path: Path
+) -> None:
+    """A rescan from nothing (a lost checkpoint), and reading in worker processes, write the same spans."""
+    _, first = scanned
+    _, _, again = _scan(sim[0], checkpoint=str(tmp_path / "cp.json"))
+    _, _, pooled = _scan(sim[0], workers=2)
+    for other in (again, pooled):
+        assert other.keys() == first.keys()
+        for k, p in first.items():
+            assert other[k].spans == p.spans, k
+
+
+def test_restart_sends_nothing_again(sim: tuple[Path, SimulationSummary], tmp_path: Path) -> None:
+    cp = str(tmp_path / "cp.json")
+    _, _, first = _scan(sim[0], checkpoint=cp)
+    assert first
+    _, box2, second = _scan(sim[0], checkpoint=cp)  # restart: the checkpoint says every pilot is counted
+    assert second == {} and box2.requests == []
+
+
+def _pilot(jobs: list[Job], *, cpus: int = 4, killed: bool = False) -> tuple[GlideinOut, GlideinErr]:
+    t0 = 1_780_000_000.0
+    out = GlideinOut(
+        path="job.7.0.out",
+        cluster=7,
+        proc=0,
+        entry="E",
+        client="C",
+        startup_time=t0,
+        validation_end=t0 + 100,
+        condor_started=True,
+        condor_start=t0 + 110,
+        condor_end=t0 + 5000,
+        glidein_end=t0 + 5000 if killed else t0 + 5030,
+        exit_code=None if killed else 0,
+        cpus=cpus,
+        memory_mb=cpus * 2048,
+    )
+    err = GlideinErr(path="job.7.0.err", jobs=jobs, gpus=0, cpus=cpus)
+    return out, err
+
+
+def _job(start: float, end: float | None, *, exited: bool = True, code: int | None = 0, cpus: int = 1) -> Job:
+    return Job(
+        start=1_780_000_000.0 + start,
+        end=None if end is None else 1_780_000_000.0 + end,
+        cpus=cpus,
+        memory_mb=2048 * cpus,
+        gpus=0,
+        exited=exited,
+        exit_code=code,
+        global_job_id=f"vo-schedd.example.org#{int(start)}.0#1780000000",
+    )
+
+
+def _build(out: GlideinOut, err: GlideinErr, times: PilotTimes | None = None, **kw: Any) -> Pilot:
+    acc = from_glidein(out, err, entry="E", client="C")
+    assert acc is not None
+    rs = P.build(acc, PilotFacts("glidein_out", out, err, times=times), FACTORY, **kw)
+    assert rs is not None
+    return Pilot(json.loads(json.dumps(rs)))
+
+
+def test_preempted_pilots_last_job_carries_the_eviction() -> None:
+    jobs = [_job(200, 1200), _job(1300, 2600, code=3), _job(2700, None, exited=False, code=None)]
+    out, err = _pilot(jobs, killed=True)
+    p = _build(out, err)
+    spans = sorted(p.named(P.SPAN_JOB), key=lambda s: int(s["startTimeUnixNano"]))
+    assert [s.get("events", []) for s in spans[:2]] == [[], []]
+    last = spans[-1]
+    assert [e["name"] for e in last["events"]] == [P.EVENT_PREEMPTED]
+    assert _attrs(last["attributes"])[P.JOB_CATEGORY] == Category.PREEMPTION_BADPUT.value
+    assert _attrs(spans[1]["attributes"])[C.PROCESS_EXIT_CODE] == 3
+    assert int(last["endTimeUnixNano"]) == int((out.condor_end or 0) * 1e9)  # ran until HTCondor ended
+    # what the job is on the VO schedd, never who ran it
+    assert _attrs(last["attributes"])[P.JOB_ID].startswith("vo-schedd.example.org#")
+
+
+def test_queued_and_held_from_the_event_log() -> None:
+    out, err = _pilot([_job(200, 1200)])
+    t0 = out.startup_time or 0
+    times = PilotTimes(7, 0, submitted=t0 - 900, grid_submitted=t0 - 880, started=t0 - 30)
+    p = _build(out, err, times)
+    root, q = p.one(C.SPAN_PILOT), p.one(P.SPAN_QUEUED)
+    assert int(root["startTimeUnixNano"]) == int(q["startTimeUnixNano"]) == int((t0 - 900) * 1e9)
+    assert int(q["endTimeUnixNano"]) == int((t0 - 30) * 1e9)
+    assert [e["name"] for e in q["events"]] == [P.EVENT_GRID_SUBMIT]
+    # a pilot that ended held before it ran: the hold, with its reason, under queued
+    t = PilotTimes(8, 0, submitted=t0, ended=t0 + 50, end_event="held", held_reason="Error from CE: proxy expired")
+    from gwms_obs.accounting.pilot import from_event_log
+
+    t.started = t0 + 10
+    acc = from_event_log(t)
+    assert acc is not None
+    rs = P.build(acc, PilotFacts("condor_event_log", times=t), FACTORY)
+    assert rs is not None
+    ep = Pilot(rs)
+    assert ep.resource[P.TRACE_SOURCE] == "condor_event_log"
+    assert not ep.named(P.SPAN_VALIDATION)  # nothing says what happened on the node
+    root_events = ep.one(C.SPAN_PILOT).get("events", [])
+    assert [e["name"] for e in root_events] == ["held"]
+    assert _attrs(root_events[0]["attributes"])[P.HOLD_REASON] == "Error from CE: proxy expired"
+
+
+def test_jobs_beyond_the_cap_summed_in_one_span() -> None:
+    jobs = [_job(200 + 40 * i, 230 + 40 * i) for i in range(30)]
+    out, err = _pilot(jobs)
+    p = _build(out, err, max_job_spans=10)
+    assert len(p.named(P.SPAN_JOB)) == 10
+    rest = p.one(P.SPAN_JOBS_REST)
+    a = _attrs(rest["attributes"])
+    assert a[P.JOB_COUNT] == 20
+    assert a[f"{P.JOB_CPU_SECONDS}.goodput"] == pytest.approx(20 * 30)
+    assert len(p.spans) == 5 + 10 + 1  # glidein, running, validation, condor, cleanup + 10 jobs + the summary
+
+
+def test_pilot_text_is_masked_and_bounded_like_a_spool(tmp_path: Path) -> None:
+    """The failing test's detail comes from the pilot's .out: it goes through the spool's redaction."""
+    out = GlideinOut(path="job.9.0.out", cluster=9, proc=0, startup_time=1_780_000_000.0, glidein_end=1_780_000_300.0)
+    out.failure = "VO_Proxy"
+    out.metrics = {"TestID": "main/setup_x509.sh", "failure": "VO_Proxy", "cmd": "x --token SECRETSECRET " + "y" * 3000}
+    err = GlideinErr(path="job.9.0.err")
+    acc = from_glidein(out, err, entry="E", client="C")
+    assert acc is not None and acc.outcome is Outcome.VALIDATION_FAILED
+    rs = P.build(acc, PilotFacts("glidein_out", out, err), FACTORY)
+    assert rs is not None
+    errors = ParseErrors()
+    fwd = SpoolForwarder("http://127.0.0.1:9/v1/traces", tmp_path / "outbox", errors)
+    assert fwd.enqueue({"resourceSpans": [rs]}, len(rs["scopeSpans"][0]["spans"]), "pilot traces")
+    (f,) = fwd.pending()
+    body = f.read_bytes()
+    assert b"SECRETSECRET" not in body
+    sent = Pilot(parse_spool(body).resource_spans[0])  # what is sent is a valid request
+    detail = _attrs(sent.one(P.SPAN_VALIDATION)["attributes"])[P.FAILURE_DETAIL]
+    assert len(detail) <= 1024
+    assert errors.total("trace_spool") > 0  # the masking and the cut are counted
+
+
+def test_completed_jobs_and_event_log_pilots_get_traces(sim: tuple[Path, SimulationSummary], tmp_path: Path) -> None:
+    """Without their .out, pilots are traced from the factory's own logs, saying so."""
+    tree = tmp_path / "f"
+    shutil.copytree(sim[0], tree)
+    for f in list(tree.rglob("job.*.out"))[::2]:
+        f.unlink()
+    ing, _, pilots = _scan(tree)
+    sources = Counter(p.resource[P.TRACE_SOURCE] for p in pilots.values())
+    assert sources["glidein_out"] and any(s.startswith("completed_jobs") for s in sources), sources
+    assert set(f"{e}/{c}.{p}" for e, c, p in pilots) == set(ing.seen)
+    for p in pilots.values():
+        if p.resource[P.TRACE_SOURCE].startswith("completed_jobs"):
+            root = p.one(C.SPAN_PILOT)
+            assert p.one(P.SPAN_RUNNING)["parentSpanId"] == root["spanId"]
