@@ -14,7 +14,7 @@ dashboards/gen/health.py for the rules):
   against the robust z of each pilot's span against the fleet.
 * **the rules** (live): a simulated fleet with anomalies, the newer half of
   every entry's pilots held back, exported and scraped by a real Prometheus
-  with our rules in seconds (rules.Timing); the held pilots released after a
+  with our rules in seconds (config.Timing); the held pilots released after a
   baseline, and ``gwms:site_problem`` read (tests/support/detection.py).
 
     .venv/bin/python benchmarks/detection.py [--seeds 1 2 3 4 5] [--skip-live]

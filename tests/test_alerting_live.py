@@ -6,7 +6,7 @@ pilots, most of them failing validation, lands in the factory. Its alert fires,
 exactly one mail reaches its admins and none reaches Nebraska's; when no more
 failures come, the resolved mail follows. Then every dashboard query is run
 against this Prometheus. Rules are the committed ones rendered with seconds
-instead of hours (rules.Timing), thresholds unchanged. This Prometheus has the
+instead of hours (config.Timing), thresholds unchanged. This Prometheus has the
 operator's runbook base as an external label, and the mail links there.
 """
 

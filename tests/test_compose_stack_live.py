@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.gen import alerting, rulefiles, rules
+from dashboards.gen import alerting, config, rulefiles, rules
 from gwms_obs import catalogue
 from gwms_obs.tracing import conventions as C
 from tests.support import alert_scenario as S
@@ -72,8 +72,8 @@ def _override(work: Path) -> Path:
     """Only what the live test outside containers also sets; everything else is the stack's own."""
     rules_dir = work / "rules"
     rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(S.FAST))
-    (rules_dir / "alerts.yml").write_text(rulefiles.alerts_yaml(S.FAST))
+    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(config.Config(timing=S.FAST)))
+    (rules_dir / "alerts.yml").write_text(rulefiles.alerts_yaml(config.Config(timing=S.FAST)))
     stack_vars = {c.role: c.vars for c in compose.components()}
     prom_cfg = render.render(
         "prometheus",

@@ -2,7 +2,7 @@
 
 A simulated factory of 500 entries over 100 sites (scenario.fleet) -> the
 exporter -> a real Prometheus with our recording and alert rules (windows in
-seconds, rules.Timing). Each panel's queries are run as Grafana runs them, a
+seconds, config.Timing). Each panel's queries are run as Grafana runs them, a
 range query for a time series and an instant query for a stat, table or bar
 gauge, with every variable at "All" and Top N at its default; the series they
 return together must not exceed the panel's budget (board.PanelSpec.budget).

@@ -2,7 +2,7 @@
 
 Real processes on 127.0.0.1: a simulated factory with a healthy site
 (Nebraska) and a black hole (BlackHoleSite: its pilots' jobs die at once) ->
-the exporter -> Prometheus with our rules (windows in seconds, rules.Timing)
+the exporter -> Prometheus with our rules (windows in seconds, config.Timing)
 -> Alertmanager with our routing -> an SMTP sink. Half of the black hole's
 pilots are held back until Prometheus has a baseline, then released: the
 site's status turns failing with reason black_hole, its admins get the

@@ -17,10 +17,12 @@ documented set (:class:`Reason`, docs/runbooks.md#site-health). Detection:
 * **outliers against the fleet**: robust z-scores (median and MAD across
   entries) of the waste share and of each phase's p95 duration (span metrics);
 * the fixed-threshold conditions the alerts already use (validation failures,
-  badput, held pilots), so the light and the alerts agree.
+  badput, held pilots), read from the same fields of config.CONFIG, so the
+  light and the alerts agree.
 
-Thresholds are literals here (the mutation test changes each and expects the
-promtool tests to fail); windows come from rules.Timing.
+Thresholds, windows and selectors come from config.CONFIG, as in rules.py (the
+mutation test in tests/test_rules.py changes each rendered threshold and
+expects the promtool tests to fail).
 """
 
 from __future__ import annotations
@@ -32,12 +34,8 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
 
 from . import names as N
-from .rules import Alert, Timing
-
-# 1.4826 x MAD estimates a standard deviation for normal data; a floor keeps a fleet
-# of identical entries (MAD 0) from making every small difference infinite.
-MAD_SCALE = 1.4826
-MAD_FLOOR = 0.01
+from .config import CONFIG, MAD_SCALE, Config
+from .rules import Alert
 
 
 class Status(enum.IntEnum):
@@ -61,7 +59,7 @@ class Reason(enum.StrEnum):
     RESOURCE_HOG = "resource_hog"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     reason: Reason
     status: Status
@@ -69,81 +67,91 @@ class Problem:
     meaning: str  # for docs and the dashboard
 
 
-def problems(t: Timing = Timing()) -> list[Problem]:  # noqa: B008 - frozen, as in rules.py
+def problems(c: Config = CONFIG) -> list[Problem]:
+    t, th, s = c.timing, c.thresholds, c.selectors
     w = t.window
     P, U = catalogue.PILOTS.name, catalogue.USER_JOBS.name
     vf = f'sum by (entry, site) (increase({P}{{outcome="{Outcome.VALIDATION_FAILED}"}}[{w}]))'
     failed = f'sum by (entry, site) (increase({U}{{category="{Category.MISCONFIGURATION_BADPUT}"}}[{w}]))'
-    held = f'sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{state="held"}})'
-    # Evidence counted over both resources: a hog short of 10 on each may be well over 10 in all.
+    held = f"sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}})"
+    # Evidence counted over both resources: a hog short of hog_jobs on each may be well over in all.
     hogs = f"sum by (entry, site) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
     phase = f'label_replace({N.RR_PHASE_Z}, "entry", "$1", "{N.SPAN_ENTRY}", "(.*)")'  # span labels -> ours
     phase = f'label_replace({phase}, "site", "$1", "{N.SPAN_SITE}", "(.*)")'
+    z = th.outlier_z
     return [
         Problem(
-            Reason.BLACK_HOLE,
-            Status.FAILING,
-            f"{N.RR_JOB_FAILURE_RATIO} > 0.5 and {failed} >= 20",
-            "most user jobs fail for reasons not the user's (misconfiguration badput), at least 20 in the window",
+            reason=Reason.BLACK_HOLE,
+            status=Status.FAILING,
+            expr=f"{N.RR_JOB_FAILURE_RATIO} > {th.black_hole_share} and {failed} >= {th.black_hole_failed_jobs}",
+            meaning=f"more than {th.black_hole_share:.0%} of the user jobs fail for reasons not the user's"
+            f" (misconfiguration badput), at least {th.black_hole_failed_jobs} in the window",
         ),
         Problem(
-            Reason.VALIDATION_FAILING,
-            Status.FAILING,
-            f"{N.RR_VALIDATION_RATIO} > 0.5 and {vf} >= 10",
-            "more than half of the pilots fail worker-node validation (at least 10 in the window)",
+            reason=Reason.VALIDATION_FAILING,
+            status=Status.FAILING,
+            expr=f"{N.RR_VALIDATION_RATIO} > {th.validation_failing_share} and {vf} >= {th.validation_failed_pilots}",
+            meaning=f"more than {th.validation_failing_share:.0%} of the pilots fail worker-node validation"
+            f" (at least {th.validation_failed_pilots} in the window)",
         ),
         Problem(
-            Reason.VALIDATION_FAILURES,
-            Status.DEGRADED,
-            f"{N.RR_VALIDATION_RATIO} > 0.25 and {vf} >= 10",
-            "more than a quarter of the pilots fail validation (GwmsSiteValidationFailuresRising's condition)",
+            reason=Reason.VALIDATION_FAILURES,
+            status=Status.DEGRADED,
+            expr=f"{N.RR_VALIDATION_RATIO} > {th.validation_failure_share} and {vf} >= {th.validation_failed_pilots}",
+            meaning="GwmsSiteValidationFailuresRising's condition: more than"
+            f" {th.validation_failure_share:.0%} of the pilots fail validation",
         ),
         Problem(
-            Reason.VALIDATION_WORSENING,
-            Status.DEGRADED,
-            f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds}) > 0.5"
-            f" and {_rise_z(t.trend_range)} > 3",
-            "the validation-failure share, on its recent trend, passes one half within the horizon, and the"
-            " window's share is significantly above the window a trend range before (two-proportion z > 3:"
-            " a steady but noisy share extrapolates anywhere)",
+            reason=Reason.VALIDATION_WORSENING,
+            status=Status.DEGRADED,
+            expr=f"predict_linear({N.RR_VALIDATION_RATIO}[{t.trend_range}], {t.trend_horizon_seconds})"
+            f" > {th.validation_failing_share} and {_rise_z(t.trend_range)} > {th.validation_rise_z}",
+            meaning="the validation-failure share, on its recent trend, passes validation_failing's share within"
+            " the horizon, and the window's share is significantly above the window a trend range before"
+            f" (two-proportion z > {th.validation_rise_z}: a steady but noisy share extrapolates anywhere)",
         ),
         Problem(
-            Reason.BADPUT_HIGH,
-            Status.DEGRADED,
-            f"{N.RR_BADPUT_RATIO} > 0.3 and {N.RR_JOB_SECONDS} > 36000",
-            "more than 30% of the user-job CPU time is badput (GwmsEntryBadputHigh's condition)",
+            reason=Reason.BADPUT_HIGH,
+            status=Status.DEGRADED,
+            expr=f"{N.RR_BADPUT_RATIO} > {th.badput_share} and {N.RR_JOB_SECONDS} > {th.badput_job_seconds}",
+            meaning=f"GwmsEntryBadputHigh's condition: more than {th.badput_share:.0%} of the user-job CPU time"
+            " is badput",
         ),
         Problem(
-            Reason.GOODPUT_FALLING,
-            Status.DEGRADED,
-            f"({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) / {N.RR_GOODPUT_RATIO} > 1.33"
-            f" and ({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) > 0.3",
-            "the goodput share is a quarter below the entry's own share a week before",
+            reason=Reason.GOODPUT_FALLING,
+            status=Status.DEGRADED,
+            expr=f"({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) / {N.RR_GOODPUT_RATIO}"
+            f" > {th.goodput_fall_ratio}"
+            f" and ({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) > {th.goodput_baseline_share}",
+            meaning=f"the goodput share {th.goodput_fall_ratio} times below the entry's own share"
+            f" {t.baseline_offset} before, which was over {th.goodput_baseline_share:.0%}",
         ),
         Problem(
-            Reason.WASTE_OUTLIER,
-            Status.DEGRADED,
-            f"{N.RR_WASTE_Z} > 3.5 and {N.RR_WASTE_RATIO} > 0.2",
-            "the waste share is a robust outlier against the fleet (z > 3.5) and over 20%",
+            reason=Reason.WASTE_OUTLIER,
+            status=Status.DEGRADED,
+            expr=f"{N.RR_WASTE_Z} > {z} and {N.RR_WASTE_RATIO} > {th.waste_share}",
+            meaning=f"the waste share is a robust outlier against the fleet (z > {z}) and over {th.waste_share:.0%}",
         ),
         Problem(
-            Reason.PHASE_SLOW,
-            Status.DEGRADED,
-            f"max by (entry, site) ({phase} > 3.5)",
-            "a pilot phase's p95 duration is a robust outlier against the same phase at other entries (z > 3.5)",
+            reason=Reason.PHASE_SLOW,
+            status=Status.DEGRADED,
+            expr=f"max by (entry, site) ({phase} > {z})",
+            meaning="a pilot phase's p95 duration is a robust outlier against the same phase at other entries"
+            f" (z > {z})",
         ),
         Problem(
-            Reason.PILOTS_HELD,
-            Status.DEGRADED,
-            f"{held} >= 20",
-            "20 or more glideins held in the factory queue (GwmsPilotsHeld's condition, without its wait)",
+            reason=Reason.PILOTS_HELD,
+            status=Status.DEGRADED,
+            expr=f"{held} >= {th.held_glideins}",
+            meaning=f"GwmsPilotsHeld's condition without its wait: {th.held_glideins} or more glideins held in"
+            " the factory queue",
         ),
         Problem(
-            Reason.RESOURCE_HOG,
-            Status.DEGRADED,
-            f"{N.RR_JOB_OVERUSE_RATIO} > 0.1 and on (entry, site) {hogs} >= 10",
-            "more than 10% of the user jobs used more memory, or more cores, than their slot gave them"
-            " (at least 10 such jobs in the window)",
+            reason=Reason.RESOURCE_HOG,
+            status=Status.DEGRADED,
+            expr=f"{N.RR_JOB_OVERUSE_RATIO} > {th.hog_share} and on (entry, site) {hogs} >= {th.hog_jobs}",
+            meaning=f"more than {th.hog_share:.0%} of the user jobs used more memory, or more cores, than their"
+            f" slot gave them (at least {th.hog_jobs} such jobs in the window)",
         ),
     ]
 
@@ -161,8 +169,9 @@ def _ratio(num: str, den: str) -> str:
     return f"{num} / {den}"
 
 
-def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
+def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
     """Appended to the gwms-recording group after rules.recording_rules (rules in a group run in order)."""
+    t, th = c.timing, c.thresholds
     w, b = t.window, t.baseline_window
     P, U, cpu = catalogue.PILOTS.name, catalogue.USER_JOBS.name, catalogue.CPU_SECONDS.name
     waste = "|".join(catalogue.WASTE)
@@ -170,7 +179,7 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
     def by_entry(sel: str, metric: str, window: str) -> str:
         return f"sum by (entry, site) (increase({metric}{sel}[{window}]))"
 
-    bucket = f'{N.SPAN_DURATION}_bucket{{service_name="{N.TRACE_SERVICE}"}}'
+    bucket = f"{N.SPAN_DURATION}_bucket{{{c.selectors.pilot_spans}}}"
     e = N.SPAN_ENTRY
     failed = by_entry(f'{{category="{Category.MISCONFIGURATION_BADPUT}"}}', U, w)
     all_jobs = by_entry("", U, w)
@@ -205,7 +214,7 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
         {
             "record": N.RR_WASTE_Z,
             "expr": f"({N.RR_WASTE_RATIO} - on () group_left {N.RR_WASTE_MEDIAN})"
-            f" / scalar({MAD_SCALE} * clamp_min({N.RR_WASTE_MAD}, {MAD_FLOOR}))",
+            f" / scalar({MAD_SCALE} * clamp_min({N.RR_WASTE_MAD}, {th.mad_floor_share}))",
         },
         {
             "record": N.RR_PHASE_P95,
@@ -220,10 +229,10 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
         {
             "record": N.RR_PHASE_Z,
             "expr": f"({N.RR_PHASE_P95} - on (span_name) group_left {N.RR_PHASE_MEDIAN})"
-            f" / on (span_name) group_left clamp_min({MAD_SCALE} * {N.RR_PHASE_MAD}, 1)",  # a floor of 1 s
+            f" / on (span_name) group_left clamp_min({MAD_SCALE} * {N.RR_PHASE_MAD}, {th.mad_floor_seconds})",
         },
     ]
-    for p in problems(t):
+    for p in problems(c):
         out.append(
             {
                 "record": N.RR_SITE_PROBLEM,
@@ -242,32 +251,35 @@ def recording_rules(t: Timing = Timing()) -> list[dict[str, str]]:  # noqa: B008
     return out
 
 
+FAILING, OK = int(Status.FAILING), int(Status.OK)
 FAILING_REASONS = (
-    '{{ range printf "' + N.RR_SITE_PROBLEM + '{site=%q} == 2" $labels.site | query }}'
+    f'{{{{ range printf "{N.RR_SITE_PROBLEM}{{site=%q}} == {FAILING}" $labels.site | query }}}}'
     "{{ .Labels.reason }} at {{ .Labels.entry }}; {{ end }}"
 )
-NOT_GREEN = '{{ range query "' + N.RR_SITE_STATUS + ' > 0" }}{{ .Labels.site }}={{ .Value }} {{ end }}'
+NOT_GREEN = f'{{{{ range query "{N.RR_SITE_STATUS} > {OK}" }}}}' + "{{ .Labels.site }}={{ .Value }} {{ end }}"
 SHIFTERS = "shifters"  # the audience of the daily summary (the alertmanager role routes it)
 
 
-def alerts(t: Timing = Timing()) -> list[Alert]:  # noqa: B008
+def alerts(c: Config = CONFIG) -> list[Alert]:
+    t = c.timing
     return [
         Alert(
-            "GwmsSiteFailing",
-            f"{N.RR_SITE_STATUS} == 2",
-            t.for_site,
-            "critical",
-            "site",
-            "Site {{ $labels.site }} is failing",
-            f"Site {{{{ $labels.site }}}} is failing: {FAILING_REASONS}see the Site health dashboard.",
+            name="GwmsSiteFailing",
+            expr=f"{N.RR_SITE_STATUS} == {FAILING}",
+            for_=t.for_site,
+            severity="critical",
+            audience="site",
+            summary="Site {{ $labels.site }} is failing",
+            description=f"Site {{{{ $labels.site }}}} is failing: {FAILING_REASONS}see the Site health dashboard.",
         ),
         Alert(
-            "GwmsSitesNotGreen",
-            f"count({N.RR_SITE_STATUS} > 0) > 0",
-            "0s",
-            "info",
-            SHIFTERS,
-            "{{ $value }} sites are not green",
-            f"{{{{ $value }}}} sites degraded (1) or failing (2): {NOT_GREEN}- the shifters' daily summary.",
+            name="GwmsSitesNotGreen",
+            expr=f"count({N.RR_SITE_STATUS} > {OK}) > 0",
+            for_="0s",
+            severity="info",
+            audience=SHIFTERS,
+            summary="{{ $value }} sites are not green",
+            description=f"{{{{ $value }}}} sites degraded ({int(Status.DEGRADED)}) or failing ({FAILING}):"
+            f" {NOT_GREEN}- the shifters' daily summary.",
         ),
     ]

@@ -29,7 +29,7 @@ DATASOURCE_ALERTMANAGER = "gwms-obs-alertmanager"
 RR_CPU_RATE = "gwms:pilot_cpu_seconds:rate5m"
 RR_GPU_RATE = "gwms:pilot_gpu_seconds:rate5m"
 RR_PILOTS_RATE = "gwms:pilots:rate5m"
-# Over the site alerts' window (rules.Timing.window): what GwmsEntryBadputHigh and its panel read.
+# Over the site alerts' window (config.Timing.window): what GwmsEntryBadputHigh and its panel read.
 RR_JOB_SECONDS = "gwms:entry_cpu_job_seconds:increase1h"
 RR_BADPUT_RATIO = "gwms:entry_cpu_badput_ratio:rate1h"
 # Site health (health.py): per-entry ratios, fleet statistics, problems and the status per site.

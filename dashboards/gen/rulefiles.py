@@ -9,7 +9,8 @@ from typing import Any
 import yaml
 
 from . import health, rules
-from .rules import Alert, Timing
+from .config import CONFIG, Config
+from .rules import Alert
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -17,15 +18,15 @@ def _dump(doc: dict[str, Any]) -> str:
     return head + yaml.safe_dump(doc, sort_keys=False, width=1000, allow_unicode=True)
 
 
-def recording_yaml(t: Timing = Timing()) -> str:  # noqa: B008 - frozen, as in rules.py
-    recorded = rules.recording_rules(t) + health.recording_rules(t)
+def recording_yaml(c: Config = CONFIG) -> str:
+    recorded = rules.recording_rules(c) + health.recording_rules(c)
     return _dump({"groups": [{"name": "gwms-recording", "rules": recorded}]})
 
 
-def all_alerts(t: Timing = Timing()) -> list[Alert]:  # noqa: B008
+def all_alerts(c: Config = CONFIG) -> list[Alert]:
     """The threshold alerts and the site-health ones."""
-    return rules.alerts(t) + health.alerts(t)
+    return rules.alerts(c) + health.alerts(c)
 
 
-def alerts_yaml(t: Timing = Timing()) -> str:  # noqa: B008
-    return _dump({"groups": [{"name": "gwms-alerts", "rules": [a.rule() for a in all_alerts(t)]}]})
+def alerts_yaml(c: Config = CONFIG) -> str:
+    return _dump({"groups": [{"name": "gwms-alerts", "rules": [a.rule() for a in all_alerts(c)]}]})

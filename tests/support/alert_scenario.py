@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dashboards import gen
-from dashboards.gen import lint, rules
+from dashboards.gen import config, lint
 from dashboards.gen import names as N
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import DEFAULT_ENTRIES, simulate
@@ -37,7 +37,7 @@ CONTACTS = {
         BAD.site: {"admins": [BAD_ADMIN], "entries": [BAD.name]},
     },
 }
-FAST = rules.Timing(window="20s", short_window="20s", for_site="0s", for_stack="0s", for_held="30m")
+FAST = config.Timing(window="20s", short_window="20s", for_site="0s", for_stack="0s", for_held="30m")
 # Alertmanager's waits in seconds, so the firing and resolved mails come within a test
 FAST_ALERTMANAGER = {
     "alertmanager_group_wait": "1s",

@@ -3,7 +3,7 @@
 A factory simulated with anomalies (scenario.fleet(n, anomalies=True)), the
 newer part of every entry's pilot files held back (alert_scenario.hold_back,
 generalised to every entry and to batches), exported and scraped by a real
-Prometheus with our rules in seconds (rules.Timing). Counters only increase
+Prometheus with our rules in seconds (config.Timing). Counters only increase
 after Prometheus has a baseline, so the held pilots are released after the
 first scrapes; ``gwms:site_problem`` is then read over the time since the
 release (max_over_time), so a problem seen in any evaluation counts.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dashboards.gen import health, rulefiles, rules
+from dashboards.gen import config, health, rulefiles
 from dashboards.gen import names as N
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
@@ -98,14 +98,14 @@ def release(held: Path, factory: Path, outs: Sequence[Path]) -> None:
 
 
 @contextlib.contextmanager
-def stack(work: Path, factory: Path, timing: rules.Timing) -> Iterator[str]:
+def stack(work: Path, factory: Path, timing: config.Timing) -> Iterator[str]:
     """The exporter on ``factory`` and a Prometheus with our recording rules rendered with ``timing``;
     yields its URL once the rules cover every exported entry (local_stack's pieces, shorter intervals)."""
     from tests.support.servers import prometheus
 
     rules_dir = work / "rules"
     rules_dir.mkdir()
-    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(timing))
+    (rules_dir / "rec.yml").write_text(rulefiles.recording_yaml(config.Config(timing=timing)))
     exp_port, prom_port = free_port(), free_port()
     cfg = prometheus_config([str(rules_dir / "rec.yml")], exp_port, prom_port, scrape_interval=f"{SCRAPE}s")
     with exporter(factory, work, exp_port, interval=SCRAPE), prometheus(work / "prom", cfg, port=prom_port) as url:
@@ -143,7 +143,7 @@ def run(
     specs: Sequence[EntrySpec],
     pilots: int,
     seed: int,
-    timing: rules.Timing,
+    timing: config.Timing,
     *,
     keep: float = 0.5,
     batches: dict[str, int] | None = None,

@@ -66,7 +66,7 @@ def panel_series(url: str, spec: B.PanelSpec, variables: dict[str, str]) -> int:
 @contextlib.contextmanager
 def fleet_stack(work: Path, entries: int, pilots_per_entry: int = 3, seed: int = 3) -> Iterator[FleetStack]:
     """Simulate ``entries`` entries (scenario.fleet), export them, and scrape them with our rules
-    (windows in seconds, rules.Timing); yields once the recording rules cover every entry with pilots."""
+    (windows in seconds, config.Timing); yields once the recording rules cover every entry with pilots."""
     factory = work / "factory"
     simulate(factory, pilots_per_entry * entries, seed=seed, start=time.time() - 48 * 3600, entries=fleet(entries))
     exp_port, prom_port = free_port(), free_port()

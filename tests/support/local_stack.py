@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dashboards.gen import alerting, rulefiles, rules
+from dashboards.gen import alerting, config, rulefiles
 from tests.support import alert_scenario as S
 from tests.support.servers import (
     SmtpSink,
@@ -32,12 +32,12 @@ from tests.support.servers import (
 from tools.render import render
 
 
-def rule_files(work: Path, timing: rules.Timing = S.FAST) -> list[str]:
+def rule_files(work: Path, timing: config.Timing = S.FAST) -> list[str]:
     """Our recording and alert rules rendered with ``timing`` into ``work/rules``."""
     d = work / "rules"
     d.mkdir()
-    (d / "rec.yml").write_text(rulefiles.recording_yaml(timing))
-    (d / "alerts.yml").write_text(rulefiles.alerts_yaml(timing))
+    (d / "rec.yml").write_text(rulefiles.recording_yaml(c := config.Config(timing=timing)))
+    (d / "alerts.yml").write_text(rulefiles.alerts_yaml(c))
     return [str(d / "rec.yml"), str(d / "alerts.yml")]
 
 

@@ -7,6 +7,7 @@ from gwms_obs import catalogue
 from .. import health
 from .. import names as N
 from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
+from ..config import CONFIG, MAD_SCALE
 from .common import (
     ACCOUNTING,
     BY_ENTRY,
@@ -137,7 +138,8 @@ def site_health() -> Board:
             Target(
                 ranked(
                     BY_ENTRY,
-                    f"predict_linear({N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}[6h], 86400)",
+                    f"predict_linear({N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}[{CONFIG.timing.trend_range}],"
+                    f" {CONFIG.timing.trend_horizon_seconds})",
                     f"max by ({BY_ENTRY}) (max_over_time({at_end(f'{N.RR_VALIDATION_RATIO}{{{SEL_ENTRY}}}')}))",
                 ),
                 legend("entry", FACTORY) + " a day ahead",
@@ -150,7 +152,8 @@ def site_health() -> Board:
     b.add(
         "timeseries",
         "Waste share robust z against the fleet, top $topn entries",
-        "(waste share - fleet median) / (1.4826 x MAD): above 3.5 an entry stands out from the fleet.",
+        f"(waste share - fleet median) / ({MAD_SCALE} x MAD): above {CONFIG.thresholds.outlier_z} an entry stands out"
+        " from the fleet.",
         "short",
         [
             Target(
