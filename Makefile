@@ -94,7 +94,9 @@ $(BIN)/.stamp: pyproject.toml
 	touch $@
 venv: $(BIN)/.stamp $(NATIVE_STAMP)
 
-$(NATIVE_DIR)/.built: $(BIN)/.stamp
+# order-only on the venv (it brings maturin): a new venv, as every clean clone makes, must not
+# rebuild a wheel whose inputs are unchanged (its hash names the dir)
+$(NATIVE_DIR)/.built: | $(BIN)/.stamp
 	@command -v cargo >/dev/null || { echo "native/: cargo (a Rust toolchain) is needed to build the readers' fast path" >&2; exit 1; }
 	rm -rf $(NATIVE_DIR).tmp
 	cd native && VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(BIN)):$$PATH maturin build --release --locked --zig --compatibility manylinux_2_28 -o $(NATIVE_DIR).tmp

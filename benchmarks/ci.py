@@ -39,7 +39,8 @@ ROOT = HERE.parent
 RESULTS = HERE / "results" / "ci.md"
 
 # A recipe line -> the step it belongs to (first match wins).
-STEPS: list[tuple[str, str]] = [
+STEPS: list[tuple[str, str | None]] = [
+    (r"^make .*-O ", None),  # make test's own make -j of the steps below, counted in them
     (r"tools/prereqs\.sh", "apt: Debian packages (tools/prereqs.sh)"),
     (
         r"-m venv|pip install -q --upgrade pip|pip install -q -e|import gwms_obs, prometheus_client",
