@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gwms_obs.accounting.pilot import from_glidein
-from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.catalogue import Category, Outcome, Source
 from gwms_obs.ingest.books import PilotFacts
 from gwms_obs.model import GlideinErr, GlideinOut, Job, PilotTimes
 from gwms_obs.outputs import pilot_traces as P
@@ -351,3 +351,48 @@ def test_completed_jobs_and_event_log_pilots_get_traces(sim: tuple[Path, Simulat
         if p.resource[P.TRACE_SOURCE].startswith("completed_jobs"):
             root = p.one(C.SPAN_PILOT)
             assert p.one(P.SPAN_RUNNING)["parentSpanId"] == root["spanId"]
+
+
+def test_the_config_key_switches_them_off(tmp_path: Path) -> None:
+    from gwms_obs.cli import _pilot_traces
+    from gwms_obs.config import ConfigError, from_dict
+
+    assert from_dict({}).pilot_traces is True
+    with pytest.raises(ConfigError, match="pilot_traces must be true or false"):
+        from_dict({"pilot_traces": "no"})
+    ing = Ingest(IngestConfig(str(tmp_path), settle_seconds=0))
+    assert _pilot_traces(from_dict({"pilot_traces": False}), ing, Box()) is None
+    assert ing.books.trace_sink is None
+    on = _pilot_traces(from_dict({"factory_name": "gfactory-x"}), ing, Box())
+    assert on is not None and on.factory == "gfactory-x"
+    assert ing.books.trace_sink is on
+    # without a name configured, the factory's monitor/descript.xml names it
+    (tmp_path / "monitor").mkdir()
+    (tmp_path / "monitor" / "descript.xml").write_text(
+        '<glideFactoryDescript><factory FactoryName="OSG_F"/></glideFactoryDescript>'
+    )
+    named = _pilot_traces(from_dict({}), ing, Box())
+    assert named is not None and named.factory == "OSG_F"
+
+
+def test_a_pilot_counted_from_its_out_gets_the_event_logs_queue(
+    sim: tuple[Path, SimulationSummary], tmp_path: Path
+) -> None:
+    """The daemon's usual order: the event log's end is read while the .out settles, then the .out counts it."""
+    cp = str(tmp_path / "cp.json")
+    box = Box()
+    first = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9))
+    first.books.trace_sink = P.PilotTraces(box, FACTORY)
+    first.scan()
+    assert first.held(Source.EVENT_LOG) and not first.seen
+    _, _, pilots = _scan(sim[0], checkpoint=cp)
+    truth = {(t.entry, t.cluster, t.proc): t for t in sim[1].ground_truth or []}
+    queued = 0
+    for k, p in pilots.items():
+        if p.resource[P.TRACE_SOURCE] != "glidein_out+condor_event_log":
+            continue
+        q = p.one(P.SPAN_QUEUED)
+        assert int(q["startTimeUnixNano"]) == truth[k].submitted * P.NS == int(p.one(C.SPAN_PILOT)["startTimeUnixNano"])
+        assert int(q["endTimeUnixNano"]) <= int(p.one(P.SPAN_RUNNING)["startTimeUnixNano"]) + 600 * P.NS
+        queued += 1
+    assert queued > 50

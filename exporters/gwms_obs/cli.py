@@ -163,8 +163,10 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
             return 2
         log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
     log.info("readers: %s", native.describe())
+    traces = None
     if forwarder is not None:
         ingest.spool_sink = forwarder
+        traces = _pilot_traces(cfg, ingest, forwarder)
         forwarder.start()
     provider = start_otlp(ingest) if otlp_configured() else None
     stop = threading.Event()
@@ -198,6 +200,8 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
                 failed = True
                 log.error("scan failed: %s: %s", type(e).__name__, e)
                 log.debug("scan failure", exc_info=True)  # the traceback, for bug reports
+            if traces is not None:
+                traces.flush()  # the scan's last pilots, in one request
             if a.once:
                 break
             stop.wait(cfg.interval)
@@ -212,6 +216,19 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
                 log.warning("%d span spools not yet sent, kept in %s", len(forwarder.pending()), forwarder.outbox)
             forwarder.stop()
     return 1 if a.once and failed else 0
+
+
+def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
+    """A trace per counted pilot into the forwarder's outbox (``pilot_traces = false``: none)."""
+    if not cfg.pilot_traces:
+        return None
+    from .outputs.pilot_traces import PilotTraces, factory_name
+
+    name = cfg.factory_name or factory_name(ingest.cfg.monitor, ingest.errors)
+    log.info("a trace per counted pilot, factory %r in their ids", name)
+    traces = PilotTraces(forwarder, name, rules=cfg.rules)
+    ingest.books.trace_sink = traces
+    return traces
 
 
 def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors) -> Any:

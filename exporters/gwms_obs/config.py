@@ -24,7 +24,8 @@ from .pipeline import IngestConfig
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
 NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
-STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint")
+STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint", "factory_name")
+BOOL_KEYS = ("pilot_traces",)
 COMPLETED_TOTAL = ("auto", "raw", "normalized")  # docs/accounting.md, "Known upstream errors"
 # A factory's log dir holds client/ (the pilots' logs) or server/ (completed_jobs):
 # one with neither is a typo, and would silently report "no pilots".
@@ -47,6 +48,11 @@ class ExportConfig:
     clients: dict[str, str] = field(default_factory=dict)
     # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
     limits: Limits = field(default_factory=Limits)
+    # A trace per counted pilot, built from the factory's files, wherever a traces endpoint is set
+    # (docs/tracing.md, "Pilot traces from the factory's files").
+    pilot_traces: bool = True
+    # The factory's name in those traces' ids (GLIDEIN_Factory); None: monitor/descript.xml's FactoryName.
+    factory_name: str | None = None
 
     def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
         # reset_checkpoint is a flag for one start, never a config key: a key
@@ -127,6 +133,10 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
             if v not in COMPLETED_TOTAL:
                 raise ConfigError(f"{where}: completed_total must be one of {', '.join(COMPLETED_TOTAL)}, got {v!r}")
             cfg.completed_total = v
+        elif k in BOOL_KEYS:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: {k} must be true or false, got {v!r}")
+            setattr(cfg, k, v)
         elif k in NUMBER_KEYS:
             if not _is_number(v):
                 raise ConfigError(f"{where}: {k} must be a number of seconds, got {v!r}")
