@@ -19,6 +19,7 @@ from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing.redact import Tally
 from gwms_obs.tracing.spool import SpoolForwarder, parse_spool
 
 FACTORY = "testfactory"
@@ -30,9 +31,11 @@ class Box:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
 
-    def enqueue(self, request: dict[str, Any], spans: int, path: str) -> bool:
-        assert spans == sum(len(ss["spans"]) for rs in request["resourceSpans"] for ss in rs["scopeSpans"])
-        self.requests.append(json.loads(json.dumps(request)))
+    def enqueue(self, request: dict[str, Any] | bytes, spans: int, path: str, *, scrubbed: Tally | None = None) -> bool:
+        assert isinstance(request, bytes) and scrubbed is not None
+        doc = json.loads(request)
+        assert spans == sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
+        self.requests.append(doc)
         return True
 
 
@@ -257,9 +260,12 @@ def _job(start: float, end: float | None, *, exited: bool = True, code: int | No
 def _build(out: GlideinOut, err: GlideinErr, times: PilotTimes | None = None, **kw: Any) -> Pilot:
     acc = from_glidein(out, err, entry="E", client="C")
     assert acc is not None
-    rs = P.build(acc, PilotFacts("glidein_out", out, err, times=times), FACTORY, **kw)
-    assert rs is not None
-    return Pilot(json.loads(json.dumps(rs)))
+    built = P.build(acc, PilotFacts("glidein_out", out, err, times=times), FACTORY, **kw)
+    assert built is not None
+    rs, n = built
+    p = Pilot(json.loads(rs))
+    assert len(p.spans) == n
+    return p
 
 
 def test_preempted_pilots_last_job_carries_the_eviction() -> None:
@@ -293,9 +299,9 @@ def test_queued_and_held_from_the_event_log() -> None:
     t.started = t0 + 10
     acc = from_event_log(t)
     assert acc is not None
-    rs = P.build(acc, PilotFacts("condor_event_log", times=t), FACTORY)
-    assert rs is not None
-    ep = Pilot(rs)
+    built = P.build(acc, PilotFacts("condor_event_log", times=t), FACTORY)
+    assert built is not None
+    ep = Pilot(json.loads(built[0]))
     assert ep.resource[P.TRACE_SOURCE] == "condor_event_log"
     assert not ep.named(P.SPAN_VALIDATION)  # nothing says what happened on the node
     root_events = ep.one(C.SPAN_PILOT).get("events", [])
@@ -316,25 +322,37 @@ def test_jobs_beyond_the_cap_summed_in_one_span() -> None:
 
 
 def test_pilot_text_is_masked_and_bounded_like_a_spool(tmp_path: Path) -> None:
-    """The failing test's detail comes from the pilot's .out: it goes through the spool's redaction."""
-    out = GlideinOut(path="job.9.0.out", cluster=9, proc=0, startup_time=1_780_000_000.0, glidein_end=1_780_000_300.0)
+    """What a pilot or a CE wrote (the failing test's detail, a job id, a hold reason) goes through
+    the spool's masking and bounds on its way into the outbox, and is counted there."""
+    t0 = 1_780_000_000.0
+    out = GlideinOut(path="job.9.0.out", cluster=9, proc=0, startup_time=t0, glidein_end=t0 + 300)
     out.failure = "VO_Proxy"
     out.metrics = {"TestID": "main/setup_x509.sh", "failure": "VO_Proxy", "cmd": "x --token SECRETSECRET " + "y" * 3000}
+    times = PilotTimes(9, 0, submitted=t0 - 50, started=t0 - 10, ended=t0 + 400, end_event="aborted")
+    times.held_reason = "removed: Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
     err = GlideinErr(path="job.9.0.err")
     acc = from_glidein(out, err, entry="E", client="C")
     assert acc is not None and acc.outcome is Outcome.VALIDATION_FAILED
-    rs = P.build(acc, PilotFacts("glidein_out", out, err), FACTORY)
-    assert rs is not None
+    ran, ran_err = _pilot([_job(200, 300)])
+    assert ran_err.jobs is not None
+    ran_err.jobs[0].global_job_id = "schedd#1.0#2 --password=hunter2hunter2"
+    ran_acc = from_glidein(ran, ran_err, entry="E", client="C")
+    assert ran_acc is not None
     errors = ParseErrors()
     fwd = SpoolForwarder("http://127.0.0.1:9/v1/traces", tmp_path / "outbox", errors)
-    assert fwd.enqueue({"resourceSpans": [rs]}, len(rs["scopeSpans"][0]["spans"]), "pilot traces")
+    sink = P.PilotTraces(fwd, FACTORY)
+    sink(acc, PilotFacts("glidein_out", out, err, times=times))
+    sink(ran_acc, PilotFacts("glidein_out", ran, ran_err))
+    sink.flush()
     (f,) = fwd.pending()
     body = f.read_bytes()
-    assert b"SECRETSECRET" not in body
-    sent = Pilot(parse_spool(body).resource_spans[0])  # what is sent is a valid request
-    detail = _attrs(sent.one(P.SPAN_VALIDATION)["attributes"])[P.FAILURE_DETAIL]
-    assert len(detail) <= 1024
-    assert errors.total("trace_spool") > 0  # the masking and the cut are counted
+    for secret in (b"SECRETSECRET", b"eyJzdWIiOiJ4In0", b"hunter2"):
+        assert secret not in body
+    sent = [Pilot(rs) for rs in parse_spool(body).resource_spans]  # what is sent is a valid request
+    detail = _attrs(sent[0].one(P.SPAN_VALIDATION)["attributes"])[P.FAILURE_DETAIL]
+    assert len(detail) == 1024
+    assert _attrs(sent[1].one(P.SPAN_JOB)["attributes"])[P.JOB_ID].startswith("schedd#1.0#2")
+    assert errors.total("trace_spool") >= 4  # 3 masked, 1 cut: counted as a spool's are
 
 
 def test_completed_jobs_and_event_log_pilots_get_traces(sim: tuple[Path, SimulationSummary], tmp_path: Path) -> None:
