@@ -414,3 +414,30 @@ def test_a_pilot_counted_from_its_out_gets_the_event_logs_queue(
         assert int(q["endTimeUnixNano"]) <= int(p.one(P.SPAN_RUNNING)["startTimeUnixNano"]) + 600 * P.NS
         queued += 1
     assert queued > 50
+
+
+def test_every_pilot_a_checkpoint_counts_has_its_trace_in_the_outbox(
+    sim: tuple[Path, SimulationSummary], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill right after a checkpoint loses no trace: the traces of the pilots it marks counted are
+    written first (a kill between the two counts them again, and sends the same ids)."""
+    from gwms_obs.cli import _pilot_traces
+    from gwms_obs.config import from_dict
+    from gwms_obs.ingest import checkpoint
+
+    box = Box()
+    ing = Ingest(IngestConfig(str(sim[0]), checkpoint=str(tmp_path / "cp.json"), settle_seconds=0))
+    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), ing, box)
+    assert sink is not None
+    checked = []
+    write = checkpoint.write
+
+    def checked_write(path: str, state: dict[str, Any]) -> None:
+        sent = {f"{p.key[0]}/{p.key[1]}.{p.key[2]}" for req in box.requests for p in map(Pilot, req["resourceSpans"])}
+        assert set(state["seen"]) <= sent, len(set(state["seen"]) - sent)
+        checked.append(len(state["seen"]))
+        write(path, state)
+
+    monkeypatch.setattr(checkpoint, "write", checked_write)
+    ing.scan()
+    assert max(checked) > 50

@@ -228,6 +228,7 @@ def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
     log.info("a trace per counted pilot, factory %r in their ids", name)
     traces = PilotTraces(forwarder, name, rules=cfg.rules)
     ingest.books.trace_sink = traces
+    ingest.books.before_save.append(traces.flush)
     return traces
 
 

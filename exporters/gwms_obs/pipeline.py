@@ -273,4 +273,6 @@ class Ingest:
 
     def _checkpoint(self) -> None:
         if self.cfg.checkpoint:
+            for hook in self.books.before_save:  # what must be written before a pilot is saved as counted
+                hook()
             checkpoint.write(self.cfg.checkpoint, self.state())

@@ -151,6 +151,9 @@ class Books:
         # Gets each counted pilot's account and facts (outputs.pilot_traces.PilotTraces);
         # None: no trace is built, and the readers keep nothing for one.
         self.trace_sink: Callable[[PilotAccount, PilotFacts], None] | None = None
+        # Called before each checkpoint write: the trace sink writes the traces of the pilots
+        # that checkpoint marks counted (a kill in between counts them, and sends them, again).
+        self.before_save: list[Callable[[], object]] = []
         self.progress = False  # a progress bar on a terminal for long first scans
         self.save: Callable[[], None] = lambda: None  # writes the checkpoint (set by Ingest)
 
