@@ -719,6 +719,98 @@ def test_prometheus_scrapes_the_controller_over_https_when_it_serves_tls() -> No
     assert tls and tls["scheme"] == "https" and tls["tls_config"]["ca_file"].endswith("/web-ca.crt")
 
 
+# What the per-component variables rendered before prometheus_scrape_configs: the jobs its default builds.
+_STACK_JOBS = [
+    {"job_name": "gwms-obs", "honor_labels": True, "static_configs": [{"targets": ["exporter:9822"]}]},
+    {"job_name": "otel-collector", "honor_labels": True, "static_configs": [{"targets": ["otelcol:8888"]}]},
+    {"job_name": "gwms-controller", "static_configs": [{"targets": ["controller:9830"]}]},
+    {"job_name": "prometheus", "static_configs": [{"targets": ["localhost:9090"]}]},
+    {"job_name": "alertmanager", "static_configs": [{"targets": ["alertmanager:9093"]}]},
+]
+
+
+def test_prometheus_scrape_configs_default_is_the_per_component_jobs() -> None:
+    """The compose stack's variables (the role's compose.yml) render the same jobs as before the list;
+    without a collector or controller target there is no such job."""
+    compose_vars = yaml.safe_load((ANSIBLE / "roles/prometheus/compose.yml").read_text())["vars"]
+    doc = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **compose_vars))
+    assert doc["scrape_configs"] == _STACK_JOBS
+    alone = yaml.safe_load(
+        render.render(
+            "prometheus", "prometheus.yml.j2", prometheus_collector_targets=[], prometheus_controller_targets=[]
+        )
+    )
+    assert [j["job_name"] for j in alone["scrape_configs"]] == ["gwms-obs", "prometheus", "alertmanager"]
+
+
+def test_prometheus_scrape_configs_takes_any_component_as_given() -> None:
+    """A new component is one list entry: its scrape_config is written as given, before the role's own jobs."""
+    node = {
+        "job_name": "node",
+        "scrape_interval": "1m",
+        "relabel_configs": [{"source_labels": ["__address__"], "target_label": "host", "regex": "([^:]+):.*"}],
+        "static_configs": [{"targets": ["f1:9100", "f2:9100"], "labels": {"role": "factory"}}],
+    }
+    doc = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", prometheus_scrape_configs=[node]))
+    assert doc["scrape_configs"][0] == node
+    assert [j["job_name"] for j in doc["scrape_configs"]] == ["node", "prometheus", "alertmanager"]
+    with pytest.raises(Exception, match="no job_name"):
+        render.render("prometheus", "prometheus.yml.j2", prometheus_scrape_configs=[{"static_configs": []}])
+
+
+def test_prometheus_config_renders_the_same_with_ansible(tmp_path: Path) -> None:
+    """Ansible turns prometheus_scrape_configs' default (one expression) into a list that passes the role's
+    argument_specs, and its template module writes what tools.render writes (the multi-host inventory's
+    https controller with the CA, and the compose stack's jobs)."""
+    specs = _specs("prometheus")["main"]["options"]
+    compose_vars = yaml.safe_load((ANSIBLE / "roles/prometheus/compose.yml").read_text())["vars"]
+    cases = {
+        "compose": compose_vars,
+        "https": {
+            "prometheus_controller_targets": ["mon:9830"],
+            "prometheus_controller_scheme": "https",
+            "prometheus_web_tls_cert": "C",
+            "prometheus_collector_targets": [],
+        },
+    }
+    for name, extra in cases.items():
+        out = tmp_path / f"{name}.yml"
+        play = tmp_path / f"{name}-play.yml"
+        play.write_text(
+            yaml.safe_dump(
+                [
+                    {
+                        "name": "Render prometheus.yml",
+                        "hosts": "localhost",
+                        "connection": "local",
+                        "gather_facts": False,
+                        "vars_files": [str(ANSIBLE / "roles/prometheus/defaults/main.yml")],
+                        "tasks": [
+                            {
+                                "name": "Validate",
+                                "ansible.builtin.validate_argument_spec": {
+                                    "argument_spec": {"prometheus_scrape_configs": specs["prometheus_scrape_configs"]}
+                                },
+                            },
+                            {
+                                "name": "Render",
+                                "ansible.builtin.template": {
+                                    "src": str(ANSIBLE / "roles/prometheus/templates/prometheus.yml.j2"),
+                                    "dest": str(out),
+                                    "mode": "0600",
+                                },
+                            },
+                        ],
+                    }
+                ]
+            )
+        )
+        args = {**extra, "ansible_python_interpreter": sys.executable}
+        r = _run(_tool("ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(args))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert out.read_text() == render.render("prometheus", "prometheus.yml.j2", **extra), name
+
+
 # --- Many factories, one view (thanos role, multi-factory inventory) ----------------------------
 
 

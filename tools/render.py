@@ -90,12 +90,22 @@ def role_defaults(role: str) -> dict[str, Any]:
     return data
 
 
+_ONE_EXPRESSION = re.compile(r"\s*\{\{(.*)\}\}\s*", re.S)
+
+
 def resolve(values: dict[str, Any], rounds: int = 5) -> dict[str, Any]:
     """Expand ``{{ var }}`` references between defaults, as Ansible does lazily."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
 
     def expand(v: Any, ctx: dict[str, Any]) -> Any:
         if isinstance(v, str) and "{{" in v:
+            one = _ONE_EXPRESSION.fullmatch(v)
+            if one and v.count("{{") == 1:
+                # As Ansible: a value that is one expression yielding a list or a mapping stays one
+                # (prometheus_scrape_configs' default), not its text.
+                native = env.compile_expression(one.group(1), undefined_to_none=False)(**ctx)
+                if isinstance(native, list | dict):
+                    return native
             return env.from_string(v).render(**ctx)
         if isinstance(v, list):
             return [expand(x, ctx) for x in v]
