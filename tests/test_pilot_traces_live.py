@@ -6,6 +6,7 @@ Needs `make otelcol jaeger` (skipped, with the reason, without them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
+from tests.support.servers import export_command, first_scan_done, free_port, http_get, process, wait_for
 from tests.support.trace_stack import Stack, stack
 
 PILOTS = 40
@@ -73,7 +76,37 @@ def _keys(traces: list[dict[str, Any]]) -> Counter[str]:
     return out
 
 
-def test_export_sends_one_trace_per_counted_pilot_and_a_restart_none_again(tmp_path: Path) -> None:
+def _telemetry(st: Stack, name: str, label: str) -> float:
+    """The collector's own counter ``name`` summed over the series whose labels hold ``label``."""
+    with urllib.request.urlopen(st.col.telemetry, timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name) and label in ln)
+
+
+@contextlib.contextmanager
+def _daemon(factory: Path, st: Stack, checkpoint: Path, log: Path) -> Iterator[str]:
+    """`gwms-obs export` as a daemon (a scan every 2 s) sending to the stack; yields its /metrics URL."""
+    token = st.work / "token"
+    token.write_text(st.col.token)
+    port = free_port()
+    cmd = [
+        *export_command(factory, port, checkpoint, interval=2, settle=0),
+        *("--lost-after-seconds", "0", "--traces-endpoint", st.col.traces_url, "--traces-token-file", str(token)),
+    ]
+    with process(cmd, log) as p:
+        url = f"http://127.0.0.1:{port}/metrics"
+
+        def scanned() -> bool:
+            if p.poll() is not None:
+                raise AssertionError(f"export exited with {p.returncode}:\n{log.read_text()[-3000:]}")
+            return first_scan_done(http_get(url))
+
+        wait_for("the exporter's first scan", scanned, 120, step=0.5)
+        yield url
+    assert p.returncode == 0, log.read_text()[-3000:]
+
+
+def test_the_daemon_sends_one_trace_per_counted_pilot_and_a_restart_none_again(tmp_path: Path) -> None:
     now = time.time()
     since = now - 10 * 86400
     factory = tmp_path / "factory"
@@ -81,34 +114,40 @@ def test_export_sends_one_trace_per_counted_pilot_and_a_restart_none_again(tmp_p
     with stack(tmp_path) as st:
         ck = tmp_path / "state" / "checkpoint.json"
         ck.parent.mkdir()
-        _export_once(factory, st, ck, tmp_path / "export1.log")
-        counted = _pilots_counted(ck)
-        assert len(counted) > PILOTS // 2
-        traces = _settled(st, since, len(counted))
+        with _daemon(factory, st, ck, tmp_path / "export1.log"):
+            counted = _pilots_counted(ck)
+            assert len(counted) > PILOTS // 2
+            traces = _settled(st, since, len(counted))
+        assert _pilots_counted(ck) == counted  # nothing more to count in a finished tree
         keys = _keys(traces)
         assert set(keys) == counted and set(keys.values()) == {1}  # exactly one trace per counted pilot
         spans = {(t["traceID"], s["spanID"]) for t in traces for s in t["spans"]}
         assert len(spans) == sum(len(t["spans"]) for t in traces)  # no span twice
         shapes = Counter(s["operationName"] for t in traces for s in t["spans"])
         assert shapes[P.SPAN_RUNNING] == len(counted) and shapes[P.SPAN_JOB] > 0 and shapes[P.SPAN_VALIDATION] > 0
+        received = _telemetry(st, "otelcol_receiver_accepted_spans", "otlp")
+        assert received == len(spans)
 
-        # Restarted on its checkpoint: nothing is counted again, so nothing is sent again.
-        _export_once(factory, st, ck, tmp_path / "export2.log")
+        # Restarted on its checkpoint: it scans (twice, at least) and counts nothing again, so it sends nothing.
+        with _daemon(factory, st, ck, tmp_path / "export2.log") as url:
+
+            def last_scan() -> float:
+                lines = http_get(url).decode().splitlines()
+                return float(
+                    next(ln for ln in lines if ln.startswith("gwms_obs_last_scan_timestamp_seconds ")).split()[-1]
+                )
+
+            first = last_scan()
+            wait_for("a second scan", lambda: last_scan() > first, 30, step=0.5)
         assert _pilots_counted(ck) == counted
-        again = _settled(st, since, len(counted), timeout=5.0)
+        assert _telemetry(st, "otelcol_receiver_accepted_spans", "otlp") == received
+        again = _jaeger(st, since)
         assert {(t["traceID"], s["spanID"]) for t in again for s in t["spans"]} == spans
-        assert sum(len(t["spans"]) for t in again) == len(spans)
 
 
 def _sent_to_jaeger(st: Stack) -> float:
     """Spans the collector's exporters have handed to Jaeger (its own telemetry)."""
-    with urllib.request.urlopen(st.col.telemetry, timeout=5) as r:
-        text = r.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("otelcol_exporter_sent_spans") and "jaeger" in line
-    )
+    return _telemetry(st, "otelcol_exporter_sent_spans", "jaeger")
 
 
 def test_a_rescan_from_nothing_sends_the_same_spans_and_jaeger_keeps_each_once(tmp_path: Path) -> None:
