@@ -22,8 +22,11 @@ from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
-from tests.support.servers import export_command, first_scan_done, free_port, http_get, process, wait_for
+from tests.support.servers import export_command, first_scan_done, process
 from tests.support.trace_stack import Stack, stack
+from tools.polling import http_get
+from tools.polling import poll as wait_for
+from tools.tracing_backends import free_port
 
 PILOTS = 40
 
