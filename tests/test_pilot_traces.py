@@ -441,3 +441,28 @@ def test_every_pilot_a_checkpoint_counts_has_its_trace_in_the_outbox(
     monkeypatch.setattr(checkpoint, "write", checked_write)
     ing.scan()
     assert max(checked) > 50
+
+
+def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
+    sim: tuple[Path, SimulationSummary], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gwms_obs.cli import _pilot_traces
+    from gwms_obs.config import from_dict
+
+    def broken(acc: Any, facts: PilotFacts, *a: Any, **kw: Any) -> Any:
+        if acc.cluster % 2:
+            raise ValueError("a pilot no builder expected")
+        return real(acc, facts, *a, **kw)
+
+    real = P.build
+    monkeypatch.setattr(P, "build", broken)
+    box = Box()
+    ing = Ingest(IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0))
+    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), ing, box)
+    assert sink is not None
+    ing.scan()
+    sink.flush()
+    odd = [k for k in ing.seen if int(k.rsplit("/", 1)[1].split(".")[0]) % 2]
+    assert odd and len(ing.seen) > 100  # every pilot counted
+    assert ing.errors.counts[("trace_spool", "pilot_trace_failed")] == len(odd)
+    assert sink.built == len(ing.seen) - len(odd)

@@ -226,7 +226,7 @@ def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
 
     name = cfg.factory_name or factory_name(ingest.cfg.monitor, ingest.errors)
     log.info("a trace per counted pilot, factory %r in their ids", name)
-    traces = PilotTraces(forwarder, name, rules=cfg.rules)
+    traces = PilotTraces(forwarder, name, rules=cfg.rules, errors=ingest.errors)
     ingest.books.trace_sink = traces
     ingest.books.before_save.append(traces.flush)
     return traces

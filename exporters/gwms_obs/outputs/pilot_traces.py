@@ -34,12 +34,11 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ..accounting.partition import DEFAULT_RULES, Rules, classify_job
 from ..accounting.pilot import PilotAccount
-from ..catalogue import Category
+from ..catalogue import Category, Source
 from ..ingest.books import PilotFacts
 from ..model import Job
 from ..parse_errors import ParseErrors
@@ -438,14 +437,14 @@ class PilotTraces:
         rules: Rules = DEFAULT_RULES,
         max_job_spans: int = MAX_JOB_SPANS,
         batch: int = BATCH_PILOTS,
-        on_error: Callable[[str, str], None] | None = None,
+        errors: ParseErrors | None = None,
     ) -> None:
         self.outbox = outbox
         self.factory = factory
         self.rules = rules
         self.max_job_spans = max_job_spans
         self.batch = batch
-        self.on_error = on_error
+        self.errors = errors
         self._lock = threading.Lock()
         self._pending: list[str] = []  # each pilot's ResourceSpans, encoded
         self._spans = 0
@@ -458,8 +457,9 @@ class PilotTraces:
             rs = build(acc, facts, self.factory, rules=self.rules, max_job_spans=self.max_job_spans, scrub=self._scrub)
         except Exception as e:  # a trace must never cost the accounting of a pilot
             log.exception("pilot trace of %s/%s.%s not built", acc.entry, acc.cluster, acc.proc)
-            if self.on_error is not None:
-                self.on_error(f"{acc.entry}/{acc.cluster}.{acc.proc}", f"{type(e).__name__}: {e}")
+            if self.errors is not None:  # counted where the spool's problems are (source trace_spool)
+                where = facts.out.path if facts.out is not None else f"{acc.entry}/{acc.cluster}.{acc.proc}"
+                self.errors.record(Source.TRACE_SPOOL, "pilot_trace_failed", where, None, f"{type(e).__name__}: {e}")
             return
         if rs is None:
             return
