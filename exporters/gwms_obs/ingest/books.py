@@ -159,12 +159,16 @@ class Books:
 
     def account(self, acc: PilotAccount, res: ScanResult, source: str, facts: PilotFacts | None = None) -> None:
         k = acc.key
+        traced = None
         with self.lock:
             self.ledger.add(acc)
             if k is not None:
                 ks = key_str(k)
                 if self.trace_sink is not None:
-                    self._trace(acc, facts or PilotFacts(source), ks)
+                    traced = facts or PilotFacts(source)
+                    if traced.times is None:  # the event log's times of it, before counting drops them
+                        held = self.held_by(Source.EVENT_LOG, ks)
+                        traced.times = held if isinstance(held, PilotTimes) else None
                 self.seen[ks] = self.clock()
                 for forget in self.on_counted:
                     forget(ks)
@@ -172,17 +176,11 @@ class Books:
         res.by_source[source] += 1
         if self.sink is not None:
             self.sink(acc)
-
-    def _trace(self, acc: PilotAccount, facts: PilotFacts, ks: str) -> None:
-        """The pilot's trace, with the event log's times when it holds them (before they are dropped)."""
-        assert self.trace_sink is not None
-        if facts.times is None:
-            held = self.held_by(Source.EVENT_LOG, ks)
-            facts.times = held if isinstance(held, PilotTimes) else None
-        try:
-            self.trace_sink(acc, facts)
-        except Exception:  # tracing must never cost the accounting of a pilot
-            log.exception("trace of pilot %s not built", ks)
+        if traced is not None and self.trace_sink is not None:  # outside the lock /metrics waits for
+            try:
+                self.trace_sink(acc, traced)
+            except Exception:  # tracing must never cost the accounting of a pilot
+                log.exception("trace of pilot %s/%s.%s not built", acc.entry, acc.cluster, acc.proc)
 
     def list_clients(self) -> Listing:
         """Walk the client directories once: the pilots' files and the event logs."""
