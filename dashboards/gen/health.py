@@ -123,8 +123,8 @@ def problems(c: Config = CONFIG) -> list[Problem]:
             expr=f"({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) / {N.RR_GOODPUT_RATIO}"
             f" > {th.goodput_fall_ratio}"
             f" and ({N.RR_GOODPUT_RATIO} offset {t.baseline_offset}) > {th.goodput_baseline_share}",
-            meaning=f"the goodput share {th.goodput_fall_ratio} times below the entry's own share"
-            f" {t.baseline_offset} before, which was over {th.goodput_baseline_share:.0%}",
+            meaning=f"the entry's goodput share {t.baseline_offset} before was over {th.goodput_fall_ratio} times"
+            f" today's, and over {th.goodput_baseline_share:.0%}",
         ),
         Problem(
             reason=Reason.WASTE_OUTLIER,
