@@ -167,15 +167,19 @@ def main() -> int:
     args = p.parse_args()
     mode = "cold" if args.cold else "warm"
 
-    clone = Path(tempfile.mkdtemp(prefix=f"ci-bench-{mode}-", dir=ROOT.parent))
-    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=clone.parent)) if args.cold else None
+    # The clone sits beside this checkout, as CI's does, so ../shared/reference is found; readable
+    # by all (mkdtemp makes 0700), as tests/test_prereqs.py runs tools/prereqs.sh as nobody.
+    repo = Path(tempfile.mkdtemp(prefix=f"ci-bench-{mode}-", dir=ROOT.parent))
+    work = Path(tempfile.mkdtemp(prefix=f"ci-bench-{mode}-"))
+    cache = work / "cache" if args.cold else None
+    for d in (repo, work):
+        d.chmod(0o755)
     try:
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone / "repo")], check=True)
-        repo = clone / "repo"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], check=True, cwd=repo, capture_output=True, text=True
         ).stdout.strip()
-        times, junit, log = clone / "times.txt", clone / "junit.xml", clone / "make-test.log"
+        times, junit, log = work / "times.txt", work / "junit.xml", work / "make-test.log"
         env = {k: v for k, v in os.environ.items() if k != "GWMS_OBS_ALLOW_SKIP"}  # as .ci/run
         env |= {"CI": "true", "GWMS_CI_TIMES": str(times), "PYTEST_ADDOPTS": f"--junitxml={junit}"}
         make = ["make", "test", f"SHELL={HERE / 'ci-shell.sh'}", *([f"CACHE_DIR={cache}"] if cache else [])]
@@ -195,9 +199,8 @@ def main() -> int:
         return rc
     finally:
         if not args.keep:
-            shutil.rmtree(clone, ignore_errors=True)
-            if cache:
-                shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(repo, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
