@@ -182,23 +182,9 @@ def test_the_daemon_follows_a_renamed_log_by_its_inode(tree: Path, tmp_path: Pat
 def test_a_rotated_event_log_is_the_same_log(tree: Path, tmp_path: Path) -> None:
     """A pilot started in ``condor_activity_….log`` and ended after its rename to ``….log.1``
     is one pilot (lost: its .out and line are gone), for the daemon and the report."""
-    drop_pilot_files(tree)
-    for log in completed_logs(tree):
-        log.unlink()
-    want = report(tree, lost_after=0.0)
+    want = event_logs_in_two_pieces(tree, tmp_path, rotate=True)
     assert pilots(want) > 0
-    halves = {log: split_events(log.read_bytes()) for log in event_logs(tree)}
-    for log, (first, _) in halves.items():
-        log.write_bytes(first)
-    ck = tmp_path / "ck.json"
-    d = daemon(tree, ck, lost_after=0.0)
-    d.scan()
-    for log, (_, rest) in halves.items():
-        rotated = log.with_name(log.name + ".1")
-        log.rename(rotated)
-        with open(rotated, "ab") as f:
-            f.write(rest)
-    again = daemon(tree, ck, lost_after=0.0)
+    again = daemon(tree, tmp_path / "ck.json", lost_after=0.0)
     again.scan()
     assert_same(report(tree, lost_after=0.0), want)
     assert_same(again, want)
@@ -212,9 +198,10 @@ def split_events(data: bytes) -> tuple[bytes, bytes]:
     return data[:cut], data[cut:]
 
 
-def test_old_event_logs_read_in_two_scans_count_every_pilot(tree: Path, tmp_path: Path) -> None:
-    """A backfill of months-old event logs, each arriving in two pieces: the pilots open
-    at the first scan are not expired by the wall clock (the logs' events are ~170 days old)."""
+def event_logs_in_two_pieces(tree: Path, tmp_path: Path, *, rotate: bool) -> Ingest:
+    """The pilots the event logs alone count (the report of the whole logs), after a daemon
+    on ``tmp_path/ck.json`` scanned each log's first half and the second half arrived, in
+    the same file or in its logrotate-style rename ``….log.1`` (``rotate``)."""
     drop_pilot_files(tree)
     for log in completed_logs(tree):
         log.unlink()
@@ -222,13 +209,19 @@ def test_old_event_logs_read_in_two_scans_count_every_pilot(tree: Path, tmp_path
     halves = {log: split_events(log.read_bytes()) for log in event_logs(tree)}
     for log, (first, _) in halves.items():
         log.write_bytes(first)
-    ck = tmp_path / "ck.json"
-    d = daemon(tree, ck, lost_after=0.0)
-    d.scan()
+    daemon(tree, tmp_path / "ck.json", lost_after=0.0).scan()
     for log, (_, rest) in halves.items():
-        with open(log, "ab") as f:
+        target = log.rename(log.with_name(log.name + ".1")) if rotate else log
+        with open(target, "ab") as f:
             f.write(rest)
-    again = daemon(tree, ck, lost_after=0.0)
+    return want
+
+
+def test_old_event_logs_read_in_two_scans_count_every_pilot(tree: Path, tmp_path: Path) -> None:
+    """A backfill of months-old event logs, each arriving in two pieces: the pilots open
+    at the first scan are not expired by the wall clock (the logs' events are ~170 days old)."""
+    want = event_logs_in_two_pieces(tree, tmp_path, rotate=False)
+    again = daemon(tree, tmp_path / "ck.json", lost_after=0.0)
     again.scan()
     assert pilots(again) == pilots(want)
     assert_same(again, want)
