@@ -156,7 +156,7 @@ TEST_BUILD_JOBS ?= 4
 # GWMS_OBS_STRICT_SKIPS: a skip that tests/conftest.py does not allow fails.
 test: prereqs
 	$(MAKE) --no-print-directory -j$(TEST_BUILD_JOBS) -O $(TEST_BUILDS)
-	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rs $(PYTEST_PARALLEL) --durations=25
+	GWMS_OBS_STRICT_SKIPS=1 GWMS_OBS_REQUIRE_NATIVE=1 $(BIN)/pytest -q -p no:cacheprovider -rfEs $(PYTEST_PARALLEL) --durations=25
 
 # Not `go install ...@version`: its go.mod has a replace directive, which go
 # install refuses; build the pinned module from the proxy as the main module.

@@ -95,8 +95,9 @@ def read_steps(times: Path, t0: float) -> list[Step]:
     return sorted(steps.values(), key=lambda s: s.start)
 
 
-def read_junit(path: Path) -> tuple[dict[str, float], list[tuple[float, str]], dict[str, int]]:
+def read_junit(path: Path) -> tuple[dict[str, float], list[tuple[float, str]], dict[str, int], list[str]]:
     per_file: dict[str, float] = defaultdict(float)
+    failed: list[str] = []
     tests: list[tuple[float, str]] = []
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     root = ET.parse(path).getroot()
@@ -109,8 +110,10 @@ def read_junit(path: Path) -> tuple[dict[str, float], list[tuple[float, str]], d
         file = "/".join(module[: next((i for i, m in enumerate(module) if m.startswith("test_")), len(module) - 1) + 1])
         per_file[file + ".py"] += t
         tests.append((t, f"{file}.py::{case.get('name')}"))
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(f"{file}.py::{case.get('name')}")
     tests.sort(reverse=True)
-    return dict(per_file), tests, counts
+    return dict(per_file), tests, counts, failed
 
 
 def fmt(seconds: float) -> str:
@@ -129,7 +132,7 @@ def render(mode: str, head: str, steps: list[Step], wall: float, rc: int, junit:
         flag = " (failed)" if s.failed else ""
         out.append(f"| {s.name}{flag} | {fmt(s.start)} | {fmt(s.end)} | {fmt(s.end - s.start)} | {fmt(s.busy)} |")
     if junit.is_file():
-        per_file, tests, counts = read_junit(junit)
+        per_file, tests, counts, failed = read_junit(junit)
         passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
         out += [
             "",
@@ -145,6 +148,8 @@ def render(mode: str, head: str, steps: list[Step], wall: float, rc: int, junit:
             f"| the other {sum(1 for t in per_file.values() if t < 5)} files (under 5 s each) | "
             f"{fmt(sum(t for t in per_file.values() if t < 5))} |"
         )
+        if failed:
+            out += ["", "Failed:", "", *(f"- `{name}`" for name in failed)]
         out += ["", "The slowest 15 tests:", "", "| test | time |", "| --- | --- |"]
         out += [f"| `{name}` | {fmt(t)} |" for t, name in tests[:15]]
     return "\n".join(out) + "\n"
