@@ -173,17 +173,17 @@ class CompletedJobsStage(Stage):
             raw = line_total_is_raw(line, b.fixed_cpus(entry))
             if raw is None:
                 raw = b.evidence_of(entry).raw_total(line.cluster) if mode == "auto" else mode == "raw"
+            ended = times if isinstance(times, PilotTimes) else None
             acc = from_completed_job(
                 line,
                 b.defaults.get(entry),
                 client=b.client_of(line.username) or line.client,
                 raw_total=raw,
-                end=times.ended if isinstance(times, PilotTimes) else None,
+                end=ended.ended if ended is not None else None,
             )
             if acc is not None:
-                facts = PilotFacts(
-                    Source.COMPLETED_JOBS, line=line, times=times if isinstance(times, PilotTimes) else None
-                )
+                # what a trace is built from, only when one is (this loop runs for every new line)
+                facts = PilotFacts(Source.COMPLETED_JOBS, line=line, times=ended) if b.trace_sink else None
                 b.account(acc, scan.result, Source.COMPLETED_JOBS, facts)
             # else: duration -1/0, the factory had no .out either; the event log decides.
 
