@@ -20,6 +20,7 @@ from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err
 from gwms_obs.sources.glidein_out import parse_out
+from gwms_obs.sources.schedd_status import read_schedd_status
 from tests.support.simulated import simulated_factory, truth
 
 N = 700
@@ -50,6 +51,40 @@ def test_deterministic(tmp_path: Path) -> None:
     assert _tree_hash(tmp_path / "a") == _tree_hash(tmp_path / "b")
     assert _tree_hash(tmp_path / "a") != _tree_hash(tmp_path / "c")
     assert a.by_kind == b.by_kind and a.bytes == b.bytes
+
+
+def test_end_puts_the_snapshot_there_and_shifts_the_same_tree(tmp_path: Path) -> None:
+    """--end (the compose stack's `now`): the same tree as from the start it implies, every entry's
+    status written at the end, so a stack started then sees no stale entry."""
+    end = 1_795_000_000.7
+    a = simulate(tmp_path / "a", 120, seed=3, end=end)
+    b = simulate(tmp_path / "b", 120, seed=3, start=1_795_000_000 - 48 * 3600 - 3 * 3600)
+    assert a.snapshot == b.snapshot == 1_795_000_000 and a.start == b.start
+    assert _tree_hash(tmp_path / "a") == _tree_hash(tmp_path / "b")
+    statuses = sorted((tmp_path / "a" / "monitor").glob("entry_*/schedd_status.xml"))
+    assert len(statuses) == len(DEFAULT_ENTRIES)
+    for path in statuses:
+        st = read_schedd_status(str(path), ParseErrors())
+        assert st is not None and st.updated == a.snapshot, path
+    with pytest.raises(ValueError, match="start or end"):
+        simulate(tmp_path / "c", 10, seed=3, start=end, end=end)
+
+
+def test_end_now_on_the_command_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    before = time.time()
+    cmd = [sys.executable, "-m", "gwms_obs.cli", "simulate", "--out", str(tmp_path / "f"), "--pilots", "20"]
+    r = subprocess.run([*cmd, "--end", "now"], capture_output=True, text=True, timeout=120, check=False)
+    after = time.time()
+    assert r.returncode == 0, r.stderr
+    for path in (tmp_path / "f" / "monitor").glob("entry_*/schedd_status.xml"):
+        st = read_schedd_status(str(path), ParseErrors())
+        assert st is not None and st.updated is not None and int(before) <= st.updated <= after, path
+    bad = subprocess.run([*cmd, "--end", "yesterday"], capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode == 2 and "not a time: 'yesterday'" in bad.stderr
 
 
 def test_layout_and_counts(tree: tuple[Path, SimulationSummary]) -> None:

@@ -81,6 +81,11 @@ def _time(s: str) -> float:
     return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
 
 
+def _end_time(s: str) -> float:
+    """``now`` (this moment) or a time as :func:`_time` reads it."""
+    return datetime.now(UTC).timestamp() if s == "now" else _time(s)
+
+
 def _empty_window(a: argparse.Namespace) -> bool:
     """--since at or after --until selects nothing, surely a mistake: say so (and exit 2)."""
     if a.since is None or a.until is None or a.since < a.until:
@@ -397,7 +402,13 @@ def cmd_simulate(a: argparse.Namespace) -> int:
 
     entries = fleet(a.entries, anomalies=a.anomalies) if a.entries else DEFAULT_ENTRIES
     summary = simulate(
-        Path(a.out), a.pilots, a.seed, entries=entries, anomalies=a.anomalies, progress=(bar.update if bar else None)
+        Path(a.out),
+        a.pilots,
+        a.seed,
+        end=a.end,
+        entries=entries,
+        anomalies=a.anomalies,
+        progress=(bar.update if bar else None),
     )
     if bar:
         bar.close()
@@ -661,6 +672,12 @@ def parser() -> argparse.ArgumentParser:
         help="add entries with labelled anomalies (a slow validation script, resource-hog jobs, a site drifting"
         " worse) and write their labels, black holes included, to <out>/anomalies.json; with --entries,"
         " every tenth entry or so carries each",
+    )
+    s.add_argument(
+        "--end",
+        type=_end_time,
+        help="the snapshot's time: `now`, an epoch or an ISO 8601 time; the files end there, as a factory"
+        " watched live since then (default: a fixed day in June 2026, so the same seed writes the same tree)",
     )
     s.set_defaults(func=cmd_simulate)
 

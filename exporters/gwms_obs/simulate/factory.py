@@ -120,6 +120,7 @@ def simulate(
     seed: int,
     *,
     start: float | None = None,
+    end: float | None = None,
     entries: Sequence[EntrySpec] = DEFAULT_ENTRIES,
     progress: Callable[[int], None] | None = None,
     span_hours: float = 48.0,
@@ -137,11 +138,21 @@ def simulate(
     ``fleet(n, anomalies=True)`` does) and writes ``<out>/anomalies.json``, the
     labels of every anomalous entry, black holes included (``anomalies``).
     Leaking pilots are not simulated: nothing the factory gets back shows them.
+
+    ``end``, instead of ``start``, sets the snapshot's time (submissions then
+    begin ``span_hours`` + 3 h before it): ``end=time.time()`` writes a
+    factory whose files end now, as a stack started now shows it, no entry's
+    status already stale. The tree is then a function of ``end`` too.
     """
+    if start is not None and end is not None:
+        raise ValueError("simulate: give start or end, not both")
     if anomalies and not any(e.slow_script or e.hog or e.drift for e in entries):
         entries = (*entries, *ANOMALY_ENTRIES)
-    t0 = DEFAULT_START if start is None else int(start)
-    planner = Planner(seed, t0, int(span_hours * 3600), entries)
+    span = int(span_hours * 3600)
+    if start is None:
+        start = DEFAULT_START if end is None else int(end) - span - Planner.TAIL
+    t0 = int(start)
+    planner = Planner(seed, t0, span, entries)
     base = Path(out)
     base.mkdir(parents=True, exist_ok=True)
     tree = _Tree()

@@ -170,12 +170,14 @@ def script_path(node: WorkerNode, name: str, client: Client, spec: EntrySpec) ->
 class Planner:
     """The seeded random stream and the span of submissions it plans pilots over."""
 
+    TAIL = 3 * 3600  # seconds from the last submission to the snapshot
+
     def __init__(self, seed: int, start: int, span: int, entries: Sequence[EntrySpec]) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.start = start
         self.span = span
-        self.snapshot = start + span + 3 * 3600  # submissions stop 3 h before
+        self.snapshot = start + span + self.TAIL  # submissions stop 3 h before
         self.entries = entries
 
     def skeleton(self, pilots: int) -> list[SimPilot]:
