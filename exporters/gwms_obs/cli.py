@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, native
-from .config import ConfigError, ExportConfig, check, dir_problems, factory_pending, load, parse_listen
+from .config import ExportConfig, check, dir_problems, factory_pending, load
 from .controller import cli as controller_cli
 from .parse_errors import ParseErrors
+from .settings import ConfigError, parse_listen
 
 log = logging.getLogger("gwms_obs")
 
@@ -276,9 +277,10 @@ def _factory_window_ok(a: argparse.Namespace) -> bool:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    from .ingest.config import IngestConfig
     from .outputs.history import History
     from .outputs.report import Report
-    from .pipeline import Ingest, IngestConfig
+    from .pipeline import Ingest
 
     if not _factory_window_ok(a):
         return 2

@@ -20,7 +20,8 @@ from typing import Any
 
 from .accounting.partition import Rules
 from .accounting.plausible import Limits
-from .pipeline import IngestConfig
+from .ingest.config import IngestConfig
+from .settings import ConfigError, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
 NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
@@ -69,17 +70,6 @@ class ExportConfig:
             client_map=dict(self.clients),
             limits=self.limits,
         )
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def parse_listen(s: str) -> tuple[str, int]:
-    host, sep, port = s.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"listen: expected HOST:PORT with a port 1-65535, got {s!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def load(path: str) -> ExportConfig:

@@ -32,8 +32,9 @@ from typing import Any, Final
 
 from ..accounting.pilot import PilotAccount
 from ..ingest.books import ScanResult
+from ..ingest.config import IngestConfig
 from ..parse_errors import ParseErrors
-from ..pipeline import Ingest, IngestConfig
+from ..pipeline import Ingest
 from ..tracing import lifetime as L
 from ..tracing.redact import scrub_resource_spans
 from ..tracing.spool import SpoolError, parse_spool

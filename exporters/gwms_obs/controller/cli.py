@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, parse_listen
+from ..settings import ConfigError, parse_listen
 
 log = logging.getLogger("gwms_obs.controller")
 ENV_CONFIG = "GWMS_OBS_CONTROLLER_CONFIG"

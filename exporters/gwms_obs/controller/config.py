@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, parse_listen
+from ..settings import ConfigError, parse_listen
 from .policy import SELECTOR_FIELDS, UNBOUNDED, Attributes, Effect, Principal, Role, Verbosity
 
 DEFAULT_LISTEN = "127.0.0.1:9830"

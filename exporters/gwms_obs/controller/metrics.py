@@ -7,8 +7,8 @@ snapshot, so it is right at the instant of the scrape, expiries included.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
@@ -16,17 +16,24 @@ from prometheus_client.registry import Collector
 
 from .. import __version__
 from .. import catalogue as M
-from .policy import DEFAULT, DENIAL_REASONS, Decision, Kind, Verbosity
+from .policy import DEFAULT, DENIAL_REASONS, Decision, Kind, Policy, Verbosity
 
-if TYPE_CHECKING:
-    from .service import Controller
+
+class _Rules(Protocol):
+    """What the active-rules gauge reads of the controller (service.Controller), named here
+    so metrics need not import the service that imports them."""
+
+    clock: Callable[[], float]
+
+    def policy(self) -> Policy: ...
+
 
 ACTIONS = ("create", "expire", "delete")
 
 
 class _ActiveRules(Collector):
     def __init__(self) -> None:
-        self.controller: Controller | None = None
+        self.controller: _Rules | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = GaugeMetricFamily(M.CONTROLLER_RULES.name, M.CONTROLLER_RULES.help, labels=M.CONTROLLER_RULES.labels)
@@ -64,7 +71,7 @@ class ControllerMetrics:
         build = Gauge(M.BUILD_INFO.name, M.BUILD_INFO.help, M.BUILD_INFO.labels, registry=r)
         build.labels(__version__, platform.python_version()).set(1)
 
-    def bind(self, controller: Controller) -> None:
+    def bind(self, controller: _Rules) -> None:
         self._rules.controller = controller
 
     def decided(self, d: Decision) -> None:

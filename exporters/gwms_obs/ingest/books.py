@@ -29,7 +29,7 @@ from ..parse_errors import ParseErrors
 from ..sources import layout
 
 if TYPE_CHECKING:
-    from ..pipeline import IngestConfig
+    from .config import IngestConfig
 
 log = logging.getLogger("gwms_obs.ingest.books")
 

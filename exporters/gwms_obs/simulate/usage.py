@@ -20,13 +20,37 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gwms_obs.simulate.scenario import EntrySpec
 
-if TYPE_CHECKING:  # plan imports Usage from here
-    from gwms_obs.simulate.plan import SimPilot
+
+class _Job(Protocol):
+    """What :func:`fill` reads and sets of a plan.SimJob (plan imports Usage from here)."""
+
+    start: int
+    end: int | None
+    cpus: int
+    memory_mb: int
+    usage: Usage | None
+
+
+class _Pilot(Protocol):
+    """What :func:`fill` reads of a plan.SimPilot."""
+
+    @property
+    def cluster(self) -> int: ...
+    @property
+    def proc(self) -> int: ...
+    @property
+    def blackhole(self) -> bool: ...
+    @property
+    def condor_end(self) -> int | None: ...
+    @property
+    def jobs(self) -> Sequence[_Job]: ...
+
 
 HOG_MEMORY = (1.5, 3.0)  # x RequestMemory
 HOG_CPU = (1.6, 3.0)  # x wall time x RequestCpus (a detector's threshold: 1.5)
@@ -57,7 +81,7 @@ def _stream(seed: int, cluster: int, proc: int) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def fill(p: SimPilot, spec: EntrySpec, seed: int) -> None:
+def fill(p: _Pilot, spec: EntrySpec, seed: int) -> None:
     """Set ``usage`` on each of the pilot's jobs, once its fate is drawn."""
     if not p.jobs:
         return
