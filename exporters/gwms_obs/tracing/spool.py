@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -49,6 +50,11 @@ MAX_LINKS = 128
 MAX_OUTBOX_BYTES = 128 << 20  # requests waiting for the collector; the oldest go first
 MAX_OUTBOX_AGE = 3 * 86400.0  # seconds; older requests are dropped (Jaeger's view has moved on)
 MAX_REJECTED = 100  # requests the collector refused, kept for a look
+# Pacing: spans posted per second, on average, at most (0: unpaced). A factory finishing
+# 100,000 pilots a day sends ~30 spans/s (~25 spans a pilot); ten times that leaves room for
+# its busiest hours and catches up a 1-hour collector outage (~110k spans) in ~7 minutes,
+# while a backfill of weeks reaches Jaeger at a rate its collector queue absorbs.
+SPANS_PER_SECOND: Final = 300.0
 OUTBOX_MARKER: Final = ".gwms-obs-outbox"  # written when a directory becomes an outbox
 OUTBOX_PREFIX: Final = "gwms-spool-"
 # Requests in the outbox: <prefix><ns:020d>-<pid>-<seq>-<spans>.json. The forwarder sends,
@@ -381,6 +387,7 @@ class ForwarderStats:
     unbound_spans: int = 0  # spans dropped: not the glidein's trace, parent or resource
     dropped_files: int = 0  # outbox files dropped: over the byte bound or too old
     dropped_spans: int = 0
+    paced_seconds: float = 0.0  # time the sender waited to keep under spans_per_second
 
 
 # --- binding a spool to its glidein ---------------------------------------------------------------
@@ -488,6 +495,12 @@ def _bound_phase(s: dict[str, Any], report: Callable[[_Bad], None]) -> None:
 class SpoolForwarder:
     """``Ingest.spool_sink``: validate, bind to the glidein, redact, queue on disk, post in the background.
 
+    Sending is paced: at most ``spans_per_second`` spans a second on average
+    (a token bucket holding one second's worth; 0 turns pacing off). A request
+    larger than that is posted in pieces of one second's spans, so a backfill
+    reaches the collector as a steady stream, never as one flood; the scan is
+    not slowed (enqueue only writes a file), the outbox's bounds still apply.
+
     The outbox is bounded: at most ``max_outbox_bytes`` of requests (the
     oldest are dropped to make room) and none older than
     ``max_outbox_age`` seconds; each drop is counted
@@ -515,7 +528,10 @@ class SpoolForwarder:
         ledger: LedgerIndex | None = None,
         require_issued: bool = True,
         checkpoint: str | os.PathLike[str] | None = None,
+        spans_per_second: float = SPANS_PER_SECOND,
     ) -> None:
+        if not (math.isfinite(spans_per_second) and spans_per_second >= 0):
+            raise ValueError(f"spans_per_second must be a finite number >= 0, got {spans_per_second}")
         # Before anything is read or written there: refused (OutboxError, an OSError) when it is not ours.
         claim_outbox(outbox, checkpoint)
         self.endpoint = endpoint
@@ -537,6 +553,11 @@ class SpoolForwarder:
         self.ledger = ledger if ledger is not None else LedgerIndex(errors)
         self.require_issued = require_issued
         self.stats = ForwarderStats()
+        self.spans_per_second = spans_per_second
+        # The bucket holds one second's spans (at least one span): the largest piece posted at once.
+        self.burst = max(1, int(spans_per_second))
+        self._tokens = float(self.burst)
+        self._tokens_at = time.monotonic()
         self._seq = 0
         self._cond = threading.Condition()
         self._stop = False
@@ -685,22 +706,113 @@ class SpoolForwarder:
         return True
 
     def send_once(self) -> bool:
-        """Post everything in the outbox, oldest first; False when the collector is unreachable."""
+        """Post everything in the outbox, oldest first, paced; False when the collector is unreachable
+        (or the forwarder is stopping: what is left stays in the outbox)."""
         for p in self.pending():
             try:
                 body = p.read_bytes()
             except FileNotFoundError:
                 continue
-            ok = self._post(p, body)
-            if ok is None:
+            if not self._send_file(p, body):
                 return False
             with self._cond:
                 self._sizes.pop(p.name, None)
                 self._cond.notify_all()
         return True
 
-    def _post(self, p: Path, body: bytes) -> bool | None:
-        """True sent, False refused for good (moved aside), None retry later."""
+    def _send_file(self, p: Path, body: bytes) -> bool:
+        """Post one outbox file (in pieces when it holds more than the bucket); True when it is
+        done with (sent, or refused for good and moved aside), False to retry it later."""
+        spans = _name_spans(p.name)
+        pieces: list[tuple[bytes, int]] | None = None
+        if self.spans_per_second > 0 and spans > self.burst:
+            pieces = _pieces(body, self.burst)
+        if pieces is None:  # small, unpaced, or not an OTLP/JSON document: posted whole (the collector judges it)
+            pieces = [(body, spans)]
+        for k, (piece, n) in enumerate(pieces):
+            if not self._pace(n):  # stopping
+                self._keep_rest(p, pieces[k:])
+                return False
+            ok = self._post(piece, p.name)
+            if ok is None:
+                self._refund(n)
+                self._keep_rest(p, pieces[k:])
+                return False
+            if not ok:
+                self._reject(p)
+                return True
+            self.stats.sent_requests += 1
+            self.stats.sent_spans += n
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+        return True
+
+    def _pace(self, spans: int) -> bool:
+        """Wait until ``spans`` may go without the mean rate passing spans_per_second; False when stopping.
+
+        A piece larger than the bucket (a single spool's resource that cannot be split finer
+        is never larger than one second's spans, but the unpaced fallback can be) waits for a
+        full bucket and leaves it in debt, so the mean rate still holds.
+        """
+        if self.spans_per_second <= 0:
+            return not self._stop
+        waited = 0.0
+        with self._cond:
+            while not self._stop:
+                now = time.monotonic()
+                self._tokens = min(float(self.burst), self._tokens + (now - self._tokens_at) * self.spans_per_second)
+                self._tokens_at = now
+                need = min(spans, self.burst)
+                if self._tokens >= need:
+                    self._tokens -= spans
+                    self.stats.paced_seconds += waited
+                    return True
+                wait = (need - self._tokens) / self.spans_per_second
+                self._cond.wait(wait)  # new spools may wake us: the bucket is recomputed
+                waited += time.monotonic() - now
+            self.stats.paced_seconds += waited
+            return False
+
+    def _refund(self, spans: int) -> None:
+        """A failed post sent nothing: its spans go back into the bucket."""
+        with self._cond:
+            self._tokens = min(float(self.burst), self._tokens + spans)
+
+    def _keep_rest(self, p: Path, rest: list[tuple[bytes, int]]) -> None:
+        """After a partial send, the file holds only what is not sent yet (same place in the queue)."""
+        spans = _name_spans(p.name)
+        left = sum(n for _, n in rest)
+        if left == spans:
+            return  # nothing of it sent
+        docs = [json.loads(b)["resourceSpans"] for b, _ in rest]
+        body = json.dumps({"resourceSpans": [rs for d in docs for rs in d]}, separators=(",", ":")).encode()
+        name = _OUTBOX_SPANS.sub(f"-{left}.json", p.name)
+        with self._cond:
+            if p.name not in self._sizes:  # dropped by the bounds meanwhile: nothing to keep
+                return
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".tmp.", dir=self.outbox)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(body)
+                os.replace(tmp, self.outbox / name)
+                if name != p.name:
+                    p.unlink()
+            except OSError as e:  # the whole file stays: its sent part is sent again (same ids)
+                log.warning("cannot rewrite %s after a partial send: %s", p.name, e)
+                return
+            self._sizes.pop(p.name, None)
+            self._sizes[name] = len(body)
+
+    def _reject(self, p: Path) -> None:
+        # A 4xx other than 408/429 will not change on retry (bad token, bad data): kept for a look.
+        self.rejected_dir.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.replace(p, self.rejected_dir / p.name)
+        self._prune_rejected()
+        self.stats.collector_rejected += 1
+
+    def _post(self, body: bytes, name: str) -> bool | None:
+        """True sent, False refused for good, None retry later."""
         req = urllib.request.Request(self.endpoint, data=body, headers=self.headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
@@ -709,15 +821,9 @@ class SpoolForwarder:
             if e.code in (408, 429) or e.code >= 500:
                 self.stats.failures += 1
                 self._retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
-                log.warning("collector answered %d for %s; retrying", e.code, p.name)
+                log.warning("collector answered %d for %s; retrying", e.code, name)
                 return None
-            # A 4xx other than those will not change on retry (bad token, bad data).
-            self.rejected_dir.mkdir(exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.replace(p, self.rejected_dir / p.name)
-            self._prune_rejected()
-            self.stats.collector_rejected += 1
-            self.errors.record(SOURCE, "collector_rejected", str(p), None, f"HTTP {e.code}")
+            self.errors.record(SOURCE, "collector_rejected", str(self.outbox / name), None, f"HTTP {e.code}")
             return False
         except (OSError, ValueError) as e:
             self.stats.failures += 1
@@ -727,11 +833,7 @@ class SpoolForwarder:
         with contextlib.suppress(ValueError, AttributeError):
             partial = json.loads(reply or b"{}").get("partialSuccess") or {}
             if int(partial.get("rejectedSpans", 0)):
-                log.warning("collector rejected %s spans of %s: %s", partial["rejectedSpans"], p.name, partial)
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-        self.stats.sent_requests += 1
-        self.stats.sent_spans += _name_spans(p.name)
+                log.warning("collector rejected %s spans of %s: %s", partial["rejectedSpans"], name, partial)
         return True
 
     def _prune_rejected(self) -> None:
@@ -765,6 +867,41 @@ class SpoolForwarder:
             else:
                 not_before = time.monotonic() + min(max(delay, self._retry_after), self.retry_max)
                 delay = min(delay * 2, self.retry_max)
+
+
+def _pieces(body: bytes, size: int) -> list[tuple[bytes, int]] | None:
+    """An ExportTraceServiceRequest cut into requests of at most ``size`` spans each (a resource's
+    spans split across pieces, each piece naming its resource and scope); None when not one."""
+    try:
+        doc = json.loads(body)
+        pieces: list[tuple[bytes, int]] = []
+        cur: list[dict[str, Any]] = []
+        n = 0
+        for rs in doc["resourceSpans"]:
+            for ss in rs.get("scopeSpans", []):
+                spans = ss.get("spans", [])
+                i = 0
+                while i < len(spans):
+                    take = spans[i : i + size - n]
+                    cur.append(
+                        {
+                            "resource": rs.get("resource", {}),
+                            "scopeSpans": [{"scope": ss.get("scope", {}), "spans": take}],
+                        }
+                    )
+                    n += len(take)
+                    i += len(take)
+                    if n >= size:
+                        pieces.append((json.dumps({"resourceSpans": cur}, separators=(",", ":")).encode(), n))
+                        cur, n = [], 0
+        if cur:
+            pieces.append((json.dumps({"resourceSpans": cur}, separators=(",", ":")).encode(), n))
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return None
+    return pieces or None
+
+
+_OUTBOX_SPANS = re.compile(r"-[0-9]{1,9}\.json$")
 
 
 def _name_time(name: str) -> int:
