@@ -127,6 +127,8 @@ class MetricDef:
 
 _LIFETIME_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0, 172800.0)
 _VALIDATION_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+# Minutes on a healthy entry, days when a site's batch system is full or the entry is held back.
+_QUEUE_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 259200.0)
 
 CPU_SECONDS = MetricDef(
     "gwms_pilot_cpu_seconds_total",
@@ -194,6 +196,19 @@ PILOT_VALIDATION = MetricDef(
     "s",
     _VALIDATION_BUCKETS,
 )
+PILOT_QUEUE_TIME = MetricDef(
+    "gwms_pilot_queue_seconds",
+    "histogram",
+    "Time completed pilots waited in the queue, from the factory's submit to their first execute (the"
+    " schedd's event log; pilots it does not hold are not observed).",
+    POOL,
+    "seconds",
+    "s",
+    _QUEUE_BUCKETS,
+)
+# The pilot histograms' exemplars carry this label: the pilot's trace id (outputs/pilot_traces.py),
+# the name Grafana's Prometheus datasource links to Jaeger by (exemplarTraceIdDestinations).
+EXEMPLAR_TRACE_ID = "trace_id"
 PILOT_LAST_COMPLETED = MetricDef(
     "gwms_pilot_last_completed_timestamp_seconds",
     "gauge",
@@ -417,6 +432,13 @@ CONTROLLER_AUTH_FAILURES = MetricDef(
     "Requests refused for a missing or unknown bearer token.",
     (),
 )
+CONTROLLER_JAEGER = MetricDef(
+    "gwms_controller_jaeger_requests_total",
+    "counter",
+    "The pilot pages' requests to Jaeger's query API, by outcome: ok, not_found, timeout (no whole answer "
+    "within jaeger_timeout_seconds: a 504 page) or error (unreachable, an HTTP error, a bad answer: a 502 page).",
+    ("outcome",),
+)
 CONTROLLER_METRICS: Final[tuple[MetricDef, ...]] = (
     CONTROLLER_DECISIONS,
     CONTROLLER_DENIALS,
@@ -424,6 +446,7 @@ CONTROLLER_METRICS: Final[tuple[MetricDef, ...]] = (
     CONTROLLER_RULES,
     CONTROLLER_EXPIRIES,
     CONTROLLER_AUTH_FAILURES,
+    CONTROLLER_JAEGER,
 )
 
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))

@@ -156,11 +156,14 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
+    # Before /metrics: its pilot histograms' exemplars name the traces built here.
+    traces = _pilot_traces(cfg, ingest, forwarder) if forwarder is not None else None
     server = None
     if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
         log.info("one scan of factory %s (--once: /metrics is not served)", cfg.factory_dir)
     else:
-        registry = exporter_registry(ingest, forwarder.stats if forwarder is not None else None)
+        stats = forwarder.stats if forwarder is not None else None
+        registry = exporter_registry(ingest, stats, traces.factory if traces is not None else None)
         host, port = parse_listen(cfg.listen)
         try:
             server = MetricsServer(host, port, SharedRenders(make_wsgi_app(registry)))
@@ -169,10 +172,8 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
             return 2
         log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
     log.info("readers: %s", native.describe())
-    traces = None
     if forwarder is not None:
         ingest.spool_sink = forwarder
-        traces = _pilot_traces(cfg, ingest, forwarder)
         forwarder.start()
     provider = start_otlp(ingest) if otlp_configured() else None
     stop = threading.Event()

@@ -161,14 +161,16 @@ class Books:
         k = acc.key
         traced = None
         with self.lock:
-            self.ledger.add(acc)
-            if k is not None:
-                ks = key_str(k)
+            ks = key_str(k) if k is not None else None
+            times = facts.times if facts is not None else None
+            if times is None and ks is not None:  # the event log's times of it, before counting drops them
+                held = self.held_by(Source.EVENT_LOG, ks)
+                times = held if isinstance(held, PilotTimes) else None
+            self.ledger.add(acc, times)  # its queue time, when the event log holds it
+            if ks is not None:
                 if self.trace_sink is not None:
                     traced = facts or PilotFacts(source)
-                    if traced.times is None:  # the event log's times of it, before counting drops them
-                        held = self.held_by(Source.EVENT_LOG, ks)
-                        traced.times = held if isinstance(held, PilotTimes) else None
+                    traced.times = times
                 self.seen[ks] = self.clock()
                 for forget in self.on_counted:
                     forget(ks)

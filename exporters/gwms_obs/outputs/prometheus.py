@@ -3,10 +3,17 @@
 Nothing is kept in prometheus_client objects: each scrape reads the ledger
 under the ingest lock and builds metric families from the catalogue's
 definitions, so names, help, units and labels come from one place.
+
+The pilot histograms carry exemplars when the exporter builds pilot traces:
+each bucket's last pilot, labelled with its trace id
+(``catalogue.EXEMPLAR_TRACE_ID``, the id of outputs/pilot_traces.py). Only
+the OpenMetrics exposition carries them; prometheus_client's WSGI app
+chooses it from the scraper's Accept header.
 """
 
 from __future__ import annotations
 
+import functools
 import platform
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -14,9 +21,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Exemplar
 
 from .. import __version__, catalogue
 from ..accounting.ledger import Histogram, Labels, bottleneck
+from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
     from ..pipeline import Ingest
@@ -53,16 +62,34 @@ def _values(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, float]]) -> Met
     return fam
 
 
-def _hist(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, Histogram]]) -> Metric:
+# A bucket keeps its exemplar until a newer pilot lands in it: the same ids come back every scrape.
+_trace_id = functools.lru_cache(maxsize=8192)(pilot_trace_id)
+
+
+def _hist(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, Histogram]], factory: str | None = None) -> Metric:
+    """A histogram family; with ``factory``, each bucket's exemplar names its last pilot's trace."""
     fam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
     for labels, h in rows:
-        fam.add_metric(list(labels), h.cumulative(), h.total)
+        buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = list(h.cumulative())
+        if factory is not None and h.exemplars is not None:
+            for i, ex in enumerate(h.exemplars):
+                if ex is not None:
+                    entry, cluster, proc, start, v = ex
+                    tid = _trace_id(factory, entry, cluster, proc, start)
+                    # No timestamp: Prometheus stamps it with the scrape's, so a bucket's exemplar
+                    # never arrives older than the one before it (which its storage would refuse).
+                    buckets[i] = (*buckets[i][:2], Exemplar({catalogue.EXEMPLAR_TRACE_ID: tid}, v))
+        fam.add_metric(list(labels), buckets, h.total)
     return fam
 
 
 class FactoryCollector(Collector):
-    def __init__(self, ingest: Ingest) -> None:
+    """The ledger's metrics. ``factory``: the name in the pilots' trace ids, when pilot traces are
+    built (cli.py's _pilot_traces); None serves no exemplar (no trace they could name)."""
+
+    def __init__(self, ingest: Ingest, factory: str | None = None) -> None:
         self.ingest = ingest
+        self.factory = factory
 
     def describe(self) -> list[Metric]:
         return []  # families are built per scrape; nothing to pre-register
@@ -77,8 +104,9 @@ class FactoryCollector(Collector):
             yield _values(catalogue.USER_JOBS, led.user_jobs.items())
             yield _values(catalogue.USER_JOBS_OVERUSING, led.overusing.items())
             yield _values(catalogue.USER_JOB_OVERUSE_SECONDS, led.overuse_seconds.items())
-            yield _hist(catalogue.PILOT_LIFETIME, led.lifetime.items())
-            yield _hist(catalogue.PILOT_VALIDATION, led.validation.items())
+            yield _hist(catalogue.PILOT_LIFETIME, led.lifetime.items(), self.factory)
+            yield _hist(catalogue.PILOT_VALIDATION, led.validation.items(), self.factory)
+            yield _hist(catalogue.PILOT_QUEUE_TIME, led.queue.items(), self.factory)
             yield _values(catalogue.PILOT_LAST_COMPLETED, led.last_completed.items())
             yield from self._entries()
             yield _values(catalogue.ENTRY_BOTTLENECK_SECONDS, led.bottleneck_seconds.items())
@@ -179,7 +207,9 @@ class BuildInfoCollector(Collector):
         yield _values(catalogue.BUILD_INFO, [(tuple(self.labels), 1.0)])
 
 
-def exporter_registry(ingest: Ingest, stats: ForwarderStats | None = None) -> CollectorRegistry:
+def exporter_registry(
+    ingest: Ingest, stats: ForwarderStats | None = None, factory: str | None = None
+) -> CollectorRegistry:
     """What `gwms-obs export` serves on /metrics.
 
     Our own registry, not prometheus_client's global REGISTRY: that one is
@@ -188,9 +218,10 @@ def exporter_registry(ingest: Ingest, stats: ForwarderStats | None = None) -> Co
     imported could add series to our /metrics behind the catalogue's back. The
     process and Python runtime collectors the global one has by default are
     registered here explicitly instead (names in ``catalogue.RUNTIME_NAMES``).
+    ``factory``: the factory name of the pilots' trace ids, for the exemplars.
     """
     registry = CollectorRegistry()
-    registry.register(FactoryCollector(ingest))
+    registry.register(FactoryCollector(ingest, factory))
     if stats is not None:
         registry.register(ForwarderCollector(stats))
     registry.register(BuildInfoCollector())
