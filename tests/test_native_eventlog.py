@@ -42,14 +42,17 @@ FIXTURE = (Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log").re
 PATH = "/f/client/user_fe/glidein_g/entry_E/condor_activity_20220624_fe.main.log"
 REF = date(2022, 6, 24)
 CET = timezone(timedelta(hours=2))
-Rec = tuple[int, int, int, str, int | None, str | None]
+Rec = tuple[int, int, int, str, int | None, str | None, int | None, int | None]
 
 
 def bits(events: list[el.CondorEvent]) -> list[Rec]:
     """Every field, the time to the last bit."""
     assert all(type(e) is el.CondorEvent for e in events)
     assert all(type(e.time) is float and type(e.cluster) is int and type(e.proc) is int for e in events)
-    return [(e.cluster, e.proc, e.code, e.time.hex(), e.return_value, e.reason) for e in events]
+    return [
+        (e.cluster, e.proc, e.code, e.time.hex(), e.return_value, e.reason, e.reason_code, e.reason_subcode)
+        for e in events
+    ]
 
 
 def python(buf: bytes, tz: tzinfo | None, ref: date) -> tuple[list[el.CondorEvent], int, ParseErrors]:
@@ -168,6 +171,42 @@ def test_the_fixture_both_date_forms_and_skipped_codes() -> None:
         assert check(FIXTURE, None, ref)
 
 
+# As HTCondor writes them: JobHeldEvent::formatBody ("Job was held.", "\t<reason>", "\tCode %d Subcode %d")
+# and JobEvictedEvent::formatBody as the gridmanager's WriteEvictEventToUserLog fills it (no codes, zero
+# usage), src/condor_utils/condor_event.cpp and src/condor_gridmanager/basejob.cpp.
+HOLDS = (
+    b"012 (4242.000.000) 2026-06-01 10:00:00 Job was held.\n"
+    b"\tError connecting to schedd ce.example.org: CEDAR:6001:Failed to connect to <192.0.2.7:9619>\n"
+    b"\tCode 0 Subcode 0\n...\n"
+    b"012 (4243.000.000) 2026-06-01 10:00:01 Job was held.\n"
+    b"\tThe job attribute PeriodicHold expression 'NumJobStarts > 1' evaluated to TRUE\n"
+    b"\tCode 3 Subcode 0\n...\n"
+    b"012 (4244.000.000) 2026-06-01 10:00:02 Job was held.\n\tReason unspecified\n\tCode -1 Subcode 17\n...\n"
+    b"012 (4245.000.000) 2026-06-01 10:00:03 Job was held.\n\tby hand\n...\n"
+    b"004 (4243.000.000) 2026-06-01 10:05:00 Job was evicted.\n\t(0) CPU times\n"
+    b"\t\tUsr 0 00:00:00, Sys 0 00:00:00  -  Run Remote Usage\n"
+    b"\t\tUsr 0 00:00:00, Sys 0 00:00:00  -  Run Local Usage\n"
+    b"\t0  -  Run Bytes Sent By Job\n\t0  -  Run Bytes Received By Job\n...\n"
+)
+
+
+def test_hold_codes_and_evictions_both_readers() -> None:
+    for tz in (None, CET):
+        assert check(HOLDS, tz)
+        assert check(FIXTURE, tz)
+    got = CORE.parse_eventlog(HOLDS, el.CondorEvent, 0, (2026, 6, 1), el.MAX_EVENT)[0]
+    assert [(e.cluster, e.code, e.reason_code, e.reason_subcode) for e in got] == [
+        (4242, 12, 0, 0),
+        (4243, 12, 3, 0),
+        (4244, 12, -1, 17),
+        (4245, 12, None, None),  # an old writer's hold without its codes line
+        (4243, 4, None, None),
+    ]
+    assert got[0].reason is not None and got[0].reason.endswith("CEDAR:6001:Failed to connect to <192.0.2.7:9619>")
+    fixture = CORE.parse_eventlog(FIXTURE, el.CondorEvent, 0, (2022, 6, 24), el.MAX_EVENT)[0]
+    assert [(e.reason_code, e.reason_subcode) for e in fixture if e.code == el.HELD] == [(12, 2)]
+
+
 def test_other_zones_are_pythons() -> None:
     # a ZoneInfo, a sub-second offset: only the Python reader reads them
     assert not check(FIXTURE, ZoneInfo("Europe/Berlin"))
@@ -263,6 +302,11 @@ BODY = st.sampled_from(
         b"\t(0) Abnormal termination (signal 12345678901)",
         b"\tError from slot1@ce-1: Failed to transfer files",
         b"\tCode 12 Subcode 2",
+        b"\tCode -3 Subcode 0 \r",
+        b"\tCode 0 Subcode 0",
+        b"Code 2 Subcode 1234567890",  # ten digits: not the codes line
+        b"Code 2 Subcode 7 more",
+        b"Code 12  Subcode 2",
         b"Code 1",
         b"   ",
         b"\x0b\x0c",

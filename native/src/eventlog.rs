@@ -21,6 +21,7 @@ use memchr::{memchr, memmem};
 
 const SUBMITTED: u32 = 0;
 const EXECUTING: u32 = 1;
+const EVICTED: u32 = 4;
 const TERMINATED: u32 = 5;
 const ABORTED: u32 = 9;
 const HELD: u32 = 12;
@@ -54,6 +55,8 @@ pub struct Event {
     pub time: f64,
     pub return_value: Option<i64>,
     pub reason: Option<Reason>,
+    /// A 012's `(HoldReasonCode, HoldReasonSubCode)`.
+    pub codes: Option<(i64, i64)>,
 }
 
 pub enum Reason {
@@ -231,11 +234,12 @@ fn header(s: &[u8]) -> Option<Header> {
 /// code the reader skips, Fallback for anything it records.
 fn event(piece: &[u8], base: usize, ref_day: (i64, i64, i64), clock: &mut Clock) -> R<Option<Event>> {
     let h = header(piece).ok_or(Fallback)?;
-    if !matches!(h.code, SUBMITTED | EXECUTING | TERMINATED | ABORTED | HELD | RELEASED | GRID_SUBMITTED) {
+    if !matches!(h.code, SUBMITTED | EXECUTING | EVICTED | TERMINATED | ABORTED | HELD | RELEASED | GRID_SUBMITTED) {
         return Ok(None);
     }
     let time = epoch(&h, ref_day, clock).ok_or(Fallback)?;
-    let mut e = Event { cluster: h.cluster, proc_: h.proc_, code: h.code, time, return_value: None, reason: None };
+    let mut e =
+        Event { cluster: h.cluster, proc_: h.proc_, code: h.code, time, return_value: None, reason: None, codes: None };
     let body = &piece[h.end..];
     if h.code == TERMINATED {
         if let Some(v) = search(body, NORMAL, true) {
@@ -244,7 +248,9 @@ fn event(piece: &[u8], base: usize, ref_day: (i64, i64, i64), clock: &mut Clock)
             e.reason = Some(Reason::Signal(v as u64));
         }
     } else if h.code == HELD || h.code == ABORTED {
-        // The reason is the first body line that is not white space or "Code ...".
+        // The reason is the first body line that is not white space or "Code ..."; a 012's
+        // codes are the first body line that is exactly "Code N Subcode M".
+        let held = h.code == HELD;
         let mut at = base + h.end;
         let mut lines = body.split(|&c| c == b'\n');
         at += lines.next().map_or(0, |l| l.len() + 1);
@@ -252,17 +258,39 @@ fn event(piece: &[u8], base: usize, ref_day: (i64, i64, i64), clock: &mut Clock)
             let text = strip(line);
             let start = at + (text.as_ptr() as usize - line.as_ptr() as usize);
             at += line.len() + 1;
-            if text.is_empty() || text.starts_with(b"Code ") {
+            if text.is_empty() {
                 continue;
             }
-            // Python decodes with "replace": only valid UTF-8 is taken here.
-            let s = std::str::from_utf8(text).map_err(|_| Fallback)?;
-            let cut = s.char_indices().nth(REASON_CHARS).map_or(s.len(), |(i, _)| i);
-            e.reason = Some(Reason::Text(start, start + cut));
-            break;
+            if text.starts_with(b"Code ") {
+                if held && e.codes.is_none() {
+                    e.codes = codes(text);
+                }
+            } else if e.reason.is_none() {
+                // Python decodes with "replace": only valid UTF-8 is taken here.
+                let s = std::str::from_utf8(text).map_err(|_| Fallback)?;
+                let cut = s.char_indices().nth(REASON_CHARS).map_or(s.len(), |(i, _)| i);
+                e.reason = Some(Reason::Text(start, start + cut));
+            }
+            if e.reason.is_some() && (!held || e.codes.is_some()) {
+                break;
+            }
         }
     }
     Ok(Some(e))
+}
+
+/// `_CODES.fullmatch(text)`: `Code (-?\d{1,9}) Subcode (-?\d{1,9})`, the two values.
+fn codes(text: &[u8]) -> Option<(i64, i64)> {
+    let mut c = Cur { s: text, p: 0 };
+    let signed = |c: &mut Cur| {
+        let minus = c.lit(b'-').is_some();
+        c.num(1, 9).map(|v| if minus { -v } else { v })
+    };
+    b"Code ".iter().try_for_each(|&b| c.lit(b))?;
+    let code = signed(&mut c)?;
+    b" Subcode ".iter().try_for_each(|&b| c.lit(b))?;
+    let sub = signed(&mut c)?;
+    (c.p == text.len()).then_some((code, sub))
 }
 
 /// The first `PREFIX(-?\d{1,9})\)` in `body` (`neg`: the sign is allowed), its value.

@@ -21,7 +21,7 @@ mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 5;
+const ABI: u32 = 6;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -204,7 +204,7 @@ fn parse_eventlog<'py>(
     let list = PyList::empty(py);
     for e in &events {
         let ev = match &e.reason {
-            None if e.return_value.is_none() => event.call1((e.cluster, e.proc_, e.code, e.time))?,
+            None if e.return_value.is_none() && e.codes.is_none() => event.call1((e.cluster, e.proc_, e.code, e.time))?,
             reason => {
                 let reason: Option<Bound<'py, PyAny>> = match reason {
                     None => None,
@@ -212,7 +212,10 @@ fn parse_eventlog<'py>(
                     // the parse took only UTF-8
                     Some(eventlog::Reason::Text(a, b)) => Some(obj(py, std::str::from_utf8(&buf[*a..*b]).ok())?),
                 };
-                event.call1((e.cluster, e.proc_, e.code, e.time, e.return_value, reason))?
+                match e.codes {
+                    None => event.call1((e.cluster, e.proc_, e.code, e.time, e.return_value, reason))?,
+                    Some((c, s)) => event.call1((e.cluster, e.proc_, e.code, e.time, e.return_value, reason, c, s))?,
+                }
             }
         };
         list.append(ev)?;

@@ -36,8 +36,10 @@ from gwms_obs.sources import files
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
 READ_CHUNK = 8 << 20
 
-SUBMITTED, EXECUTING, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED = 0, 1, 5, 9, 12, 13, 27
-_KEPT = frozenset({SUBMITTED, EXECUTING, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED})
+SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED = 0, 1, 4, 5, 9, 12, 13, 27
+_KEPT = frozenset({SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED})
+MAX_HOLDS = 20  # hold intervals kept per pilot; later ones are only counted
+MAX_EVICTIONS = 20  # eviction times kept per pilot; later ones are only counted
 
 _SRC = Source.EVENT_LOG.value
 
@@ -49,6 +51,9 @@ _HEADER = re.compile(
 _HEADER_START = re.compile(rb"^\d{3} \(", re.M)  # a new event inside an unterminated one
 _NORMAL = re.compile(rb"\(1\) Normal termination \(return value (-?\d{1,9})\)")
 _ABNORMAL = re.compile(rb"\(0\) Abnormal termination \(signal (\d{1,9})\)")
+# A 012's HoldReasonCode and HoldReasonSubCode: JobHeldEvent::formatBody writes "\tCode %d Subcode %d"
+# on the line after the reason (HTCondor src/condor_utils/condor_event.cpp).
+_CODES = re.compile(rb"Code (-?\d{1,9}) Subcode (-?\d{1,9})")
 _FILE = re.compile(r"condor_activity_(\d{8})_(.+)\.log(?:\.[1-9][0-9]{0,3})?")  # ".log.N": rotated, the same log
 _ENTRY_DIR = re.compile(r"entry_(.+)")
 
@@ -57,10 +62,12 @@ _ENTRY_DIR = re.compile(r"entry_(.+)")
 class CondorEvent:
     cluster: int
     proc: int
-    code: int  # 0 submitted, 1 executing, 5 terminated, 9 aborted, 12 held, 13 released, 27 grid submitted
+    code: int  # 0 submitted, 1 executing, 4 evicted, 5 terminated, 9 aborted, 12 held, 13 released, 27 grid submitted
     time: float
     return_value: int | None = None  # 005 normal termination
     reason: str | None = None  # 012 hold reason, 009 first body line, 005 "signal N"
+    reason_code: int | None = None  # 012: HoldReasonCode ("Code N Subcode M")
+    reason_subcode: int | None = None  # 012: HoldReasonSubCode
 
 
 def names_from_path(path: str) -> tuple[str | None, date | None, str | None]:
@@ -140,11 +147,18 @@ def _parse_event(
             if s:
                 e.reason = f"signal {int(s.group(1))}"
     elif code in (HELD, ABORTED):
-        # The reason is the first body line; "Code N Subcode M" follows it.
+        # The reason is the first body line that is not "Code ..."; a 012's codes are the
+        # first body line that is exactly "Code N Subcode M" (the line after the reason).
         for line in body.split(b"\n")[1:]:
-            text = line.strip().decode("utf-8", "replace")
-            if text and not text.startswith("Code "):
-                e.reason = text[:500]
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith(b"Code "):
+                if code == HELD and e.reason_code is None and (c := _CODES.fullmatch(text)):
+                    e.reason_code, e.reason_subcode = int(c.group(1)), int(c.group(2))
+            elif e.reason is None:
+                e.reason = text.decode("utf-8", "replace")[:500]
+            if e.reason is not None and (code != HELD or e.reason_code is not None):
                 break
     return e
 
@@ -176,7 +190,7 @@ def parse_buffer(
 ) -> tuple[list[CondorEvent], int]:
     """Parse every complete event (ending with a ``...`` line) of ``buf``.
 
-    Returns the kept events (codes 000/001/005/009/012/013/027) and the bytes
+    Returns the kept events (codes 000/001/004/005/009/012/013/027) and the bytes
     consumed; an unterminated last event is left for the next call unless it
     is already longer than ``MAX_EVENT``. ``tz`` is the factory's zone
     (None: this host's local zone); ``ref_day`` anchors year-less dates and
