@@ -54,13 +54,14 @@ BATCH_PILOTS: Final = 200  # pilots per outbox request
 SCOPE: Final = {"name": "gwms_obs.pilot_traces", "version": C.VERSION}
 _SCOPE: Final = json.dumps(SCOPE, separators=(",", ":"))
 
-# Names of the spans and attributes this module writes (docs/tracing.md).
-SPAN_QUEUED: Final = "queued"
-SPAN_HELD: Final = "held"
+# Names of the spans and attributes this module writes (docs/tracing.md). The phases' names are
+# the conventions' (each phase span carries gwms.phase = its name, as the live tracer's do).
+SPAN_QUEUED: Final = C.LOG_PHASE_QUEUED
+SPAN_HELD: Final = C.LOG_PHASE_HELD
 SPAN_RUNNING: Final = "running"
-SPAN_VALIDATION: Final = "validation"
-SPAN_CONDOR: Final = "condor"
-SPAN_CLEANUP: Final = "cleanup"
+SPAN_VALIDATION: Final = C.LOG_PHASE_VALIDATION
+SPAN_CONDOR: Final = C.LOG_PHASE_CONDOR
+SPAN_CLEANUP: Final = C.PHASE_CLEANUP
 SPAN_JOB: Final = "job"
 SPAN_JOBS_REST: Final = "jobs (summary)"
 TRACE_SOURCE: Final = "gwms.trace.source"  # resource: the sources that built the trace, "+"-joined
@@ -249,10 +250,10 @@ def build(
         ev: list[tuple[str, float, dict[str, object]]] = []
         if times.grid_submitted is not None:
             ev.append((EVENT_GRID_SUBMIT, times.grid_submitted, {}))
-        q = tr.add(SPAN_QUEUED, root, SPAN_QUEUED, times.submitted, q_end, events=ev)
+        q = tr.add(SPAN_QUEUED, root, SPAN_QUEUED, times.submitted, q_end, {C.PHASE: SPAN_QUEUED}, events=ev)
         if held_in_queue and times.ended is not None:
             held_at = max(times.submitted, min(times.ended, q_end))
-            tr.add(f"{q}/held", q, SPAN_HELD, held_at, q_end, {HOLD_REASON: held_reason})
+            tr.add(f"{q}/held", q, SPAN_HELD, held_at, q_end, {C.PHASE: SPAN_HELD, HOLD_REASON: held_reason})
 
     # running: the worker node's part
     run_start = acc.start
@@ -277,15 +278,15 @@ def build(
     if val_end is not None:
         _validation(tr, run, lo, val_end, acc, facts, sc)
     if condor_start is not None and condor_end is not None:
-        condor = tr.add(f"{run}/{SPAN_CONDOR}", run, SPAN_CONDOR, condor_start, condor_end)
+        condor = tr.add(f"{run}/{SPAN_CONDOR}", run, SPAN_CONDOR, condor_start, condor_end, {C.PHASE: SPAN_CONDOR})
         if out is not None and err is not None and err.jobs:
             _jobs(tr, condor, err.jobs, condor_start, condor_end, acc, rules, max_job_spans, sc)
         elif acc.jobs:
             tr.add(f"{condor}/jobs", condor, SPAN_JOBS_REST, condor_start, condor_end, {JOB_COUNT: acc.jobs})
         if condor_end < hi:
-            tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, condor_end, hi)
+            tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, condor_end, hi, {C.PHASE: SPAN_CLEANUP})
     elif val_end is not None and val_end < hi:
-        tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, val_end, hi)
+        tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, val_end, hi, {C.PHASE: SPAN_CLEANUP})
 
     resource = {
         C.SERVICE_NAME: C.SERVICE_PILOT,
@@ -338,7 +339,16 @@ def _validation(
         attrs = {FAILED_TEST: test, FAILURE: failure, FAILURE_DETAIL: detail}
         error = f"validation failed: {test or 'unknown test'}" + (f" ({failure})" if failure else "")
         events.append((EVENT_VALIDATION_FAILED, end, attrs))
-    tr.add(f"{run}/{SPAN_VALIDATION}", run, SPAN_VALIDATION, start, end, attrs, error=error, events=events)
+    tr.add(
+        f"{run}/{SPAN_VALIDATION}",
+        run,
+        SPAN_VALIDATION,
+        start,
+        end,
+        {C.PHASE: SPAN_VALIDATION, **attrs},
+        error=error,
+        events=events,
+    )
 
 
 def _jobs(

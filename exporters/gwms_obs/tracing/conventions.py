@@ -110,6 +110,34 @@ PHASES: Final = (PHASE_INIT, PHASE_PRE_SETUP, PHASE_SETUP, PHASE_MAIN, PHASE_CLE
 # A validation/setup script span is named after the script (e.g. "main/setup_x509.sh"),
 # carries SCRIPT with the same value, and is a child of the phase it runs in.
 
+# Phases of a pilot's trace built from the factory's own files (outputs/pilot_traces.py), for a
+# factory without the tracer above. Their own names, not the tracer's: "validation" is the .out's
+# start to "Last script starting" (init + pre_setup + setup together, which the logs cannot tell
+# apart), "condor" is HTCondor's start to end (the part of main after condor_startup.sh's own
+# checks), and "queued"/"held" happen before any pilot code runs. Only cleanup means the same
+# interval in both (glidein_exit), so it keeps the one name. Each carries PHASE = its name, as
+# the tracer's phase spans do; a trace holding both (a live pilot's, with the logs merged in)
+# keeps the tracer's phases and takes queued/held from the logs, so no interval is named twice.
+LOG_PHASE_QUEUED: Final = "queued"  # the factory's submit to the CE's first execute (event log)
+LOG_PHASE_HELD: Final = "held"  # a hold interval inside queued
+LOG_PHASE_VALIDATION: Final = "validation"  # start on the worker node to "Last script starting"
+LOG_PHASE_CONDOR: Final = "condor"  # HTCondor's start to end (the user jobs run inside)
+LOG_PHASES: Final = (LOG_PHASE_QUEUED, LOG_PHASE_HELD, LOG_PHASE_VALIDATION, LOG_PHASE_CONDOR, PHASE_CLEANUP)
+# Every gwms.phase value a pilot's trace may carry: the collector's allowed spanmetrics values
+# (otel_collector_spanmetrics_phases; a test checks), the dashboards' and rules' phase selector.
+ALL_PHASES: Final = PHASES + tuple(p for p in LOG_PHASES if p not in PHASES)
+# Phases whose length is overhead, the phase_slow rule's: not main/condor (as long as the
+# entry's walltime and its payload make them, so a longer-lived entry is no slower one) and not
+# held (GwmsPilotsHeld and pilots_held watch holds).
+OVERHEAD_PHASES: Final = (
+    PHASE_INIT,
+    PHASE_PRE_SETUP,
+    PHASE_SETUP,
+    PHASE_CLEANUP,
+    LOG_PHASE_QUEUED,
+    LOG_PHASE_VALIDATION,
+)
+
 # OTLP enums (opentelemetry-proto trace.proto), as they appear in OTLP/JSON.
 KIND_INTERNAL: Final = 1
 KIND_SERVER: Final = 2
