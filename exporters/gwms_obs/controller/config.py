@@ -7,6 +7,9 @@ compose and by the tests; ``gwms-obs controller check-config FILE`` runs
     listen = "127.0.0.1:9830"
     database = "sqlite:////var/lib/gwms-obs/controller.db"
     session_secret_file = "/etc/gwms-obs/controller.secret"
+    jaeger_query_url = "http://127.0.0.1:16686"   # the pilot pages read traces here
+    jaeger_ui_url = "https://jaeger.example.org"  # links, when a Jaeger UI and
+    grafana_url = "https://grafana.example.org"   # a Grafana are deployed
 
     [default]                 # the decision when no rule matches
     verbosity = "phases"
@@ -37,6 +40,7 @@ import hashlib
 import re
 import secrets
 import tomllib
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +52,13 @@ DEFAULT_LISTEN = "127.0.0.1:9830"
 TOKEN_PREFIX = "gwmsc_"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+URL_KEYS = ("jaeger_query_url", "jaeger_ui_url", "grafana_url")
 _DB = re.compile(r"^(sqlite:///.+|postgresql(\+psycopg)?://.+)$")
+
+
+def _http_url(v: str) -> bool:
+    u = urllib.parse.urlsplit(v)
+    return u.scheme in ("http", "https") and bool(u.hostname) and not u.query and not u.fragment
 
 
 def new_token() -> str:
@@ -83,6 +93,13 @@ class ControllerConfig:
     refresh_seconds: float = 1.0
     # the longest a site admin's or VO manager's rule may last (operators' rules may be open-ended)
     max_override_hours: float = 24.0 * 30
+    # the pilot pages (/pilots): Jaeger's query API, read by the controller itself (none: no pilot pages)
+    jaeger_query_url: str | None = None
+    jaeger_timeout_seconds: float = 10.0  # one request to Jaeger, the whole answer: then a 504 page
+    # links on a pilot's page, for the browser (none: no link)
+    jaeger_ui_url: str | None = None
+    grafana_url: str | None = None
+    grafana_jaeger_datasource: str = "gwms-obs-jaeger"  # the Jaeger data source's uid in that Grafana
 
     def principals(self) -> dict[str, Principal]:
         return {t.sha256: t.principal for t in self.tokens}
@@ -147,7 +164,8 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ControllerConfig:
     cfg = ControllerConfig()
     known = {
         "listen", "database", "default", "ceiling", "tokens", "scopes", "session_secret_file", "tls_cert",
-        "tls_key", "refresh_seconds", "max_override_hours",
+        "tls_key", "refresh_seconds", "max_override_hours", *URL_KEYS, "jaeger_timeout_seconds",
+        "grafana_jaeger_datasource",
     }  # fmt: skip
     unknown = set(raw) - known
     if unknown:
@@ -157,7 +175,18 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ControllerConfig:
             if not isinstance(raw[key], str) or not raw[key]:
                 raise ConfigError(f"{where}: {key} must be a non-empty string")
             setattr(cfg, key, raw[key])
-    for key in ("refresh_seconds", "max_override_hours"):
+    for key in URL_KEYS:
+        if key in raw:
+            v = raw[key]
+            if not isinstance(v, str) or not _http_url(v):
+                raise ConfigError(f"{where}: {key} must be an http(s) URL such as http://127.0.0.1:16686, got {v!r}")
+            setattr(cfg, key, v.rstrip("/"))
+    if "grafana_jaeger_datasource" in raw:
+        v = raw["grafana_jaeger_datasource"]
+        if not isinstance(v, str) or not _NAME.match(v):
+            raise ConfigError(f"{where}: grafana_jaeger_datasource must be a data source uid, got {v!r}")
+        cfg.grafana_jaeger_datasource = v
+    for key in ("refresh_seconds", "max_override_hours", "jaeger_timeout_seconds"):
         if key in raw:
             v = raw[key]
             if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:

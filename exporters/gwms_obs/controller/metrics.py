@@ -29,6 +29,7 @@ class _Rules(Protocol):
 
 
 ACTIONS = ("create", "expire", "delete")
+JAEGER_OUTCOMES = ("ok", "not_found", "timeout", "error")
 
 
 class _ActiveRules(Collector):
@@ -66,6 +67,8 @@ class ControllerMetrics:
                            registry=r)  # fmt: skip
         self._expiries = {k: expiries.labels(k.value) for k in Kind}
         self.auth_failures = Counter(M.CONTROLLER_AUTH_FAILURES.base, M.CONTROLLER_AUTH_FAILURES.help, registry=r)
+        jaeger = Counter(M.CONTROLLER_JAEGER.base, M.CONTROLLER_JAEGER.help, M.CONTROLLER_JAEGER.labels, registry=r)
+        self._jaeger = {o: jaeger.labels(o) for o in JAEGER_OUTCOMES}
         self._rules = _ActiveRules()
         r.register(self._rules)
         build = Gauge(M.BUILD_INFO.name, M.BUILD_INFO.help, M.BUILD_INFO.labels, registry=r)
@@ -82,6 +85,10 @@ class ControllerMetrics:
 
     def changed(self, action: str) -> None:
         self._changes[action].inc()
+
+    def jaeger(self, outcome: str) -> None:
+        """A pilot page's request to Jaeger (JAEGER_OUTCOMES)."""
+        self._jaeger[outcome].inc()
 
     def expired(self, kind: Kind) -> None:
         self._expiries[kind].inc()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hmac
 import logging
 import math
+import re
 import secrets
 import urllib.parse
 from collections.abc import Mapping
@@ -48,6 +49,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import pilots as PL
 from .policy import CEILING, Denied, Kind, Principal, Role, Rule, Verbosity, authorize_change, require_writer
 from .validate import STATUS, parse_id, rule_request, visible
 
@@ -61,6 +63,12 @@ AUDIT_PAGE = 50  # entries per page of /audit
 RECENT_AUDIT = 15  # entries on the front page
 LEVELS = tuple(v.label for v in Verbosity)
 DEFAULT_HOURS = 2
+PILOT_HOURS = 24  # /pilots lists the last day's pilots unless told
+PILOT_ROWS = 100
+# where a login may send the browser back to: a pilot page or list (the one page reached by a link from
+# elsewhere, a dashboard's); any other "next" is ignored, so a link cannot send a login off-site
+_NEXT = re.compile(r"^/pilots(/[0-9a-f]{32})?(\?[A-Za-z0-9_.:@/%=&+-]{0,600})?$")
+_ENTRY = re.compile(r"^[A-Za-z0-9_.:@/-]{1,256}$")
 
 # no inline script or style anywhere: the stylesheet is served from the package
 CSP = "default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -395,10 +403,23 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             )
         return form
 
+    def next_path(value: object) -> str:
+        """Where to go after the login: a pilot page or list asked for before it, else the rules."""
+        return value if isinstance(value, str) and _NEXT.match(value) else "/"
+
+    def to_login(request: Request) -> RedirectResponse:
+        """The login page, coming back here (a pilot page) after it."""
+        here = request.url.path[len(request.scope.get("root_path", "")) :]
+        if request.url.query:
+            here += "?" + request.url.query
+        nxt = next_path(here)
+        return redirect(request, "/login" + (f"?next={urllib.parse.quote(nxt, safe='/')}" if nxt != "/" else ""))
+
     async def login_page(request: Request) -> Response:
+        nxt = next_path(request.query_params.get("next"))
         if await current(request) is not None:
-            return redirect(request, "/")
-        return page(request, "login.html", flash=request.session.pop("flash", None))
+            return redirect(request, nxt)
+        return page(request, "login.html", flash=request.session.pop("flash", None), next=nxt)
 
     async def login(request: Request) -> Response:
         form = await posted(request, None)
@@ -409,7 +430,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         if who is None:
             controller.metrics.auth_failures.inc()
             text = "That token is not valid here: check that you pasted all of it, or ask an operator for one."
-            return page(request, "login.html", 401, error=text)
+            return page(request, "login.html", 401, error=text, next=next_path(form.get("next")))
         old = request.session.get("sid")
         if isinstance(old, str):  # logging in again over a session ends that one
             await run_in_threadpool(controller.close_session, old)
@@ -419,7 +440,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         request.session["sid"] = sid
         request.session["csrf"] = secrets.token_urlsafe(32)
         request.session["flash"] = f"Logged in as {who.name} ({who.role.value})."
-        return redirect(request, "/")
+        return redirect(request, next_path(form.get("next")))
 
     async def logout(request: Request) -> Response:
         form = await posted(request, await current(request))
@@ -564,8 +585,87 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             now=utc(now),
         )
 
+    # --- pilot pages: one pilot's trace from Jaeger, only for who may see its site ----------------
+
+    def jaeger_failed(request: Request, who: Principal, e: PL.JaegerFailed) -> Response:
+        controller.metrics.jaeger(e.outcome)
+        log.warning("pilot page: %s", e.message)
+        return message(request, e.status, "Jaeger did not answer", f"{e.message}. Try again in a moment.", who)
+
+    def no_pilot_pages(request: Request, who: Principal) -> Response:
+        return message(
+            request, 404, "No pilot pages here",
+            "This controller is not configured with a Jaeger to read pilots' traces from (jaeger_query_url).", who,
+        )  # fmt: skip
+
+    async def pilot(request: Request) -> Response:
+        who = await current(request)
+        if who is None:
+            return to_login(request)
+        cfg = controller.config
+        if not cfg.jaeger_query_url:
+            return no_pilot_pages(request, who)
+        tid = PL.trace_id(request.path_params["trace_id"])
+        # one answer for "no such trace" and "not yours": another site's trace ids cannot be probed
+        not_found = message(
+            request, 404, "No such pilot",
+            "No pilot you may see has this trace id: it is not in Jaeger (yet, or any more), or it ran at a "
+            "site that is not yours.", who,
+        )  # fmt: skip
+        if tid is None:
+            return not_found
+        try:
+            trace = await run_in_threadpool(PL.fetch_trace, cfg.jaeger_query_url, tid, cfg.jaeger_timeout_seconds)
+        except PL.JaegerFailed as e:
+            return jaeger_failed(request, who, e)
+        controller.metrics.jaeger("ok" if trace is not None else "not_found")
+        if trace is None or not PL.may_see(who, PL.resource(trace), cfg.scopes):
+            return not_found
+        v = PL.view(trace, tid)
+        v.jaeger_link = PL.jaeger_link(cfg.jaeger_ui_url, tid)
+        v.grafana_link = PL.grafana_link(cfg.grafana_url, cfg.grafana_jaeger_datasource, tid)
+        return page(request, "pilot.html", who=who, pilot=v, now=utc(controller.clock()))
+
+    async def pilot_list(request: Request) -> Response:
+        who = await current(request)
+        if who is None:
+            return to_login(request)
+        cfg = controller.config
+        if not cfg.jaeger_query_url:
+            return no_pilot_pages(request, who)
+        q = request.query_params
+        entry = q.get("entry", "").strip() or None
+        if entry is not None and not _ENTRY.match(entry):
+            return message(request, 400, "Bad list", "entry: 1-256 of letters, digits and _.:@/-", who)
+        now = controller.clock()
+        try:
+            since = _when(q.get("since"), now - PILOT_HOURS * 3600, now)
+            until = _when(q.get("until"), now, now)
+        except ValueError as e:
+            return message(request, 400, "Bad list", str(e), who)
+        raw_limit = q.get("limit", str(PILOT_ROWS))
+        limit = int(raw_limit) if raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) < 6 else -1
+        if not 1 <= limit <= PL.MAX_ROWS:
+            return message(request, 400, "Bad list", f"limit: a whole number from 1 to {PL.MAX_ROWS}", who)
+        if since >= until:
+            return message(request, 400, "Bad list", "since must be before until", who)
+        try:
+            found = await run_in_threadpool(
+                PL.search, cfg.jaeger_query_url, entry, since, until, limit, cfg.jaeger_timeout_seconds
+            )
+        except PL.JaegerFailed as e:
+            return jaeger_failed(request, who, e)
+        controller.metrics.jaeger("ok")
+        rows = PL.list_rows(found, lambda attrs: PL.may_see(who, attrs, cfg.scopes))
+        return page(
+            request, "pilots.html", who=who, rows=rows, entry=entry or "", since=utc(since), until=utc(until),
+            limit=limit, found=len(found), now=utc(now), scope=scope_text(who),
+        )  # fmt: skip
+
     routes = [
         Route("/", index, methods=["GET"]),
+        Route("/pilots", pilot_list, methods=["GET"]),
+        Route("/pilots/{trace_id}", pilot, methods=["GET"]),
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -586,6 +686,26 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         ),
     ]
     return Starlette(routes=routes, middleware=middleware)
+
+
+def _when(raw: str | None, default: float, now: float) -> float:
+    """A list's since/until: ISO 8601 (UTC unless it says), an epoch, or hours or days back (``6h``, ``7d``)."""
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip()
+    try:
+        if v[-1:] in ("h", "d") and v[:-1].replace(".", "", 1).isdigit() and len(v) < 12:
+            return now - float(v[:-1]) * (3600 if v[-1] == "h" else 86400)
+        if v.replace(".", "", 1).isdigit():
+            t = float(v)
+        else:
+            dt = datetime.fromisoformat(v)
+            t = (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    except (ValueError, OverflowError):
+        raise ValueError(f"not a time: {visible(v, 60)} (2026-11-01, 2026-11-01T12:00Z, an epoch, 6h or 7d)") from None
+    if not math.isfinite(t):
+        raise ValueError(f"not a time: {visible(v, 60)}")
+    return t
 
 
 @dataclass(frozen=True, slots=True)
