@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class StatsFormat(enum.StrEnum):
@@ -134,6 +135,16 @@ class CompletedJob:
     entry: str | None = None  # from the file's directory, server/entry_<entry>/
 
 
+class HoldInterval(NamedTuple):
+    """One hold of a glidein: its 012 and the 013 that released it (None: never released)."""
+
+    held: float
+    released: float | None
+    code: int | None  # HoldReasonCode ("Code N Subcode M"); None when the 012 had no codes line
+    subcode: int | None  # HoldReasonSubCode
+    reason: str | None  # the hold reason as the CE or HTCondor wrote it (hostile), at most 500 characters
+
+
 @dataclass(slots=True)
 class PilotTimes:
     """A glidein's life as the HTCondor-G event log saw it."""
@@ -146,9 +157,22 @@ class PilotTimes:
     ended: float | None = None  # 005 / 009 / 012
     end_event: str | None = None  # "terminated" | "aborted" | "held"
     return_value: int | None = None
-    held_reason: str | None = None
+    held_reason: str | None = None  # the last hold's reason
     entry: str | None = None
     client: str | None = None  # GLIDEIN_CLIENT from the file name
+    # Every hold, oldest first, at most condor_eventlog.MAX_HOLDS; the rest only counted. Tuples:
+    # most pilots have none, and the empty tuple costs an open pilot nothing.
+    holds: tuple[HoldInterval, ...] = ()
+    holds_dropped: int = 0
+    evictions: tuple[float, ...] = ()  # 004 times, at most condor_eventlog.MAX_EVICTIONS
+    evictions_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        # A checkpoint (asdict, JSON, then PilotTimes(**saved)) gives these back as lists.
+        if type(self.holds) is not tuple or (self.holds and type(self.holds[0]) is not HoldInterval):
+            self.holds = tuple(HoldInterval(*h) for h in self.holds)
+        if type(self.evictions) is not tuple:
+            self.evictions = tuple(self.evictions)
 
 
 @dataclass(slots=True)

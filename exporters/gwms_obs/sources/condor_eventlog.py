@@ -29,7 +29,7 @@ from typing import Any
 
 from gwms_obs import native
 from gwms_obs.catalogue import Source
-from gwms_obs.model import PilotTimes
+from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import files
 
@@ -331,9 +331,21 @@ class PilotTimeline:
                 p.started = e.time
             elif e.code == HELD:
                 p.ended, p.end_event, p.held_reason = e.time, "held", e.reason
+                if not p.holds or p.holds[-1].released is not None:  # a second 012 while held adds nothing
+                    if len(p.holds) < MAX_HOLDS:
+                        p.holds += (HoldInterval(e.time, None, e.reason_code, e.reason_subcode, e.reason),)
+                    else:
+                        p.holds_dropped += 1
             elif e.code == RELEASED:
                 if p.end_event == "held":
                     p.ended = p.end_event = None
+                if p.holds and p.holds[-1].released is None:  # else it released a hold only counted
+                    p.holds = (*p.holds[:-1], p.holds[-1]._replace(released=e.time))
+            elif e.code == EVICTED:
+                if len(p.evictions) < MAX_EVICTIONS:
+                    p.evictions += (e.time,)
+                else:
+                    p.evictions_dropped += 1
             elif e.code in (TERMINATED, ABORTED):
                 p.ended = e.time
                 p.end_event = "terminated" if e.code == TERMINATED else "aborted"
