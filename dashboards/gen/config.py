@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gwms_obs.tracing import conventions as C
+
 from . import names as N
 
 
@@ -91,6 +93,9 @@ class Selectors:
     controller: str = f'job="{N.JOB_CONTROLLER}"'
     held: str = 'state="held"'
     pilot_spans: str = f'service_name="{N.TRACE_SERVICE}"'
+    # phase_slow's phases: those whose length is overhead (tracing.conventions.OVERHEAD_PHASES), from
+    # the live tracer or from the factory's files; not main/condor, as long as the entry's walltime.
+    overhead_phases: str = f'{N.SPAN_PHASE}=~"{"|".join(C.OVERHEAD_PHASES)}"'
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.tracing import conventions as C
 
 from . import names as N
 from .config import CONFIG, MAD_SCALE, Config
@@ -137,7 +138,8 @@ def problems(c: Config = CONFIG) -> list[Problem]:
             status=Status.DEGRADED,
             expr=f"max by (entry, site) ({phase} > {z})",
             meaning="a pilot phase's p95 duration is a robust outlier against the same phase at other entries"
-            f" (z > {z})",
+            f" (z > {z}); the phases whose length is overhead ({', '.join(C.OVERHEAD_PHASES)}), from the pilot"
+            " tracer or from the factory's own files",
         ),
         Problem(
             reason=Reason.PILOTS_HELD,
@@ -179,7 +181,7 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
     def by_entry(sel: str, metric: str, window: str) -> str:
         return f"sum by (entry, site) (increase({metric}{sel}[{window}]))"
 
-    bucket = f"{N.SPAN_DURATION}_bucket{{{c.selectors.pilot_spans}}}"
+    bucket = f"{N.SPAN_DURATION}_bucket{{{c.selectors.pilot_spans},{c.selectors.overhead_phases}}}"
     e = N.SPAN_ENTRY
     failed = by_entry(f'{{category="{Category.MISCONFIGURATION_BADPUT}"}}', U, w)
     all_jobs = by_entry("", U, w)

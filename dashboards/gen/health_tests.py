@@ -262,18 +262,26 @@ def _phase_outliers() -> dict[str, Any]:
     """Robust z of a phase's p95 across entries (span metrics; MAD floor 1 s)."""
     bounds = ("1", "2", "4", "5", "8", "32", "64", "+Inf")
 
-    def entry(name: str, upper: str) -> list[dict[str, str]]:
-        # Every span of the entry in the bucket ending at ``upper``.
+    def entry(name: str, upper: str, span: str = "validation", phase: str | None = "validation") -> list[Any]:
+        # Every span of the entry in the bucket ending at ``upper``; ``phase``: its gwms.phase (None: no phase).
         i = bounds.index(upper)
-        lab = f'service_name="glidein",{N.SPAN_ENTRY}="{name}",{N.SPAN_SITE}="S_{name}",span_name="validation"'
+        lab = f'service_name="glidein",{N.SPAN_ENTRY}="{name}",{N.SPAN_SITE}="S_{name}",span_name="{span}"'
+        lab += f',{N.SPAN_PHASE}="{phase}"' if phase else ""
         return [
             s(f"{N.SPAN_DURATION}_bucket", f'{lab},le="{le}"', "0+10x120" if j >= i else "0x120")
             for j, le in enumerate(bounds)
         ]
 
-    series = [x for n in ("P1", "P2", "P3", "P4", "P5", "P6") for x in entry(n, "2")]  # p95 1.95 s
+    normal = ("P1", "P2", "P3", "P4", "P5", "P6")
+    series = [x for n in normal for x in entry(n, "2")]  # p95 1.95 s
     series += entry("P_slow", "64")  # p95 62.4 s
     series += entry("P_mild", "5")  # p95 4.95 s: z 3.0
+    # Not overhead: a long payload (condor, main), user jobs and the root are as long as the entry's
+    # walltime makes them, so P_long, 30 times the others in each, is no slow entry.
+    for span, phase in (("condor", "condor"), ("main", "main"), ("job", None), ("glidein", None)):
+        series += [x for n in (*normal, "P_slow", "P_mild") for x in entry(n, "2", span, phase)]
+        series += entry("P_long", "64", span, phase)
+    series += entry("P_long", "2")
     return {
         "interval": "1m",
         "input_series": series,

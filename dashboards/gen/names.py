@@ -78,6 +78,9 @@ SPAN_DURATION = catalogue.SPANMETRICS_DURATION  # histogram
 SPAN_CALLS = catalogue.SPANMETRICS_CALLS  # counter
 SPAN_ENTRY = catalogue.SPAN_LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
 SPAN_SITE = catalogue.SPAN_LABEL_SITE
+# The gwms.phase dimension: set on phase spans only (the live tracer's and the ones built from
+# the factory's files, both named in tracing.conventions), so it tells phases from scripts and jobs.
+SPAN_PHASE = catalogue.SPAN_LABEL_PHASE
 TRACE_SERVICE = C.SERVICE_PILOT
 
 # OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).

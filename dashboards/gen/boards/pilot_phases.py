@@ -1,8 +1,15 @@
-"""Pilot phases from the collector's span metrics, with exemplars to traces."""
+"""Pilot phases from the collector's span metrics, with exemplars to traces.
+
+The phases are the spans with a gwms.phase (tracing.conventions.ALL_PHASES): the pilot tracer's
+(init ... cleanup) where GlideinWMS runs it, and the ones the exporter builds from the factory's
+own files on every factory (queued, held, validation, condor, cleanup; outputs/pilot_traces.py),
+so a stock factory fills every panel. Scripts, user jobs and the roots are not phases.
+"""
 
 from __future__ import annotations
 
 from gwms_obs import catalogue
+from gwms_obs.tracing import conventions as C
 
 from .. import names as N
 from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
@@ -19,11 +26,13 @@ def pilot_phases() -> Board:
     b = Board(
         PHASES,
         "GlideinWMS factory / Pilot phases",
-        "Where pilot startup time goes, from the collector's span metrics; exemplars link to Jaeger traces.",
+        "Where pilot time goes, phase by phase (queued, validation, condor... from the factory's files; init,"
+        " setup, main... from the pilot tracer), from the collector's span metrics; exemplars link to Jaeger traces.",
         "pilot developers and operators",
         variables=("entry", TOPN),
     )
-    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_ENTRY}=~"$entry"'
+    phases = "|".join(C.ALL_PHASES)
+    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_PHASE}=~"{phases}",{N.SPAN_ENTRY}=~"$entry"'
     bucket = f"{N.SPAN_DURATION}_bucket"
     e = N.SPAN_ENTRY
     by_e = f"{FACTORY}, {e}"  # an entry is one factory's (boards/common.py)
@@ -43,7 +52,7 @@ def pilot_phases() -> Board:
                 exemplar=True,
             )
         ],
-        budget=40,  # span names: the glidein's phases and validation scripts (tracing.conventions)
+        budget=40,  # span names: the phases of both sources (tracing.conventions.ALL_PHASES)
         question="Which phase of a pilot's startup takes the time?",
         w=24,
     )

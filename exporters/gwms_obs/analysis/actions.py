@@ -10,10 +10,14 @@ rounding alone), among at least
 scripts (script spans outside ``main`` and ``cleanup``) and the phases before
 them, ``init`` and ``pre_setup``; ``setup`` is the sum of its scripts (they
 are listed instead, not counted twice), ``main`` is the payload, ``cleanup``
-is after the work.
+is after the work. A pilot traced only from the factory's files (a stock
+factory, outputs/pilot_traces.py) has one validation phase, ``validation``
+(its init, pre_setup and setup together): it is the candidate there.
+``queued`` and ``held`` cost no core-hours (nothing runs yet) and ``condor``
+is the payload's, so neither is one.
 
 * **share**: the name's total time over the entry's validation time (the
-  ``init``, ``pre_setup`` and ``setup`` phases' total);
+  ``init``, ``pre_setup``, ``setup`` and ``validation`` phases' total);
 * **ratio**: entry median / fleet median;
 * **excess cost**: (entry median − fleet median) × the canonical CPU units of
   the pilots that ran it (their mean) × how many of the entry's pilots run it
@@ -43,9 +47,9 @@ ACTION_RATIO: Final = 2.0  # and at least this many times the fleet median
 # the second, double by rounding alone (a clean simulated factory had a 2 s vs 4 s "action").
 ACTION_MIN_EXCESS_SECONDS: Final = 10.0
 MIN_ENTRIES: Final = 3  # entries with enough spans of a name for a fleet to compare against
-VALIDATION_PHASES: Final = (C.PHASE_INIT, C.PHASE_PRE_SETUP, C.PHASE_SETUP)
-ACTION_PHASES: Final = (C.PHASE_INIT, C.PHASE_PRE_SETUP)
-NOT_VALIDATION: Final = (C.PHASE_MAIN, C.PHASE_CLEANUP)
+VALIDATION_PHASES: Final = (C.PHASE_INIT, C.PHASE_PRE_SETUP, C.PHASE_SETUP, C.LOG_PHASE_VALIDATION)
+ACTION_PHASES: Final = (C.PHASE_INIT, C.PHASE_PRE_SETUP, C.LOG_PHASE_VALIDATION)
+NOT_VALIDATION: Final = (C.PHASE_MAIN, C.PHASE_CLEANUP, C.LOG_PHASE_CONDOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +69,10 @@ class Action:
     core_hours_per_week: float  # excess cost
 
     def sentence(self) -> str:
-        return (
-            f"entry {self.entry}: {self.name} takes {100 * self.share:.0f}% of validation time, "
-            f"{_times(self.ratio)} the fleet median, costing {self.core_hours_per_week:,.1f} core-hours/week"
-        )
+        cost = f"{_times(self.ratio)} the fleet median, costing {self.core_hours_per_week:,.1f} core-hours/week"
+        if self.name == C.LOG_PHASE_VALIDATION:  # the whole of it: its share says nothing
+            return f"entry {self.entry}: validation takes {self.median:,.0f} s (median), {cost}"
+        return f"entry {self.entry}: {self.name} takes {100 * self.share:.0f}% of validation time, {cost}"
 
     def label(self) -> str:
         return f"{self.entry}: {self.name} ({_times(self.ratio)})"

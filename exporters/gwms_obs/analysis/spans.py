@@ -2,7 +2,10 @@
 
 Both inputs name the same things (docs/tracing.md): a root span ``glidein``,
 phase spans with ``gwms.phase``, and script spans with ``gwms.script``, each a
-child of its phase. A script's phase is its parent's ``gwms.phase``. Spans
+child of its phase. A pilot traced from the factory's files (a stock factory,
+outputs/pilot_traces.py) has the phases ``conventions.LOG_PHASES`` instead,
+with ``gwms.phase`` too, so they are read the same way; its ``running`` and
+user ``job`` spans are no phase and are left out. A script's phase is its parent's ``gwms.phase``. Spans
 of the factory (``condor_submit``, ``glidein submit``) are not the pilot's and
 are left out. Each span carries its pilot root's interval (``tracing.lifetime``),
 found through every span of its trace, the unclassified ones too, so that a
