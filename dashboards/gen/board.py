@@ -15,6 +15,7 @@ legends as sortable tables.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass, field
 
 from grafana_foundation_sdk.builders import bargauge, common, prometheus, stat, statetimeline, table, timeseries
@@ -45,6 +46,9 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from gwms_obs import __version__, catalogue
 from gwms_obs.catalogue import FACTORY_LABEL as FACTORY
+from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.outputs import pilot_traces as PT
+from gwms_obs.tracing import conventions as C
 
 from . import names as N
 
@@ -92,6 +96,73 @@ class Drill:
         return f"/d/{self.uid}/?var-{self.var}={value}&{_URL_TIME}"
 
 
+# A row's pilots in Jaeger (outputs/pilot_traces.py, one trace per counted pilot): what each search
+# is by, as (title, trace attribute, value). Outcomes are on the root span; "preempted" and
+# "misconfiguration badput" are pilots with a user job of that category (on the job's span).
+PILOT_SEARCHES: tuple[tuple[str, str, str], ...] = (
+    ("validation failed", PT.OUTCOME, Outcome.VALIDATION_FAILED.value),
+    ("preempted", PT.JOB_CATEGORY, Category.PREEMPTION_BADPUT.value),
+    ("misconfiguration badput", PT.JOB_CATEGORY, Category.MISCONFIGURATION_BADPUT.value),
+    ("lost", PT.OUTCOME, Outcome.LOST.value),
+)
+# A metric label -> the pilot trace's resource attribute holding the same value (the factory's names).
+TRACE_ATTRIBUTES = {"entry": C.ENTRY, "site": C.SITE, "client": C.CLIENT}
+JAEGER_LIMIT = 1000  # traces a search returns: Jaeger's UI offers up to 1500
+
+
+@dataclass(frozen=True)
+class PilotSearch:
+    """A data link: Grafana Explore on the Jaeger datasource, searching the pilots of the row (or
+    series) whose ``labels`` it names, with one of :data:`PILOT_SEARCHES`, over the panel's time range.
+
+    The one place a link to a row's pilots is built; every board uses it through :func:`pilot_links`.
+    """
+
+    search: str  # a title of PILOT_SEARCHES
+    labels: tuple[str, ...]  # the row's labels that select its pilots: entry, site, client
+
+    def _value(self, label: str, table_row: bool) -> str:
+        # percent-encoded: the value lands inside the URL's JSON
+        return (
+            f"${{__data.fields.{label}:percentencode}}" if table_row else f"${{__field.labels.{label}:percentencode}}"
+        )
+
+    def title(self, table_row: bool) -> str:
+        of = " ".join(f"${{__data.fields.{x}}}" if table_row else f"${{__field.labels.{x}}}" for x in self.labels)
+        return f"Pilots of {of} in Jaeger: {self.search}"
+
+    def url(self, table_row: bool) -> str:
+        ((key, value),) = ((k, v) for t, k, v in PILOT_SEARCHES if t == self.search)
+        # Placeholders survive the percent-encoding of the JSON; Grafana's variables replace them.
+        subst = {f"GWMSVAR{i}": self._value(x, table_row) for i, x in enumerate(self.labels)}
+        subst |= {"GWMSFROM": "${__from}", "GWMSTO": "${__to}"}
+        # logfmt, as Grafana's Jaeger search form writes it; quoted, so a value may hold a space
+        tags = " ".join([*(f'{TRACE_ATTRIBUTES[x]}="GWMSVAR{i}"' for i, x in enumerate(self.labels)), f"{key}={value}"])
+        ds = {"type": "jaeger", "uid": N.DATASOURCE_JAEGER}
+        query = {
+            "refId": "A",
+            "datasource": ds,
+            "queryType": "search",
+            "service": C.SERVICE_PILOT,
+            "tags": tags,
+            "limit": JAEGER_LIMIT,
+        }
+        pane = {"datasource": N.DATASOURCE_JAEGER, "queries": [query], "range": {"from": "GWMSFROM", "to": "GWMSTO"}}
+        text = urllib.parse.quote(json.dumps({"pilots": pane}, separators=(",", ":")), safe="")
+        for token, var in subst.items():
+            text = text.replace(token, var)
+        return f"/explore?schemaVersion=1&orgId=1&panes={text}"
+
+
+def pilot_links(*labels: str) -> tuple[PilotSearch, ...]:
+    """The links from a row (or a series) with ``labels`` to its pilots in Jaeger, one per search."""
+    assert labels and set(labels) <= set(TRACE_ATTRIBUTES), labels
+    return tuple(PilotSearch(title, labels) for title, _, _ in PILOT_SEARCHES)
+
+
+Link = Drill | PilotSearch
+
+
 @dataclass
 class PanelSpec:
     kind: str  # timeseries, stat, table, bargauge, statetimeline
@@ -105,7 +176,7 @@ class PanelSpec:
     h: int = 8
     stacked: bool = False
     percent: bool = False  # stacked to 100 %
-    drill: tuple[Drill, ...] = ()
+    drill: tuple[Link, ...] = ()
     states: tuple[tuple[int, str, str], ...] = ()  # value mappings: (value, text, colour)
 
 
@@ -138,7 +209,7 @@ class Board:
         h: int = 8,
         stacked: bool = False,
         percent: bool = False,
-        drill: tuple[Drill, ...] = (),
+        drill: tuple[Link, ...] = (),
         states: tuple[tuple[int, str, str], ...] = (),
     ) -> None:
         self.specs.append(
@@ -270,6 +341,10 @@ def _legend() -> common.VizLegendOptions:
 Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel | statetimeline.Panel
 
 
+def _title(link: Link, table_row: bool) -> str:
+    return link.title(table_row) if isinstance(link, PilotSearch) else link.title
+
+
 def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
     p: Built
     table_rows = spec.kind == "table"
@@ -305,7 +380,7 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
             ]
         )
     if spec.drill:
-        p = p.data_links([D.DashboardLink(d.title).url(d.url(table_rows)) for d in spec.drill])
+        p = p.data_links([D.DashboardLink(_title(d, table_rows)).url(d.url(table_rows)) for d in spec.drill])
     for i, t in enumerate(spec.targets):
         q = prometheus.Dataquery().expr(t.expr).ref_id(chr(ord("A") + i)).legend_format(t.legend or "__auto")
         if t.instant or spec.kind in ("table", "bargauge"):

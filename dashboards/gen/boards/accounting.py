@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category
 
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, ranked
+from ..board import TOPN, Board, Drill, Target, pilot_links, ranked
 from .common import (
     ACCOUNTING,
     BY_ENTRY,
@@ -105,6 +105,7 @@ def accounting() -> Board:
         drill=(
             Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
             Drill(PHASES, "Pilot phases of ${__data.fields.entry}", "entry"),
+            *pilot_links("entry"),
         ),
     )
     b.add(
@@ -220,7 +221,7 @@ def accounting() -> Board:
         budget=2 * 10 * 3 * len(Category) * len(catalogue.Accuracy),
         question="The numbers for a report: hours per entry, frontend and category.",
         w=24,
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry", "client")),
     )
     b.add(
         "timeseries",

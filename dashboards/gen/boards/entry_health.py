@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category
 
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, at_end, ranked
+from ..board import TOPN, Board, Drill, Target, at_end, pilot_links, ranked
 from .common import (
     BY_ENTRY,
     ENTRY_HEALTH,
@@ -130,6 +130,7 @@ def entry_health() -> Board:
         drill=(
             Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
             Drill(PROVISIONING, "Provisioning of ${__data.fields.entry}", "entry"),
+            *pilot_links("entry", "client"),
         ),
     )
     b.add(
@@ -147,6 +148,7 @@ def entry_health() -> Board:
                     f" (increase({at_end(f'{catalogue.PILOT_VALIDATION.name}_bucket{{{SEL}}}')})))",
                 ),
                 LEGEND_ENTRY,
+                exemplar=True,
             )
         ],
         budget=10,
@@ -169,10 +171,34 @@ def entry_health() -> Board:
                     "bottomk",
                 ),
                 LEGEND_ENTRY,
+                exemplar=True,
             )
         ],
         budget=10,
         question="Where are pilots killed early?",
+        drill=ENTRY_LINKS,
+    )
+    Q = catalogue.PILOT_QUEUE_TIME
+    b.add(
+        "timeseries",
+        "Time in queue p90, slowest $topn entries",
+        "90th percentile of the time pilots waited from the factory's submit to their first execute (the"
+        " schedd's event log), the $topn slowest entries over the range; dots are exemplars: a pilot's trace.",
+        Q.grafana_unit,
+        [
+            Target(
+                ranked(
+                    BY_ENTRY,
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le) ({rate(Q, suffix='_bucket')}))",
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le)"
+                    f" (increase({at_end(f'{Q.name}_bucket{{{SEL}}}')})))",
+                ),
+                LEGEND_ENTRY,
+                exemplar=True,
+            )
+        ],
+        budget=10,
+        question="Where do pilots wait longest before they run?",
         drill=ENTRY_LINKS,
     )
     b.add(
@@ -211,7 +237,7 @@ def entry_health() -> Board:
         ],
         budget=10,
         question="Which entries have stopped returning pilots?",
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
     )
     b.add(
         "timeseries",

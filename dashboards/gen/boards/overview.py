@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
 
 from .. import names as N
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, pilot_links, ranked
 from .common import (
     BY_ENTRY,
     CPU_UNITS,
@@ -179,6 +179,6 @@ def factory_overview() -> Board:
         budget=5000,  # bounded by alerts x entries; a table, not a chart
         question="What is alerting, and where?",
         w=24,
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
     )
     return b

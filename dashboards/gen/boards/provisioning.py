@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gwms_obs import catalogue
 
-from ..board import TOPN, Board, Drill, Target, ranked
+from ..board import TOPN, Board, Drill, Target, pilot_links, ranked
 from .common import (
     BY_ENTRY,
     ENTRY_HEALTH,
@@ -91,7 +91,7 @@ def provisioning() -> Board:
         budget=2 * 3 * 10 * 3,
         question="For one entry, what is asked and what is there?",
         w=24,
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry", "client")),
     )
     U, VG, VC = catalogue.ENTRY_USER_JOBS, catalogue.ENTRY_VO_GLIDEINS, catalogue.ENTRY_VO_CORES
     b.add(

@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 
 from .. import health
 from .. import names as N
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, pilot_links, ranked
 from ..config import CONFIG, MAD_SCALE
 from .common import (
     ACCOUNTING,
@@ -60,7 +60,7 @@ def site_health() -> Board:
         w=24,
         h=16,
         states=STATES,
-        drill=(TO_SITE,),
+        drill=(TO_SITE, *pilot_links("site")),
     )
     b.add(
         "table",
@@ -74,6 +74,7 @@ def site_health() -> Board:
         drill=(
             Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
             Drill(ACCOUNTING, "Accounting of ${__data.fields.entry}", "entry"),
+            *pilot_links("entry"),
         ),
     )
     CPU = catalogue.CPU_SECONDS

@@ -1,0 +1,155 @@
+"""From a number to its pilots, in the generated dashboards: the pilot histograms' panels show
+exemplars, and every per-entry, per-site and per-frontend row (and the site red light) links to a
+Jaeger search of its pilots by outcome (dashboards/gen/board.py PilotSearch)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboards.gen import dashboards as D
+from dashboards.gen import names as N
+from dashboards.gen.board import PILOT_SEARCHES, TRACE_ATTRIBUTES
+from dashboards.gen.boards.common import PHASES, SITE_HEALTH
+from gwms_obs import catalogue
+from gwms_obs.tracing import conventions as C
+
+ROOT = Path(__file__).resolve().parents[1]
+PILOT_HISTOGRAMS = (catalogue.PILOT_LIFETIME, catalogue.PILOT_VALIDATION, catalogue.PILOT_QUEUE_TIME)
+_VAR = re.compile(r"\$\{(__data\.fields\.|__field\.labels\.)([A-Za-z_]+)(:percentencode)?\}")
+
+
+def boards() -> dict[str, dict[str, Any]]:
+    """The committed dashboard JSON, by uid (what Grafana provisions)."""
+    out = {}
+    for f in sorted((ROOT / "dashboards/grafana").glob("*.json")):
+        doc = json.loads(f.read_text())
+        out[doc["uid"]] = doc
+    return out
+
+
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in board["panels"] if p.get("type") != "row"]
+
+
+def interpolate(url: str, row: dict[str, str], from_ms: int, to_ms: int) -> str:
+    """A data link's URL as Grafana fills it: the row's (or series') values, the panel's time range."""
+
+    def value(m: re.Match[str]) -> str:
+        v = row[m.group(2)]
+        return urllib.parse.quote(v, safe="") if m.group(3) else v
+
+    out = _VAR.sub(value, url).replace("${__from}", str(from_ms)).replace("${__to}", str(to_ms))
+    assert "${" not in out, out
+    return out
+
+
+def jaeger_query(url: str) -> dict[str, str]:
+    """The query-API parameters (/api/traces) of a Grafana Explore link to a Jaeger search."""
+    parts = urllib.parse.urlsplit(url)
+    assert parts.path == "/explore", url
+    (panes,) = urllib.parse.parse_qs(parts.query)["panes"]
+    (pane,) = json.loads(panes).values()
+    (q,) = pane["queries"]
+    assert pane["datasource"] == q["datasource"]["uid"] == N.DATASOURCE_JAEGER and q["datasource"]["type"] == "jaeger"
+    assert q["queryType"] == "search"
+    tags = dict(kv.split("=", 1) for kv in shlex.split(q["tags"]))  # logfmt: key=value, key="a value"
+    return {
+        "service": q["service"],
+        "tags": json.dumps(tags),
+        "start": str(int(pane["range"]["from"]) * 1000),  # Grafana's ms, Jaeger's us
+        "end": str(int(pane["range"]["to"]) * 1000),
+        "limit": str(q["limit"]),
+    }
+
+
+def pilot_links(panel: dict[str, Any]) -> list[dict[str, Any]]:
+    return [x for x in panel["fieldConfig"]["defaults"].get("links", []) if x["url"].startswith("/explore?")]
+
+
+def row_labels(panel: dict[str, Any]) -> set[str]:
+    """The entry/site/client labels a panel's rows (or series) carry: those its queries group by."""
+    labels: set[str] = set()
+    for t in panel["targets"]:
+        for by in re.findall(r"by \(([^)]*)\)", t["expr"]):
+            labels |= {x.strip() for x in by.split(",")} & set(TRACE_ATTRIBUTES)
+    return labels
+
+
+def test_every_panel_of_a_pilot_histogram_shows_its_exemplars() -> None:
+    names = tuple(f"{m.name}_bucket" for m in PILOT_HISTOGRAMS)
+    seen: set[str] = set()
+    for uid, b in boards().items():
+        for p in panels(b):
+            for t in p["targets"]:
+                used = [n for n in names if n in t["expr"]]
+                if used:
+                    assert t.get("exemplar") is True, (uid, p["title"], t["refId"])
+                    seen.update(used)
+                if p["type"] == "heatmap":
+                    assert t.get("exemplar") is True, (uid, p["title"])
+    assert seen == set(names)  # each pilot histogram is charted, with its exemplars
+
+
+def test_exemplars_link_to_the_jaeger_datasource_by_the_exporters_label() -> None:
+    from tools.render import render
+
+    doc = json.loads(json.dumps(__import__("yaml").safe_load(render("grafana", "datasources.yml.j2"))))
+    by_type = {d["type"]: d for d in doc["datasources"]}
+    assert by_type["prometheus"]["jsonData"]["exemplarTraceIdDestinations"] == [
+        {"name": catalogue.EXEMPLAR_TRACE_ID, "datasourceUid": by_type["jaeger"]["uid"]}
+    ]
+    assert by_type["jaeger"]["uid"] == N.DATASOURCE_JAEGER
+
+
+def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome() -> None:
+    """Every table with per-entry, per-site or per-frontend rows, and the site red light, has one
+    Jaeger search per outcome, selecting the row's pilots by the labels its rows carry."""
+    checked = 0
+    for uid, b in boards().items():
+        if uid == PHASES:
+            continue  # another board's business
+        for p in panels(b):
+            red_light = uid == SITE_HEALTH and p["type"] == "statetimeline"
+            labels = row_labels(p)
+            # A table's rows are per entry when its query groups by one, or when it links to its
+            # pilots already (a recording rule's series: the site problems, per entry and site).
+            if not (p["type"] == "table" and (labels or pilot_links(p))) and not red_light:
+                continue
+            links = pilot_links(p)
+            assert len(links) == len(PILOT_SEARCHES), (uid, p["title"])
+            table = p["type"] == "table"
+            row = {"entry": "CMS_T2_US_Nebraska_x", "site": "Nebraska", "client": "fe_cms.main"}
+            for link, (title, key, value) in zip(links, PILOT_SEARCHES, strict=True):
+                assert link["title"].endswith(title), link["title"]
+                assert ("__data.fields." in link["url"]) == table, link["url"]
+                q = jaeger_query(interpolate(link["url"], row, 1_700_000_000_000, 1_700_086_400_000))
+                tags = json.loads(q["tags"])
+                by = {x for x, attr in TRACE_ATTRIBUTES.items() if attr in tags}
+                # the row's entry (and frontend, where its rows are per frontend), or the red light's site
+                assert by == ({"site"} if red_light else labels - {"site"} or {"entry"}), (uid, p["title"], by)
+                assert tags == {TRACE_ATTRIBUTES[x]: row[x] for x in by} | {key: value}
+                assert q["service"] == C.SERVICE_PILOT
+                assert (q["start"], q["end"]) == ("1700000000000000", "1700086400000000")
+            checked += 1
+    assert checked == 7  # the six tables of entries and frontends, and the red light
+
+
+@pytest.mark.parametrize("entry", ["a&b=c", "x%2Fy", "sp ace", "quo'te"])
+def test_a_row_value_is_percent_encoded_into_the_link(entry: str) -> None:
+    """Whatever the label holds, the link's JSON parses and the search names it exactly."""
+    (link, *_) = pilot_links(next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "table"))
+    q = jaeger_query(interpolate(link["url"], {"entry": entry}, 0, 1))
+    assert json.loads(q["tags"])[C.ENTRY] == entry
+
+
+def test_the_committed_boards_are_the_generators() -> None:
+    """The links are tested on the committed JSON; it is what dashboards/gen renders (test_generated holds it too)."""
+    for board in D.boards():
+        assert boards()[board.uid]["panels"] == board.build()["panels"], board.uid
