@@ -152,7 +152,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
         log.error("%s", e)
         return 2
     try:
-        forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors)
+        forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors, cfg.trace_spans_per_second)
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
@@ -239,8 +239,10 @@ def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
     return traces
 
 
-def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors) -> Any:
-    """The SpoolForwarder for pilots' span spools, when a traces endpoint is configured."""
+def _spool_forwarder(
+    a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors, spans_per_second: float | None = None
+) -> Any:
+    """The SpoolForwarder for pilots' span spools and pilot traces, when a traces endpoint is configured."""
     import tempfile
 
     from .tracing.spool import SpoolForwarder, otlp_headers, traces_endpoint
@@ -257,8 +259,11 @@ def _spool_forwarder(a: argparse.Namespace, checkpoint: str | None, errors: Pars
         outbox = Path(checkpoint + ".traces")  # survives restarts with the rest of the state
     else:
         outbox = Path(tempfile.mkdtemp(prefix="gwms-obs-traces-"))
-    log.info("forwarding pilots' span spools to %s (outbox %s)", endpoint, outbox)
-    return SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint)
+    paced = {} if spans_per_second is None else {"spans_per_second": spans_per_second}
+    fwd = SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint, **paced)
+    rate = f"at most {fwd.spans_per_second:g} spans/s" if fwd.spans_per_second else "unpaced"
+    log.info("forwarding pilots' span spools to %s (outbox %s, %s)", endpoint, outbox, rate)
+    return fwd
 
 
 def _factory_window_ok(a: argparse.Namespace) -> bool:

@@ -54,6 +54,9 @@ class ExportConfig:
     pilot_traces: bool = True
     # The factory's name in those traces' ids (GLIDEIN_Factory); None: monitor/descript.xml's FactoryName.
     factory_name: str | None = None
+    # Spans a second the span forwarder sends at most, on average (0: unpaced); None: its
+    # default, tracing.spool.SPANS_PER_SECOND (docs/tracing.md, "Delivery").
+    trace_spans_per_second: float | None = None
 
     def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
         # reset_checkpoint is a flag for one start, never a config key: a key
@@ -127,6 +130,10 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}: {k} must be true or false, got {v!r}")
             setattr(cfg, k, v)
+        elif k == "trace_spans_per_second":
+            if not _is_number(v):
+                raise ConfigError(f"{where}: {k} must be a number of spans a second, got {v!r}")
+            cfg.trace_spans_per_second = float(v)
         elif k in NUMBER_KEYS:
             if not _is_number(v):
                 raise ConfigError(f"{where}: {k} must be a number of seconds, got {v!r}")
@@ -159,6 +166,9 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     for k, v in nonneg:
         if not (math.isfinite(v) and v >= 0):
             problems.append(f"{k} must be a finite number of seconds >= 0, got {v}")
+    rate = cfg.trace_spans_per_second
+    if rate is not None and not (math.isfinite(rate) and rate >= 0):
+        problems.append(f"trace_spans_per_second must be a finite number >= 0 (0: unpaced), got {rate}")
     for f in fields(Limits):
         v = getattr(cfg.limits, f.name)
         if not (math.isfinite(v) and v > 0):
