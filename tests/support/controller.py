@@ -123,7 +123,9 @@ def controller_server(
             for role in ROLES
         ],
     }
-    unknown = set(config_overrides) - {"default", "ceiling", "scopes", "refresh_seconds", "max_override_hours"}
+    known = {"default", "ceiling", "scopes", "refresh_seconds", "max_override_hours", "jaeger_query_url",
+             "jaeger_timeout_seconds", "jaeger_ui_url", "grafana_url"}  # fmt: skip
+    unknown = set(config_overrides) - known
     if unknown:
         raise TypeError(f"controller_server: unknown config key(s) {', '.join(sorted(unknown))}")
     doc.update(config_overrides)

@@ -612,7 +612,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             "No pilot you may see has this trace id: it is not in Jaeger (yet, or any more), or it ran at a "
             "site that is not yours.", who,
         )  # fmt: skip
-        if tid is None:
+        if tid is None or who.role == Role.PILOT:  # a pilot's token sees no pilot: Jaeger is not asked
             return not_found
         try:
             trace = await run_in_threadpool(PL.fetch_trace, cfg.jaeger_query_url, tid, cfg.jaeger_timeout_seconds)
