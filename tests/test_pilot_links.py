@@ -153,3 +153,18 @@ def test_the_committed_boards_are_the_generators() -> None:
     """The links are tested on the committed JSON; it is what dashboards/gen renders (test_generated holds it too)."""
     for board in D.boards():
         assert boards()[board.uid]["panels"] == board.build()["panels"], board.uid
+
+
+def test_every_prometheus_stores_exemplars_from_the_roles_one_list() -> None:
+    """The unit Ansible installs, the compose stack's container and the tests' Prometheus run
+    with the same --enable-feature, read from the prometheus role's prometheus_feature_flags."""
+    import yaml
+
+    from tests.support.servers import feature_flags
+    from tests.support.thanos_stack import exec_start
+
+    flag = feature_flags()
+    assert "exemplar-storage" in flag.split("=", 1)[1].split(",")
+    assert flag in exec_start("prometheus", "prometheus.service.j2")
+    compose = yaml.safe_load((ROOT / "compose/docker-compose.yml").read_text())
+    assert flag in compose["services"]["prometheus"]["command"]

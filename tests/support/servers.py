@@ -20,6 +20,7 @@ from typing import Any
 from tools.mailsink import MailStore
 from tools.polling import http_get
 from tools.polling import poll as wait_for
+from tools.render import role_defaults
 from tools.tracing_backends import free_port, stop
 
 
@@ -61,6 +62,11 @@ def have(binary: str) -> bool:
     return shutil.which(binary) is not None
 
 
+def feature_flags() -> str:
+    """The prometheus role's --enable-feature (exemplar storage), as its unit and the compose stack give it."""
+    return f"--enable-feature={','.join(role_defaults('prometheus')['prometheus_feature_flags'])}"
+
+
 @contextlib.contextmanager
 def prometheus(
     workdir: Path, config_yaml: str, extra_args: list[str] | None = None, port: int | None = None
@@ -89,7 +95,7 @@ def prometheus_process(
         f"--storage.tsdb.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
         "--web.enable-lifecycle",
-        "--enable-feature=exemplar-storage",
+        feature_flags(),
         *(extra_args or []),
     ]
     with process(cmd, workdir / "prometheus.log", f"{url}/-/ready") as p:
