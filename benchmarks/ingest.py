@@ -13,7 +13,7 @@ subprocess so peak RSS is its own:
     the pilot keys, the "already counted" lookup) on lines whose pilots were
     all counted from their .out — what a running exporter does with nearly
     every line;
-  - full conversion of every line to a ``CompletedJob`` (``iter_file``: what
+  - full conversion of every line to a ``CompletedJob`` (``tests/support/readers.completed_jobs_file``: what
     ``report`` and a pilot whose .out is gone need);
 * pilots: one full exporter scan (every .out + .err read, accounted, added to
   the ledger), against a bare read of the same files' bytes;
@@ -39,6 +39,7 @@ from bench import child, record, simulated_factory
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
+sys.path.insert(0, str(HERE.parent))  # tests.support: the whole-file reader over the product's read loop
 
 
 def _child(kind: str, path: str, extra: str) -> None:
@@ -53,7 +54,7 @@ def _child(kind: str, path: str, extra: str) -> None:
         from gwms_obs.ingest.books import ScanResult
         from gwms_obs.ingest.stage import Scan
         from gwms_obs.pipeline import Ingest, IngestConfig
-        from gwms_obs.sources import completed_jobs
+        from tests.support.readers import completed_jobs_file
 
         # The factory layout the exporter expects, around the same file.
         tree = Path(extra)
@@ -65,7 +66,7 @@ def _child(kind: str, path: str, extra: str) -> None:
         ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
         # Every pilot already counted from its .out (not timed).
         errors = ParseErrors()
-        ing.books.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs.iter_file(path, errors)}
+        ing.books.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs_file(path, errors)}
         stage = next(s for s in ing.stages if Source.COMPLETED_JOBS in s.sources)
         t0 = time.perf_counter()
         res = ScanResult()
@@ -77,10 +78,10 @@ def _child(kind: str, path: str, extra: str) -> None:
             assert n == sum(1 for _ in f) and n > 0, f"the exporter path read {n} lines, not the file's"
         nbytes = os.path.getsize(path)
     elif kind == "cj_parse":
-        from gwms_obs.sources import completed_jobs
+        from tests.support.readers import completed_jobs_file
 
         errors = ParseErrors()
-        for _ in completed_jobs.iter_file(path, errors):
+        for _ in completed_jobs_file(path, errors):
             n += 1
         nbytes = os.path.getsize(path)
     elif kind == "cj_bare":

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import completed_jobs as cj
+from tests.support.readers import completed_jobs_file, parse_completed
 
 FIXTURE = Path(__file__).parent / "fixtures" / "completed_jobs_sample.log"
 PATH = "/var/log/gwms-factory/server/entry_CMSHTPC_T2_AT_Vienna/completed_jobs_20221122.log"
@@ -21,7 +22,7 @@ SRC = "completed_jobs"
 
 def parse(buf: bytes) -> tuple[list[CompletedJob], int, ParseErrors]:
     errors = ParseErrors()
-    recs, used = cj.parse_buffer(buf, PATH, 0, errors)
+    recs, used = parse_completed(buf, PATH, 0, errors)
     return recs, used, errors
 
 
@@ -70,7 +71,7 @@ def test_any_split_gives_same_records(cuts: list[int]) -> None:
     pending, offset = b"", 0
     for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(SAMPLE)], strict=True):
         buf = pending + SAMPLE[a:b]
-        recs, used = cj.parse_buffer(buf, PATH, offset, errors)
+        recs, used = parse_completed(buf, PATH, offset, errors)
         got += recs
         offset += used
         pending = buf[used:]
@@ -122,11 +123,11 @@ def test_read_file(tmp_path: Path) -> None:
     with p.open("ab") as f:
         f.write(LINES[0].rstrip(b"\n"))  # complete last line missing its newline
     errors = ParseErrors()
-    recs = cj.read_file(str(p), errors)
+    recs = completed_jobs_file(str(p), errors)
     assert len(recs) == 6 and {r.entry for r in recs} == {"E1"} and not errors.counts
     with p.open("ab") as f:
         f.write(b"\n" + LINES[1][:40])  # cut last line
-    recs = cj.read_file(str(p), errors)
+    recs = completed_jobs_file(str(p), errors)
     assert len(recs) == 6 and errors.counts == {(SRC, "truncated_line"): 1}
-    assert cj.read_file(str(tmp_path / "missing.log"), errors) == []
+    assert completed_jobs_file(str(tmp_path / "missing.log"), errors) == []
     assert errors.counts[(SRC, "unreadable")] == 1

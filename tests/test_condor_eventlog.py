@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import condor_eventlog as el
+from tests.support.readers import event_log_file
 
 FIXTURE = Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log"
 SAMPLE = FIXTURE.read_bytes()
@@ -175,7 +176,7 @@ def test_read_file_and_names(tmp_path: Path) -> None:
     p = d / "condor_activity_20220624_fe.main.log"
     p.write_bytes(SAMPLE + b"001 (99.000.000) 2022-06-24 08:00:00 Job exec")
     errors = ParseErrors()
-    evs = el.read_file(str(p), errors, tz=CET)
+    evs = event_log_file(str(p), errors, tz=CET)
     assert len(evs) == len(parse(SAMPLE)[0]) and errors.counts == {(SRC, "truncated_event"): 1}
     assert el.names_from_path(str(p)) == ("E2", date(2022, 6, 24), "fe.main")
-    assert el.read_file(str(d / "nope.log"), errors) == [] and errors.counts[(SRC, "unreadable")] == 1
+    assert event_log_file(str(d / "nope.log"), errors) == [] and errors.counts[(SRC, "unreadable")] == 1

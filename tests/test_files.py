@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from gwms_obs.follow import Follower
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import (
-    completed_jobs,
     condor_eventlog,
     descript,
     files,
@@ -38,6 +37,7 @@ from gwms_obs.sources import (
     schedd_status,
 )
 from gwms_obs.sources.condor_sections import encode
+from tests.support.readers import completed_jobs_file, event_log_file
 from tests.support.reference import reference_file
 
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -113,7 +113,7 @@ def test_fifo_event_log_is_refused_by_follower_and_reader(factory: Path) -> None
     assert exc.value.reason == files.NOT_REGULAR and files.reason_of(exc.value) == "not_regular"
     assert str(fifo) not in fol.cursors
     errors = ParseErrors()
-    assert within_deadline(lambda: condor_eventlog.read_file(str(fifo), errors, root=str(factory)), fifo) == []
+    assert within_deadline(lambda: event_log_file(str(fifo), errors, root=str(factory)), fifo) == []
     assert errors.counts == {("condor_event_log", files.NOT_REGULAR): 1}
 
 
@@ -121,7 +121,7 @@ def test_fifo_completed_log_and_monitor_files_are_refused(factory: Path) -> None
     log = factory / "server" / "entry_e" / "completed_jobs_20220624.log"
     os.mkfifo(log)
     errors = ParseErrors()
-    assert within_deadline(lambda: completed_jobs.read_file(str(log), errors, root=str(factory)), log) == []
+    assert within_deadline(lambda: completed_jobs_file(str(log), errors, root=str(factory)), log) == []
     assert errors.counts == {("completed_jobs", files.NOT_REGULAR): 1}
     for name, read in (
         ("descript.xml", lambda p, e: descript.read_descript(p, e, root=str(factory))),
@@ -384,7 +384,7 @@ def test_regular_file_reads_are_unchanged(factory: Path) -> None:
     errors = ParseErrors()
     err = glidein_err.read_err(str(d / "job.1.0.err"), errors, root=str(factory))
     assert err is not None and err.jobs is not None and len(err.jobs) == 1
-    assert condor_eventlog.read_file(str(log), errors, root=str(factory))
+    assert event_log_file(str(log), errors, root=str(factory))
     assert errors.total() == 0
 
 

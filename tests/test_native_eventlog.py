@@ -27,10 +27,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gwms_obs import native
+from gwms_obs import follow, native
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_eventlog as el
+from tests.support.readers import event_log_file
 
 if native.core is None:  # absent or refused (stale ABI, GWMS_OBS_NATIVE=0): nothing to compare
     if os.environ.get("GWMS_OBS_REQUIRE_NATIVE") == "1":  # make test: CI must run these
@@ -219,12 +220,12 @@ def test_read_file_with_small_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyP
     d.mkdir()
     p = d / "condor_activity_20220624_fe.main.log"
     p.write_bytes(FIXTURE * 3 + b"001 (99.000.000) 2022-06-24 08:00:00 Job exec")
-    monkeypatch.setattr(el, "READ_CHUNK", 333)  # events cut across reads: the pending tail
+    monkeypatch.setattr(follow, "READ_CHUNK", 333)  # events cut across reads: the pending tail
     e1, e2 = ParseErrors(), ParseErrors()
-    got = el.read_file(str(p), e1)
+    got = event_log_file(str(p), e1)
     native.core = None
     try:
-        want = el.read_file(str(p), e2)
+        want = event_log_file(str(p), e2)
     finally:
         native.core = CORE
     assert bits(got) == bits(want) and len(got) == 42

@@ -16,11 +16,11 @@ from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.simulate.plan import SimPilot
 from gwms_obs.simulate.scenario import CLIENTS, DEFAULT_ENTRIES
 from gwms_obs.simulate.write.trace_spool import returns_spool
-from gwms_obs.sources.completed_jobs import read_file
 from gwms_obs.sources.condor_sections import decode, iter_sections
 from gwms_obs.sources.glidein_err import parse_err
 from gwms_obs.sources.glidein_out import parse_out
 from gwms_obs.sources.schedd_status import read_schedd_status
+from tests.support.readers import completed_jobs_file
 from tests.support.simulated import simulated_factory, truth
 
 N = 700
@@ -429,6 +429,7 @@ def test_round_trip_with_readers(tree: tuple[Path, SimulationSummary]) -> None:
             assert got == sorted((j.start, j.cpus, j.gpus, p.condor_end if j.end is None else j.end) for j in p.jobs)
         if p.condor_start is not None:
             assert (err.cpus, err.memory_mb, err.gpus or 0) == (p.cpus, p.memory_mb, p.gpus)
-    lines = [c for f in sorted(root.glob("server/entry_*/completed_jobs_*.log")) for c in read_file(str(f), errors)]
+    logs = sorted(root.glob("server/entry_*/completed_jobs_*.log"))
+    lines = [c for f in logs for c in completed_jobs_file(str(f), errors)]
     assert len(lines) == sum(p.completed_line for p in truth(s))
     assert not errors.counts, errors.counts

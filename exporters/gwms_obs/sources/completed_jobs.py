@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from datetime import datetime
 from xml.etree.ElementTree import Element, ParseError
 
@@ -32,10 +31,8 @@ from gwms_obs import native
 from gwms_obs.catalogue import Source
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
 
 MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever
-READ_CHUNK = 8 << 20
 
 _SRC = Source.COMPLETED_JOBS.value
 
@@ -60,7 +57,6 @@ _FULL = re.compile(_BODY)  # one line the scan accepted -> its 16 fields
 # Whole buffer, every line good (the usual case): one findall, no per-line
 # Python. Each match is exactly one line (no class crosses a newline), so as
 # many matches as newlines means every line matched.
-_ALL_FULL = re.compile(rb"(?m)^" + _BODY + rb"\r?\n")
 _ALL_SCAN = re.compile(rb"(?m)^(" + _BODY_ID + rb")\r?\n")
 # Buffers with some other line: the last alternative eats any other line
 # whole; the scan is bounded by the last newline, so every byte belongs to
@@ -314,72 +310,3 @@ def to_record(rec: RawLine | CompletedJob, entry: str | None) -> CompletedJob | 
     if m is None:  # cannot happen for a line the scan accepted: same language
         return "bad_line"
     return _convert(m.groups(), entry)  # all 16 groups always participate
-
-
-def parse_buffer(
-    buf: bytes, path: str, base_offset: int, errors: ParseErrors, entry: str | None = None
-) -> tuple[list[CompletedJob], int]:
-    """Like :func:`scan_buffer`, with every line converted to a record."""
-    if entry is None:
-        entry = entry_from_path(path)
-    out: list[CompletedJob] = []
-    end = buf.rfind(b"\n") + 1
-    if len(buf) - end <= MAX_LINE:
-        found = _ALL_FULL.findall(buf, 0, end)
-        if len(found) == _lines(buf, end):
-            append = out.append
-            for g in found:
-                rec = _convert(g, entry)
-                if isinstance(rec, str):
-                    errors.record(_SRC, rec, path, base_offset, "unparseable terminated time")
-                else:
-                    append(rec)
-            return out, end
-    raw, end = scan_buffer(buf, path, base_offset, errors, entry)
-    for r in raw:
-        rec = to_record(r, entry)
-        if isinstance(rec, str):
-            errors.record(_SRC, rec, path, base_offset, "unparseable terminated time")
-        else:
-            out.append(rec)
-    return out, end
-
-
-def iter_file(path: str, errors: ParseErrors, start: int = 0, *, root: str | None = None) -> Iterator[CompletedJob]:
-    """Stream the records of ``path`` from byte ``start`` in bounded chunks.
-
-    Only a regular file is read (inside ``root``, when given; else
-    :class:`~gwms_obs.sources.files.FileRefused`, an ``OSError``), up to the
-    size it had when opened.
-    """
-    entry = entry_from_path(path)
-    with files.open_regular(path, root=root) as f:
-        f.seek(start)
-        offset = start
-        pending = b""
-        while True:
-            chunk = f.read(READ_CHUNK)
-            if not chunk:
-                break
-            buf = pending + chunk if pending else chunk
-            recs, used = parse_buffer(buf, path, offset, errors, entry=entry)
-            yield from recs
-            offset += used
-            pending = buf[used:]
-        if pending:
-            # A crash can leave a last line without its newline; a complete
-            # record is still a record, a cut one is counted.
-            scratch = ParseErrors()
-            recs, _ = parse_buffer(pending + b"\n", path, offset, scratch, entry=entry)
-            if not recs:
-                errors.record(_SRC, "truncated_line", path, offset, pending[:200].decode("utf-8", "replace"))
-            yield from recs
-
-
-def read_file(path: str, errors: ParseErrors, *, root: str | None = None) -> list[CompletedJob]:
-    """All records of one file (an unreadable or refused file is counted, never raised)."""
-    try:
-        return list(iter_file(path, errors, root=root))
-    except OSError as e:
-        errors.record(_SRC, files.reason_of(e), path, None, files.describe(e))
-        return []

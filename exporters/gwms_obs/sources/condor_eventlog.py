@@ -31,10 +31,8 @@ from gwms_obs import native
 from gwms_obs.catalogue import Source
 from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
 
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
-READ_CHUNK = 8 << 20
 
 SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED = 0, 1, 4, 5, 9, 12, 13, 27
 _KEPT = frozenset({SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED})
@@ -242,34 +240,6 @@ def parse_buffer(
         errors.record(_SRC, "line_too_long", path, base_offset + pos, f"> {MAX_EVENT} bytes, unterminated")
         pos = len(buf)
     return out, pos
-
-
-def read_file(
-    path: str, errors: ParseErrors, tz: tzinfo | None = None, *, root: str | None = None
-) -> list[CondorEvent]:
-    """All events of one file; a cut last event is counted, never raised.
-
-    Only a regular file is read (inside ``root``, when given; see
-    :mod:`gwms_obs.sources.files`), up to the size it had when opened.
-    """
-    ref = names_from_path(path)[1] or date.today()
-    out: list[CondorEvent] = []
-    offset = 0
-    pending = b""
-    try:
-        with files.open_regular(path, root=root) as f:
-            while chunk := f.read(READ_CHUNK):
-                buf = pending + chunk if pending else chunk
-                recs, used = parse_buffer(buf, path, offset, errors, tz=tz, ref_day=ref)
-                out.extend(recs)
-                offset += used
-                pending = buf[used:]
-    except OSError as e:
-        errors.record(_SRC, files.reason_of(e), path, None, files.describe(e))
-        return out
-    if pending.strip():
-        errors.record(_SRC, "truncated_event", path, offset, pending[:80].decode("utf-8", "replace"))
-    return out
 
 
 # One event log, as the timeline knows it: (entry, client, submit day YYYYMMDD or None).
