@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from gwms_obs.ingest.books import Books
+from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.ingest.event_log import EventLogStage
 from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.pipeline import IngestConfig
 from gwms_obs.sources import condor_eventlog as el
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log").read_bytes()
@@ -94,6 +94,7 @@ def test_every_hold_interval_and_eviction() -> None:
     )
     assert p.evictions == (T0 + 5000,)
     assert (p.end_event, p.held_reason, p.started) == ("held", "Job credentials are not available", T0 + 5100)
+    assert p.first_started == T0 + 1000  # the queue's end; started is the last run's
     done, _ = fold(simple("009", c, T0 + 9000, "Job was aborted.\n\tvia condor_rm (by user fe)"), tl)
     assert [d.holds[-1].released for d in done] == [None] and done[0].end_event == "aborted"
 

@@ -13,7 +13,7 @@ import pytest
 from gwms_obs.accounting.pilot import from_glidein
 from gwms_obs.catalogue import Category, Outcome, Source
 from gwms_obs.ingest.books import PilotFacts
-from gwms_obs.model import GlideinErr, GlideinOut, Job, PilotTimes
+from gwms_obs.model import GlideinErr, GlideinOut, HoldInterval, Job, PilotTimes
 from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
@@ -292,7 +292,7 @@ def test_queued_and_held_from_the_event_log() -> None:
     assert int(root["startTimeUnixNano"]) == int(q["startTimeUnixNano"]) == int((t0 - 900) * 1e9)
     assert int(q["endTimeUnixNano"]) == int((t0 - 30) * 1e9)
     assert [e["name"] for e in q["events"]] == [P.EVENT_GRID_SUBMIT]
-    # a pilot that ended held before it ran: the hold, with its reason, under queued
+    # a pilot that ended held while it ran (a PilotTimes with its last hold only): an event of its run
     t = PilotTimes(8, 0, submitted=t0, ended=t0 + 50, end_event="held", held_reason="Error from CE: proxy expired")
     from gwms_obs.accounting.pilot import from_event_log
 
@@ -304,9 +304,93 @@ def test_queued_and_held_from_the_event_log() -> None:
     ep = Pilot(json.loads(built[0]))
     assert ep.resource[P.TRACE_SOURCE] == "condor_event_log"
     assert not ep.named(P.SPAN_VALIDATION)  # nothing says what happened on the node
-    root_events = ep.one(C.SPAN_PILOT).get("events", [])
-    assert [e["name"] for e in root_events] == ["held"]
-    assert _attrs(root_events[0]["attributes"])[P.HOLD_REASON] == "Error from CE: proxy expired"
+    assert not ep.one(C.SPAN_PILOT).get("events")
+    run_events = ep.one(P.SPAN_RUNNING)["events"]
+    assert [e["name"] for e in run_events] == [P.EVENT_HELD]
+    a = _attrs(run_events[0]["attributes"])
+    assert (a[P.HOLD_REASON], a[P.HOLD_CLASS]) == ("Error from CE: proxy expired", "proxy_expired")  # by its text
+    assert P.HOLD_CODE not in a
+
+
+def _held_pilot() -> tuple[GlideinOut, GlideinErr, PilotTimes]:
+    """A pilot held twice in the CE's queue, held again while it ran, and evicted in its last job."""
+    jobs = [_job(200, 1200), _job(1300, None, exited=False, code=None)]
+    out, err = _pilot(jobs, killed=True)
+    t0 = out.startup_time or 0
+    times = PilotTimes(
+        7,
+        0,
+        submitted=t0 - 3000,
+        grid_submitted=t0 - 2990,
+        started=t0 - 20,
+        first_started=t0 - 20,
+        ended=t0 + 5060,
+        end_event="terminated",
+        holds=(
+            # the CE refused the factory's token, then could not be reached (HTCondor-C GAHP's words)
+            HoldInterval(t0 - 2900, t0 - 2000, 0, 0, "Error connecting to schedd ce: AUTHENTICATE:1003:Failed to "
+                         "authenticate with any method|AUTHENTICATE:1004:Failed to authenticate using SCITOKENS"),
+            HoldInterval(t0 - 1500, t0 - 600, 0, 0, "Error connecting to schedd ce: CEDAR:6001:Failed to connect to "
+                         "<192.0.2.7:9619>; Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"),
+            HoldInterval(t0 + 3000, t0 + 3100, 3, 0, "The job attribute PeriodicHold expression 'x' evaluated to TRUE"),
+        ),
+        holds_dropped=2,
+        evictions=(t0 + 5040,),  # 004 read 40 s after the node's end (HTCondor-G polls the CE)
+    )  # fmt: skip
+    return out, err, times
+
+
+def test_every_hold_in_the_queue_is_a_held_span_with_its_class() -> None:
+    out, err, times = _held_pilot()
+    t0 = out.startup_time or 0
+    p = _build(out, err, times)
+    q = p.one(P.SPAN_QUEUED)
+    assert int(q["endTimeUnixNano"]) == int((t0 - 20) * 1e9)  # the first execute
+    held = sorted(p.named(P.SPAN_HELD), key=lambda s: int(s["startTimeUnixNano"]))
+    assert [h["parentSpanId"] for h in held] == [q["spanId"]] * 2
+    assert [(int(h["startTimeUnixNano"]), int(h["endTimeUnixNano"])) for h in held] == [
+        (int((t0 - 2900) * 1e9), int((t0 - 2000) * 1e9)),
+        (int((t0 - 1500) * 1e9), int((t0 - 600) * 1e9)),
+    ]
+    a0, a1 = (_attrs(h["attributes"]) for h in held)
+    assert (a0[P.HOLD_CODE], a0[P.HOLD_SUBCODE], a0[P.HOLD_CLASS], a0[C.PHASE]) == (0, 0, "auth_failed", "held")
+    assert a1[P.HOLD_CLASS] == "ce_unreachable"
+    assert "eyJ" not in a1[P.HOLD_REASON] and a1[P.HOLD_REASON].startswith("Error connecting to schedd ce: CEDAR:6001")
+    assert len({h["spanId"] for h in held}) == 2
+    # the hold while it ran: an event of the running span, with its class; the count of holds not kept
+    run = p.one(P.SPAN_RUNNING)
+    names = [(e["name"], int(e["timeUnixNano"])) for e in run["events"]]
+    assert names == [(P.EVENT_HELD, int((t0 + 3000) * 1e9)), (P.EVENT_EVICTED, int((t0 + 5000) * 1e9))]
+    assert _attrs(run["events"][0]["attributes"])[P.HOLD_CLASS] == "periodic_hold"
+    assert _attrs(p.one(C.SPAN_PILOT)["attributes"])[P.HOLDS_DROPPED] == 2
+    # the eviction is on the last job too (the one HTCondor ran when the node went), not the first
+    jobs = sorted(p.named(P.SPAN_JOB), key=lambda s: int(s["startTimeUnixNano"]))
+    assert not jobs[0].get("events")
+    assert [e["name"] for e in jobs[1]["events"]] == [P.EVENT_PREEMPTED, P.EVENT_EVICTED]
+    # the same pilot twice: the same ids (a rescan sends no new span)
+    assert [s["spanId"] for s in _build(out, err, times).spans] == [s["spanId"] for s in p.spans]
+
+
+def test_a_hold_or_eviction_outside_the_run_is_the_roots() -> None:
+    out, err, times = _held_pilot()
+    t0 = out.startup_time or 0
+    # evicted from an earlier run, which the .out (the last run's) does not cover
+    times.evictions = (t0 - 500,)
+    times.holds = (times.holds[0], HoldInterval(t0 + 9000, None, 4, 0, "Job credentials are not available"))
+    times.holds_dropped = 0
+    p = _build(out, err, times)
+    root = p.one(C.SPAN_PILOT)
+    names = [(e["name"], _attrs(e["attributes"]).get(P.HOLD_CLASS)) for e in root["events"]]
+    assert names == [(P.EVENT_HELD, "proxy_expired"), (P.EVENT_EVICTED, None)]
+    assert P.HOLDS_DROPPED not in _attrs(root["attributes"])
+    assert not p.one(P.SPAN_RUNNING).get("events")
+    assert all(e["name"] != P.EVENT_EVICTED for j in p.named(P.SPAN_JOB) for e in j.get("events", []))
+    # a hold in the queue whose release the log does not have (rotated away) ends with the queue
+    times.holds = (HoldInterval(t0 - 2900, None, 0, 0, "Error locating schedd ce"),)
+    p = _build(out, err, times)
+    (h,) = p.named(P.SPAN_HELD)
+    assert int(h["endTimeUnixNano"]) == int(p.one(P.SPAN_QUEUED)["endTimeUnixNano"]) == int((t0 - 20) * 1e9)
+    assert _attrs(h["attributes"])[P.HOLD_CLASS] == "ce_unreachable"
 
 
 def test_jobs_beyond_the_cap_summed_in_one_span() -> None:

@@ -166,6 +166,7 @@ class PilotTimes:
     holds_dropped: int = 0
     evictions: tuple[float, ...] = ()  # 004 times, at most condor_eventlog.MAX_EVICTIONS
     evictions_dropped: int = 0
+    first_started: float | None = None  # first 001: the end of the queue (``started`` is the last run's)
 
     def __post_init__(self) -> None:
         # A checkpoint (asdict, JSON, then PilotTimes(**saved)) gives these back as lists.

@@ -8,9 +8,9 @@ turns what the counting stage read (``ingest.books.PilotFacts``) and the
 pilot's account into OTLP/JSON spans:
 
     glidein                 submit (or start) → the pilot's end as the factory saw it
-    ├── queued              submit → execute (event log)
-    │   └── held            hold → end, when the pilot ended held
-    └── running             start → end on the worker node
+    ├── queued              submit → first execute (event log)
+    │   └── held            one per hold before it: hold → release (or the queue's end)
+    └── running             start → end on the worker node (a later hold, an eviction: events)
         ├── validation      start → "Last script starting" (ERROR naming the failing test)
         ├── condor          HTCondor's start → end
         │   └── job         one per user job (category, exit, cores, memory, GPUs, VO job id)
@@ -40,10 +40,12 @@ from ..accounting.partition import DEFAULT_RULES, Rules, classify_job
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Category, Source
 from ..ingest.books import PilotFacts
-from ..model import Job
+from ..model import HoldInterval, Job, PilotTimes
 from ..parse_errors import ParseErrors
 from ..sources import descript
+from ..sources.hold_reasons import classify
 from ..tracing import conventions as C
+from ..tracing.ledger import Issued, LedgerIndex
 from ..tracing.redact import MAX_VALUE, Scrubber, Tally
 
 log = logging.getLogger("gwms_obs.outputs.pilot_traces")
@@ -64,6 +66,8 @@ SPAN_CONDOR: Final = C.LOG_PHASE_CONDOR
 SPAN_CLEANUP: Final = C.PHASE_CLEANUP
 SPAN_JOB: Final = "job"
 SPAN_JOBS_REST: Final = "jobs (summary)"
+# The root of the logs' part of a pilot also traced live (its own root is the pilot's "glidein").
+SPAN_RECORD: Final = "glidein record"
 TRACE_SOURCE: Final = "gwms.trace.source"  # resource: the sources that built the trace, "+"-joined
 OUTCOME: Final = "gwms.pilot.outcome"
 CPU_SECONDS: Final = "gwms.cpu_seconds."  # + category: the pilot's canonical CPU unit-seconds
@@ -79,6 +83,10 @@ JOB_GPUS: Final = "gwms.job.gpus"
 JOB_SIGNAL: Final = "gwms.job.exit_signal"
 JOB_COUNT: Final = "gwms.job.count"
 HOLD_REASON: Final = "gwms.hold.reason"
+HOLD_CODE: Final = "gwms.hold.code"  # HoldReasonCode
+HOLD_SUBCODE: Final = "gwms.hold.subcode"  # HoldReasonSubCode
+HOLD_CLASS: Final = "gwms.hold.class"  # sources.hold_reasons.HoldClass
+HOLDS_DROPPED: Final = "gwms.hold.dropped"  # holds beyond the event log's bound: counted only
 FAILED_TEST: Final = "gwms.validation.test"
 FAILURE: Final = "gwms.validation.failure"
 FAILURE_DETAIL: Final = "gwms.validation.detail"
@@ -87,6 +95,11 @@ EVENT_PREEMPTED: Final = "preempted"
 EVENT_VALIDATION_FAILED: Final = "validation_failed"
 EVENT_REMOVED: Final = "removed"
 EVENT_GRID_SUBMIT: Final = "grid_submit"
+EVENT_HELD: Final = "held"
+EVENT_EVICTED: Final = "evicted"
+# HTCondor-G polls a CE's jobs every 60 s (baseresource.cpp DEFAULT_JOB_POLL_INTERVAL), so its
+# events lag the worker node: a hold or 004 up to this long after the node's end is that run's.
+CE_POLL_LAG: Final = 120.0
 NS: Final = 1_000_000_000
 # A GlobalJobId as HTCondor writes it (schedd#cluster.proc#qdate): nothing secret-shaped, so no regex pass.
 _JOB_ID = re.compile(r"[A-Za-z0-9_.@:-]{1,255}#[0-9]{1,12}\.[0-9]{1,9}#[0-9]{1,12}")
@@ -147,10 +160,12 @@ class _Trace:
     """The spans of one pilot, written as OTLP/JSON text: as dicts, then json.dumps, they cost
     twice as much (~540 against ~330 us a pilot of 21 spans, on top of the scan's ~160)."""
 
-    def __init__(self, trace_id: str) -> None:
+    def __init__(self, trace_id: str, prefix: str = "") -> None:
         self.trace_id = trace_id
+        self.prefix = prefix  # a pilot in its cluster's live trace: its spans' places start with its job id
         self.spans: list[str] = []
-        self.ids: dict[str, str] = {}  # path -> span id, each hashed once
+        # path -> span id, each hashed once; "^name": a span of the factory's or the pilot's own
+        self.ids: dict[str, str] = {}
 
     def add(
         self,
@@ -165,7 +180,7 @@ class _Trace:
         events: list[tuple[str, float, dict[str, object]]] | None = None,
     ) -> str:
         """Add a span (``name``: one of ours); returns its path, its children's ``parent``."""
-        sid = self.ids[path] = span_id(self.trace_id, path)
+        sid = self.ids[path] = span_id(self.trace_id, self.prefix + path)
         parts = [
             '{"traceId":"',
             self.trace_id,
@@ -204,19 +219,33 @@ def build(
     rules: Rules = DEFAULT_RULES,
     max_job_spans: int = MAX_JOB_SPANS,
     scrub: Scrubber | None = None,
+    issued: Issued | None = None,
+    own: dict[str, str] | None = None,
 ) -> tuple[str, int] | None:
     """One pilot's ResourceSpans, encoded as OTLP/JSON, and its span count; None without a key.
 
     Every text a pilot (or a CE) wrote passes ``scrub`` (the spool's masking
     and bounds; its tally says what changed); the rest is ours or the factory's.
+
+    ``issued``: the pilot was issued a live trace (the factory's trace ledger). Its spans then
+    go into that trace, under the factory's ``glidein submit`` span, rooted at a
+    ``glidein record`` span, and add only what the pilot cannot trace itself: ``own`` names
+    the phases its returned spool had (phase -> span id, the root as ``glidein``; None: no
+    spool came back, so it sent its spans itself), and each log span standing for one of
+    them is left out (docs/tracing.md, "A pilot also traced live").
     """
     if acc.cluster is None or acc.proc is None:
         return None
     sc = scrub if scrub is not None else Scrubber()
     held_reason = sc.text(facts.times.held_reason, MAX_VALUE) if facts.times and facts.times.held_reason else None
     out, err, times = facts.out, facts.err, facts.times
-    tid = pilot_trace_id(factory, acc.entry, acc.cluster, acc.proc, acc.start)
-    tr = _Trace(tid)
+    if issued is None:
+        tr = _Trace(pilot_trace_id(factory, acc.entry, acc.cluster, acc.proc, acc.start))
+    else:
+        tr = _Trace(issued.trace_id, f"glidein/{acc.cluster}.{acc.proc}/")
+        tr.ids["^submit"] = issued.parent_span_id
+        tr.ids.update((f"^{k}", v) for k, v in (own or {}).items())
+    skip = _own_phases(issued, own)
     submitted = times.submitted if times is not None else None
     start = min(acc.start, submitted) if submitted is not None else acc.start
     end = max(acc.end, times.ended) if times is not None and times.ended is not None else acc.end
@@ -236,28 +265,77 @@ def build(
         root_error = f"exit code {out.exit_code}"
     if times is not None and times.end_event == "aborted" and times.ended is not None:
         root_events.append((EVENT_REMOVED, times.ended, {HOLD_REASON: held_reason}))
-    held_in_queue = False
-    if times is not None and times.end_event == "held" and times.ended is not None:
-        held_in_queue = times.started is None or times.ended < times.started
-        if not held_in_queue:  # held after it ran: the hold ended the pilot
-            root_events.append(("held", times.ended, {HOLD_REASON: held_reason}))
-    root = tr.add("", None, C.SPAN_PILOT, start, end, root_attrs, error=root_error, events=root_events)
+
+    # Holds (event log): before the first execute, a held span in the queue; after it, a held
+    # event on the running span when the worker node's run holds it, else on the root.
+    run_start = acc.start
+    first: float | None = None
+    run_events: list[tuple[str, float, dict[str, object]]] = []
+    queue_holds: list[tuple[HoldInterval, dict[str, object]]] = []
+    evictions: tuple[float, ...] = ()
+    if times is not None:
+        first = times.first_started if times.first_started is not None else times.started
+        for h in _holds(times):
+            attrs = _hold_attrs(h, sc)
+            if times.submitted is not None and (first is None or h.held < first):
+                queue_holds.append((h, attrs))
+            elif run_start <= h.held <= acc.end + CE_POLL_LAG:
+                run_events.append((EVENT_HELD, min(h.held, acc.end), attrs))
+            else:
+                root_events.append((EVENT_HELD, h.held, attrs))
+        if times.holds_dropped:
+            root_attrs[HOLDS_DROPPED] = times.holds_dropped
+        evictions = times.evictions
+        for t in evictions:
+            if run_start <= t <= acc.end + CE_POLL_LAG:
+                run_events.append((EVENT_EVICTED, min(t, acc.end), {}))
+            else:
+                root_events.append((EVENT_EVICTED, t, {}))
+    if SPAN_RUNNING in skip:  # the pilot's own root stands for running: its events go on ours
+        root_events += run_events
+    if SPAN_VALIDATION in skip and (failed := _failure(acc, facts, sc)) is not None:
+        attrs, error, at = failed
+        root_attrs.update(attrs)
+        root_events.append((EVENT_VALIDATION_FAILED, min(max(at or acc.end, acc.start), acc.end), attrs))
+        root_error = error
+    root = tr.add(
+        "",
+        "^submit" if issued is not None else None,
+        SPAN_RECORD if issued is not None else C.SPAN_PILOT,
+        start,
+        end,
+        root_attrs,
+        error=root_error,
+        events=sorted(root_events, key=lambda x: x[1]) if issued is not None else root_events,
+    )
 
     # queued: the factory's submit to the CE's first execute (the event log only)
     if times is not None and times.submitted is not None:
-        q_end = times.started if times.started is not None else (times.ended or end)
+        q_end = first if first is not None else (times.ended or end)
         q_end = max(times.submitted, min(q_end, end))
         ev: list[tuple[str, float, dict[str, object]]] = []
         if times.grid_submitted is not None:
             ev.append((EVENT_GRID_SUBMIT, times.grid_submitted, {}))
         q = tr.add(SPAN_QUEUED, root, SPAN_QUEUED, times.submitted, q_end, {C.PHASE: SPAN_QUEUED}, events=ev)
-        if held_in_queue and times.ended is not None:
-            held_at = max(times.submitted, min(times.ended, q_end))
-            tr.add(f"{q}/held", q, SPAN_HELD, held_at, q_end, {C.PHASE: SPAN_HELD, HOLD_REASON: held_reason})
+        for i, (h, attrs) in enumerate(queue_holds):
+            held_at = max(times.submitted, min(h.held, q_end))
+            held_end = min(h.released, q_end) if h.released is not None else q_end
+            path = f"{q}/held" if i == 0 else f"{q}/held/{i}"  # the first keeps the id it had as the only one
+            tr.add(path, q, SPAN_HELD, held_at, held_end, {C.PHASE: SPAN_HELD, **attrs})
 
-    # running: the worker node's part
-    run_start = acc.start
-    run = tr.add(SPAN_RUNNING, root, SPAN_RUNNING, run_start, acc.end, {C.SITE: acc.site, "gwms.cpus": acc.cpus})
+    # running: the worker node's part (a pilot traced live: its own root, when it has one)
+    if SPAN_RUNNING not in skip:
+        run = tr.add(
+            SPAN_RUNNING,
+            root,
+            SPAN_RUNNING,
+            run_start,
+            acc.end,
+            {C.SITE: acc.site, "gwms.cpus": acc.cpus},
+            events=sorted(run_events, key=lambda x: x[1]),
+        )
+    else:
+        run = f"^{C.SPAN_PILOT}" if f"^{C.SPAN_PILOT}" in tr.ids else root
     lo, hi = run_start, acc.end
     condor_start = condor_end = None
     if acc.condor_started:
@@ -275,17 +353,20 @@ def build(
         # Validation failed: up to the failing script's end (the .err's long XML), else the whole run.
         ends = [x.end for x in err.scripts if not x.ok and x.end is not None] if err is not None else []
         val_end = _clamp(ends[0], lo, hi) if ends else hi
-    if val_end is not None:
+    if val_end is not None and SPAN_VALIDATION not in skip:
         _validation(tr, run, lo, val_end, acc, facts, sc)
     if condor_start is not None and condor_end is not None:
-        condor = tr.add(f"{run}/{SPAN_CONDOR}", run, SPAN_CONDOR, condor_start, condor_end, {C.PHASE: SPAN_CONDOR})
+        if SPAN_CONDOR not in skip:
+            condor = tr.add(f"{run}/{SPAN_CONDOR}", run, SPAN_CONDOR, condor_start, condor_end, {C.PHASE: SPAN_CONDOR})
+        else:  # the user jobs go under the pilot's own main phase (HTCondor's), else under our root
+            condor = f"^{C.PHASE_MAIN}" if f"^{C.PHASE_MAIN}" in tr.ids else root
         if out is not None and err is not None and err.jobs:
-            _jobs(tr, condor, err.jobs, condor_start, condor_end, acc, rules, max_job_spans, sc)
+            _jobs(tr, condor, err.jobs, condor_start, condor_end, acc, rules, max_job_spans, sc, evictions)
         elif acc.jobs:
             tr.add(f"{condor}/jobs", condor, SPAN_JOBS_REST, condor_start, condor_end, {JOB_COUNT: acc.jobs})
-        if condor_end < hi:
+        if condor_end < hi and SPAN_CLEANUP not in skip:
             tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, condor_end, hi, {C.PHASE: SPAN_CLEANUP})
-    elif val_end is not None and val_end < hi:
+    elif val_end is not None and val_end < hi and SPAN_CLEANUP not in skip:
         tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, val_end, hi, {C.PHASE: SPAN_CLEANUP})
 
     resource = {
@@ -311,9 +392,50 @@ def build(
     return encoded, len(tr.spans)
 
 
-def _validation(
-    tr: _Trace, run: str, start: float, end: float, acc: PilotAccount, facts: PilotFacts, sc: Scrubber
-) -> None:
+def _holds(times: PilotTimes) -> tuple[HoldInterval, ...]:
+    """The pilot's holds; a PilotTimes from before holds were kept has only its last, if it ended held."""
+    if times.holds:
+        return times.holds
+    if times.end_event == "held" and times.ended is not None:
+        return (HoldInterval(times.ended, None, None, None, times.held_reason),)
+    return ()
+
+
+def _hold_attrs(h: HoldInterval, sc: Scrubber) -> dict[str, object]:
+    """A hold's attributes: its codes, its class, its reason (the CE's words: scrubbed and bounded)."""
+    return {
+        HOLD_CODE: h.code,
+        HOLD_SUBCODE: h.subcode,
+        HOLD_CLASS: classify(h.code, h.subcode, h.reason).value,
+        HOLD_REASON: sc.text(h.reason, MAX_VALUE) if h.reason else None,
+    }
+
+
+# A log span and the pilot's own phases that stand for it (gwms-trace.sh's, docs/tracing.md "Names").
+_STANDS_FOR: Final = {
+    SPAN_RUNNING: (C.SPAN_PILOT,),  # the pilot's root: its start to its end on the worker node
+    SPAN_VALIDATION: (C.PHASE_INIT, C.PHASE_PRE_SETUP, C.PHASE_SETUP),  # up to the last validation script
+    SPAN_CONDOR: (C.PHASE_MAIN,),  # condor_startup.sh
+    SPAN_CLEANUP: (C.PHASE_CLEANUP,),
+}
+
+
+def _own_phases(issued: Issued | None, own: dict[str, str] | None) -> frozenset[str]:
+    """The log spans left out of a pilot's trace because the pilot traced them itself.
+
+    A stock pilot: none. One issued a live trace whose spool came back: those its spool
+    stands for. One whose spool did not come back sent its spans itself (or was not
+    sampled, and nobody sees its trace): every worker-node span is left to it.
+    """
+    if issued is None:
+        return frozenset()
+    if own is None:
+        return frozenset(_STANDS_FOR)
+    return frozenset(k for k, phases in _STANDS_FOR.items() if any(p in own for p in phases))
+
+
+def _failure(acc: PilotAccount, facts: PilotFacts, sc: Scrubber) -> tuple[dict[str, object], str, float | None] | None:
+    """A failed validation's attributes, status message and the failing script's end (None: it passed)."""
     out, err = facts.out, facts.err
     failed = not acc.condor_started and facts.source != "condor_event_log"
     test = None
@@ -325,19 +447,28 @@ def _validation(
         extra = {k: v for k, v in out.metrics.items() if k not in ("TestID", "failure")}
         if extra:
             detail = "; ".join(f"{k}={v}" for k, v in sorted(extra.items()))
-    if test is None and err is not None:
-        bad = [s for s in err.scripts if not s.ok]
-        if bad:
-            test, failure = bad[0].name, failure or bad[0].failure
+    bad = [s for s in err.scripts if not s.ok] if err is not None else []
+    if test is None and bad:
+        test, failure = bad[0].name, failure or bad[0].failure
     if failure is not None or (out is not None and out.status == "ERROR"):
         failed = True
+    if not failed:
+        return None
+    test, failure, detail = (sc.text(x, MAX_VALUE) if x is not None else None for x in (test, failure, detail))
+    attrs: dict[str, object] = {FAILED_TEST: test, FAILURE: failure, FAILURE_DETAIL: detail}
+    error = f"validation failed: {test or 'unknown test'}" + (f" ({failure})" if failure else "")
+    return attrs, error, next((s.end for s in bad if s.end is not None), None)
+
+
+def _validation(
+    tr: _Trace, run: str, start: float, end: float, acc: PilotAccount, facts: PilotFacts, sc: Scrubber
+) -> None:
+    failed = _failure(acc, facts, sc)
     attrs: dict[str, object] = {}
     events = []
     error = None
-    if failed:
-        test, failure, detail = (sc.text(x, MAX_VALUE) if x is not None else None for x in (test, failure, detail))
-        attrs = {FAILED_TEST: test, FAILURE: failure, FAILURE_DETAIL: detail}
-        error = f"validation failed: {test or 'unknown test'}" + (f" ({failure})" if failure else "")
+    if failed is not None:
+        attrs, error, _ = failed
         events.append((EVENT_VALIDATION_FAILED, end, attrs))
     tr.add(
         f"{run}/{SPAN_VALIDATION}",
@@ -361,8 +492,10 @@ def _jobs(
     rules: Rules,
     max_job_spans: int,
     sc: Scrubber,
+    evictions: tuple[float, ...] = (),
 ) -> None:
-    """One span per user job (the first ``max_job_spans`` by start), the rest summed in one."""
+    """One span per user job (the first ``max_job_spans`` by start), the rest summed in one; the
+    last job carries the evictions (004) that fall in it."""
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].start, i))
     rest: list[Job] = []
     last = order[-1] if order else None
@@ -393,6 +526,8 @@ def _jobs(
         events: list[tuple[str, float, dict[str, object]]] = []
         if cat is Category.PREEMPTION_BADPUT or (i == last and acc.end - e <= rules.grace_seconds and not j.exited):
             events.append((EVENT_PREEMPTED, e, {}))
+        if i == last:
+            events += [(EVENT_EVICTED, min(t, e), {}) for t in evictions if s <= t <= e + CE_POLL_LAG]
         tr.add(f"{condor}/job/{n}", condor, SPAN_JOB, s, e, attrs, error=error, events=events)
     if rest:
         s = min(max(min(j.start for j in rest), cs), ce)
@@ -431,6 +566,13 @@ class Outbox(Protocol):
     ) -> bool: ...
 
 
+class OwnSpans(Protocol):
+    """What a glidein's returned spool had: its phases' span ids by name, its root as ``glidein``
+    (``tracing.spool.SpoolForwarder.own_spans``); None when no spool of it came back."""
+
+    def __call__(self, log_dir: str, cluster: int, proc: int) -> dict[str, str] | None: ...
+
+
 class PilotTraces:
     """``Books.trace_sink``: each counted pilot's trace, batched into the span outbox.
 
@@ -448,8 +590,15 @@ class PilotTraces:
         max_job_spans: int = MAX_JOB_SPANS,
         batch: int = BATCH_PILOTS,
         errors: ParseErrors | None = None,
+        ledger: LedgerIndex | None = None,
+        own_spans: OwnSpans | None = None,
     ) -> None:
         self.outbox = outbox
+        # A pilot the factory issued a live trace (its trace ledger, beside the pilot's files)
+        # gets its log spans inside that trace; own_spans says what its returned spool had.
+        self.ledger = ledger
+        self.own_spans = own_spans
+        self.merged = 0  # pilots whose log spans went into their live trace
         self.factory = factory
         self.rules = rules
         self.max_job_spans = max_job_spans
@@ -464,7 +613,17 @@ class PilotTraces:
 
     def __call__(self, acc: PilotAccount, facts: PilotFacts) -> None:
         try:
-            rs = build(acc, facts, self.factory, rules=self.rules, max_job_spans=self.max_job_spans, scrub=self._scrub)
+            issued, own = self._live(acc, facts)
+            rs = build(
+                acc,
+                facts,
+                self.factory,
+                rules=self.rules,
+                max_job_spans=self.max_job_spans,
+                scrub=self._scrub,
+                issued=issued,
+                own=own,
+            )
         except Exception as e:  # a trace must never cost the accounting of a pilot
             log.exception("pilot trace of %s/%s.%s not built", acc.entry, acc.cluster, acc.proc)
             if self.errors is not None:  # counted where the spool's problems are (source trace_spool)
@@ -478,10 +637,25 @@ class PilotTraces:
             self._pending.append(encoded)
             self._spans += n
             self.built += 1
+            self.merged += issued is not None
             self.spans += n
             full = len(self._pending) >= self.batch
         if full:
             self.flush()
+
+    def _live(self, acc: PilotAccount, facts: PilotFacts) -> tuple[Issued | None, dict[str, str] | None]:
+        """The live trace the factory issued this pilot, and the phases its returned spool had.
+
+        The ledger is in the directory of the pilot's ``job.C.P.out`` (and .err): a pilot
+        counted without its .out (completed_jobs, the event log) is not looked up.
+        """
+        if self.ledger is None or facts.out is None or acc.cluster is None or acc.proc is None:
+            return None, None
+        log_dir = os.path.dirname(facts.out.path)
+        issued = self.ledger.lookup(log_dir, acc.cluster, acc.proc)
+        if issued is None:
+            return None, None
+        return issued, self.own_spans(log_dir, acc.cluster, acc.proc) if self.own_spans is not None else None
 
     def flush(self) -> None:
         """Write what is built into the outbox (one request)."""

@@ -299,6 +299,8 @@ class PilotTimeline:
                 p.grid_submitted = e.time
             elif e.code == EXECUTING:
                 p.started = e.time
+                if p.first_started is None:
+                    p.first_started = e.time
             elif e.code == HELD:
                 p.ended, p.end_event, p.held_reason = e.time, "held", e.reason
                 if not p.holds or p.holds[-1].released is not None:  # a second 012 while held adds nothing
