@@ -28,6 +28,7 @@ from gwms_obs.tracing import conventions as C
 from tests.support.controller import RunningController, controller_server
 from tests.support.trace_pilot import LIB, attrs, spool_spans
 from tests.support.trace_stack import Stack, stack
+from tests.support.traceparent import parse_traceparent
 from tools import tracing_backends
 from tools.polling import poll
 from tools.postgres import PostgresUnavailable, postgres_server
@@ -247,7 +248,7 @@ def test_the_factory_samples_by_the_real_controller(tmp_path: Path) -> None:
         submitted = {}
         for entry, site in (("CMS_T2_US_Test_ce1", c.site), (DEBUG_ENTRY, OTHER_SITE)):
             with ft.submit_cluster(entry, "client.main", 2, frontend=c.frontend, site=site) as sc:
-                submitted[site] = [C.parse_traceparent(tp) for tp in sc.traceparents]
+                submitted[site] = [parse_traceparent(tp) for tp in sc.traceparents]
                 sc.submitted(100, 2)
         assert ft.flush()
         assert all(tp is not None and not tp.sampled for tp in submitted[c.site])

@@ -20,6 +20,7 @@ from gwms_obs.tracing.factory import FactoryTracer, make_provider, otlp_traces_c
 from tests.support.canned_controller import answer, canned_controller, hung
 from tests.support.otlp_capture import otlp_capture
 from tests.support.trace_pilot import attrs, run_pilot
+from tests.support.traceparent import parse_traceparent
 
 
 def _tracer(exporter: SpanExporter) -> FactoryTracer:
@@ -49,7 +50,7 @@ def test_cluster_span_and_one_traceparent_per_glidein() -> None:
         assert g.parent is not None and g.parent.span_id == cluster.context.span_id
         assert g.kind is SpanKind.PRODUCER
         assert g.attributes[C.CONDOR_PROC] == i and g.attributes[C.CONDOR_CLUSTER] == 10176598
-        p = C.parse_traceparent(tp)
+        p = parse_traceparent(tp)
         assert p is not None and p.sampled
         assert p.trace_id == f"{cluster.context.trace_id:032x}" and p.span_id == f"{g.context.span_id:016x}"
     res = env["GLIDEIN_OTEL_RESOURCE_ATTRIBUTES"]
@@ -140,7 +141,7 @@ def test_factory_exports_over_otlp_http_and_pilot_continues_trace(
     res = env["GLIDEIN_OTEL_RESOURCE_ATTRIBUTES"] + ",gwms.condor.cluster=42,gwms.condor.proc=1"
     run = run_pilot(tmp_path, traceparent=tp1, env={"OTEL_RESOURCE_ATTRIBUTES": res})
     root = next(s for s in run.spans() if s["name"] == C.SPAN_PILOT)
-    p = C.parse_traceparent(tp1)
+    p = parse_traceparent(tp1)
     assert p is not None and (root["traceId"], root["parentSpanId"]) == (p.trace_id, p.span_id)
     r = run.resources()[0]
     assert (r[C.ENTRY], r[C.CLIENT], r[C.CONDOR_CLUSTER], r[C.CONDOR_PROC]) == ("Entry_A", "fe.main", 42, 1)
@@ -170,7 +171,7 @@ def test_controller_sampled_cluster_carries_the_decision() -> None:
     a = dict(cluster.attributes or {})
     assert a[C.CONTROLLER_RULE] == 17 and a[C.CONTROLLER_KIND] == "site" and a[C.CONTROLLER_RESULT] == "answered"
     assert a[C.ENTRY] == "Entry_A" and a[C.SECURITY_CLASS] == "main" and a[C.CONDOR_CLUSTER] == 7  # kept, and later set
-    assert all((p := C.parse_traceparent(tp)) is not None and p.sampled for tp in tps)
+    assert all((p := parse_traceparent(tp)) is not None and p.sampled for tp in tps)
     assert asked.query == {"factory": "OSG", "entry": "Entry_A", "site": "Nebraska", "frontend": "fe",
                            "security_class": "main", "pilot": ""}  # fmt: skip
     assert asked.headers["authorization"] == "Bearer tok"
@@ -186,7 +187,7 @@ def test_controller_drop_gives_unsampled_traceparents_and_a_silent_pilot(tmp_pat
             sc.submitted(8, 2)
     ft.flush()
     assert mem.get_finished_spans() == ()
-    tps = [C.parse_traceparent(tp) for tp in env[C.ENV_TRACEPARENT_LIST].split(",")]
+    tps = [parse_traceparent(tp) for tp in env[C.ENV_TRACEPARENT_LIST].split(",")]
     assert all(p is not None and not p.sampled for p in tps)  # flags 00 (02: the W3C random-trace-id bit)
     run = run_pilot(  # the script echoes GWMS_PILOT_TRACEPARENT, which an off pilot leaves as it was
         tmp_path, traceparent=env[C.ENV_TRACEPARENT_LIST].split(",")[1], fail=None, env={C.ENV_PILOT_TRACEPARENT: "-"}

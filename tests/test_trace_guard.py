@@ -13,9 +13,10 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gwms_obs.tracing import conventions as C
-from gwms_obs.tracing.credentials import ANY_TRACE, PilotSigner, decode_unverified, generate_key, prune
+from gwms_obs.tracing.credentials import ANY_TRACE, PilotSigner, generate_key, prune
 from gwms_obs.tracing.factory import FactoryTracer, make_provider
 from gwms_obs.tracing.ledger import LedgerIndex
+from tests.support.traceparent import decode_unverified, parse_traceparent
 
 ROOT = Path(__file__).resolve().parents[1]
 GUARD = ROOT / "otel-collector" / "gwmsguardprocessor"
@@ -67,7 +68,7 @@ def test_factory_writes_ledger_and_per_glidein_token_files(tmp_path: Path) -> No
     with ft.submit_cluster("Entry_A", "fe.main", 3, log_dir=str(tmp_path)) as sc:
         env = dict(e.split("=", 1) for e in sc.submit_env())
         sc.submitted(77, 2)  # one of three not queued
-    tps = [C.parse_traceparent(t) for t in env[C.ENV_TRACEPARENT_LIST].split(",")]
+    tps = [parse_traceparent(t) for t in env[C.ENV_TRACEPARENT_LIST].split(",")]
     issued = LedgerIndex().lookup(tmp_path, 77, 1)
     assert issued is not None and tps[1] is not None
     assert issued.trace_id == tps[1].trace_id and issued.parent_span_id == tps[1].span_id

@@ -26,6 +26,7 @@ from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.spool import parse_spool
 from tests.support.otlp_capture import otlp_capture
 from tests.support.trace_pilot import LIB, MODES, SCRIPTS, attrs, run_pilot, spool_spans
+from tests.support.traceparent import parse_traceparent
 
 FACTORY_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 FACTORY_SPAN = "00f067aa0ba902b7"
@@ -202,7 +203,7 @@ GOOD_TRACEPARENTS = [
 
 @pytest.mark.parametrize("value", BAD_TRACEPARENTS)
 def test_malformed_traceparent_starts_new_trace(tmp_path: Path, value: str) -> None:
-    assert C.parse_traceparent(value) is None  # the Python side agrees with the shell
+    assert parse_traceparent(value) is None  # the Python side agrees with the shell
     r = bash(
         'gwms_trace_init "$PWD/s.jsonl"; _gt_frame() { return 1; }; gwms_trace_flush 0',
         tmp_path,
@@ -217,7 +218,7 @@ def test_malformed_traceparent_starts_new_trace(tmp_path: Path, value: str) -> N
 
 @pytest.mark.parametrize("value", GOOD_TRACEPARENTS)
 def test_valid_traceparent_is_continued(tmp_path: Path, value: str) -> None:
-    tp = C.parse_traceparent(value)
+    tp = parse_traceparent(value)
     assert tp is not None and tp.sampled
     r = bash(
         'gwms_trace_init "$PWD/s.jsonl"; _gt_frame() { return 1; }; gwms_trace_flush 0',

@@ -27,6 +27,7 @@ from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.factory import FactoryTracer
 from gwms_obs.tracing.spool import parse_spool
 from tests.support.trace_pilot import MODES, spool_spans
+from tests.support.traceparent import parse_traceparent
 from tests.test_trace_shell import FACTORY_SPAN, FACTORY_TRACE, TP, bash
 
 VALID = [
@@ -97,7 +98,7 @@ def test_children_see_tracestate_and_spans_carry_it(tmp_path: Path, mode: str, v
     r = bash(PILOT, tmp_path, {"TRACEPARENT": TP, "TRACESTATE": value, **MODES[mode]})
     assert r.returncode == 0, r.stderr
     assert child_line(r.stdout, "child-ts") == value  # unchanged, next to the child's own TRACEPARENT
-    tp = C.parse_traceparent(child_line(r.stdout, "child-tp"))
+    tp = parse_traceparent(child_line(r.stdout, "child-tp"))
     assert tp is not None and tp.trace_id == FACTORY_TRACE
     spool = (tmp_path / "s.jsonl").read_bytes()
     spans = spool_spans(spool)

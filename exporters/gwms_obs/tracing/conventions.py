@@ -11,7 +11,6 @@ used where one exists; everything GlideinWMS-specific is under ``gwms.``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
 
 VERSION: Final = "1"  # bump when a name below changes meaning; gwms.conventions carries it
@@ -149,43 +148,8 @@ STATUS_OK: Final = 1
 STATUS_ERROR: Final = 2
 
 # --- traceparent --------------------------------------------------------------------------------
-_TP = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 TRACE_ID_HEX: Final = 32
 SPAN_ID_HEX: Final = 16
-
-
-@dataclass(frozen=True, slots=True)
-class TraceParent:
-    trace_id: str  # 32 lowercase hex
-    span_id: str  # 16 lowercase hex
-    flags: int = 1
-
-    @property
-    def sampled(self) -> bool:
-        return bool(self.flags & 1)
-
-    def __str__(self) -> str:
-        return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
-
-
-def parse_traceparent(value: str | None) -> TraceParent | None:
-    """A W3C traceparent, or None when absent or malformed (the caller starts a new trace).
-
-    Per the W3C spec: version ff is invalid; version 00 has exactly four
-    fields; a later version may append fields after a dash; upper-case hex and
-    all-zero ids are invalid.
-    """
-    if not value:
-        return None
-    m = _TP.fullmatch(value.strip(" \t"))
-    if m is None:
-        return None
-    version, trace_id, span_id, flags, rest = m.groups()
-    if version == "ff" or (version == "00" and rest is not None):
-        return None
-    if trace_id == "0" * 32 or span_id == "0" * 16:
-        return None
-    return TraceParent(trace_id, span_id, int(flags, 16))
 
 
 # --- tracestate (W3C Trace Context, "tracestate Header") ---------------------------------------

@@ -178,13 +178,6 @@ def prune(token_dir: str | os.PathLike[str], now: float) -> int:
     return gone
 
 
-def decode_unverified(token: str) -> dict[str, Any]:
-    """The claims of a token, unchecked (tests and debugging)."""
-    payload = token.split(".")[1]
-    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    return claims
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gwms_obs.tracing.credentials", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
