@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, native
+from .catalogue import Category
 from .config import ExportConfig, check, dir_problems, factory_pending, load
 from .controller import cli as controller_cli
 from .parse_errors import ParseErrors
@@ -293,7 +295,10 @@ def cmd_report(a: argparse.Namespace) -> int:
     if a.format == "openmetrics" and a.plot:
         log.error("--plot draws the report's table; with --format openmetrics, run report again without it")
         return 2
-    rep = Report(since=a.since, until=a.until)
+    if a.pilots and (a.format == "openmetrics" or a.plot):
+        log.error("--pilots lists the pilots of one cell as a table, csv or json: without --plot or openmetrics")
+        return 2
+    rep = Report(since=a.since, until=a.until, cell=a.pilots)
     history = History(step=a.step, since=a.since, until=a.until) if a.format == "openmetrics" else None
     ingest = Ingest(
         IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
@@ -303,6 +308,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     res = ingest.scan()
     if history:
         text = history.to_openmetrics()
+    elif a.pilots:
+        factory = _factory_name(a, a.factory_dir, ingest.errors)
+        text = {"table": rep.pilots_to_table, "csv": rep.pilots_to_csv, "json": rep.pilots_to_json}[a.format](factory)
     else:
         text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
     return _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
@@ -346,6 +354,12 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
     errors = ParseErrors()
     path = a.file[:-4] + ".out" if a.file.endswith(".err") else a.file
+    if a.config:
+        try:  # its factory_name and monitor_dir name the pilot's trace
+            load(a.config)
+        except ConfigError as e:
+            log.error("%s", e)
+            return 2
     try:  # one clear line here, rather than read_out's parse-error warning and a vague error
         with open(path, "rb"):
             pass
@@ -392,10 +406,63 @@ def cmd_inspect(a: argparse.Namespace) -> int:
                 "jobs_by_category": {k.value: v for k, v in acc.partition.jobs.items()},
             }
         )
+    if acc is not None:
+        doc.update(_trace_links(a, path, out.entry, out.cluster, out.proc, acc.start, errors))
     if errors.counts:
         doc["parse_errors"] = {f"{s}/{r}": n for (s, r), n in errors.counts.items()}
     print(json.dumps(doc, indent=2))
     return 0
+
+
+_JOB_FILE = re.compile(r"^job\.([0-9]{1,12})\.([0-9]{1,9})\.out$")
+
+
+def _trace_links(
+    a: argparse.Namespace, path: str, entry: str | None, cluster: int | None, proc: int | None, start: float,
+    errors: ParseErrors,
+) -> dict[str, Any]:  # fmt: skip
+    """inspect's pilot_trace_id, Jaeger link and pilot page link, with the names export puts in the id:
+    the entry and cluster.proc of the file's place (entry_NAME/job.C.P.out), the factory's name."""
+    from .outputs.pilot_traces import pilot_trace_id
+    from .sources.descript import entry_from_dir
+
+    m = _JOB_FILE.match(os.path.basename(path))
+    if m:
+        cluster, proc = int(m.group(1)), int(m.group(2))
+    entry = entry_from_dir(os.path.dirname(os.path.abspath(path))) or entry
+    if not entry or cluster is None or proc is None:
+        return {"trace_id": None}
+    factory = _factory_name(a, _factory_dir_of(path), errors)
+    tid = pilot_trace_id(factory, entry, cluster, proc, start)
+    jaeger = a.jaeger_url.rstrip("/")
+    doc: dict[str, Any] = {"factory_name": factory, "trace_id": tid, "jaeger_link": f"{jaeger}/trace/{tid}"}
+    if a.controller_url:
+        doc["pilot_page"] = f"{a.controller_url.rstrip('/')}/pilots/{tid}"
+    return doc
+
+
+def _factory_dir_of(path: str) -> str | None:
+    """FACTORY of FACTORY/client/user_*/glidein_*/entry_*/job.C.P.out, else None."""
+    parts = Path(os.path.abspath(path)).parents
+    return str(parts[4]) if len(parts) > 4 and parts[3].name == "client" else None
+
+
+def _factory_name(a: argparse.Namespace, factory_dir: str | None, errors: ParseErrors) -> str:
+    """The factory's name in pilot trace ids, as export gets it: --factory-name, the --config's
+    factory_name, else monitor/descript.xml's FactoryName (--monitor-dir, the config's, <factory>/monitor),
+    else this host's name."""
+    from .outputs.pilot_traces import factory_name
+
+    if a.factory_name:
+        return str(a.factory_name)
+    cfg = load(a.config) if getattr(a, "config", None) else None
+    if cfg is not None and cfg.factory_name:
+        return cfg.factory_name
+    monitor = a.monitor_dir or (cfg.monitor_dir if cfg is not None else None)
+    if monitor is None:
+        where = (cfg.factory_dir if cfg is not None else None) or factory_dir
+        monitor = os.path.join(where, "monitor") if where else ""
+    return factory_name(monitor, errors)
 
 
 def cmd_simulate(a: argparse.Namespace) -> int:
@@ -556,6 +623,25 @@ def _factory_window(
     )
 
 
+def _trace_names(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--factory-name",
+        help="the factory's name in pilot trace ids, as export's factory_name "
+        "(default: monitor/descript.xml's FactoryName, else this host's name)",
+    )
+
+
+def _cell(s: str) -> tuple[str, Category]:
+    """ENTRY:CATEGORY, one cell of report's table."""
+    entry, sep, cat = s.rpartition(":")
+    if not sep or not entry:
+        raise argparse.ArgumentTypeError(f"expected ENTRY:CATEGORY, got {s!r}")
+    try:
+        return entry, Category(cat)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"category {cat!r}: one of {', '.join(c.value for c in Category)}") from None
+
+
 def _sub(sub: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name,
@@ -648,6 +734,14 @@ def parser() -> argparse.ArgumentParser:
         default=300.0,
         help="with --format openmetrics: seconds between samples (default 300)",
     )
+    r.add_argument(
+        "--pilots",
+        type=_cell,
+        metavar="ENTRY:CATEGORY",
+        help="list the pilots behind one cell of the table (their cluster.proc, seconds in CATEGORY, outcome and "
+        f"trace id) instead of the table; CATEGORY one of {', '.join(c.value for c in Category)}",
+    )
+    _trace_names(r)
     r.set_defaults(func=cmd_report)
 
     i = _sub(
@@ -657,6 +751,23 @@ def parser() -> argparse.ArgumentParser:
         "gwms-obs inspect /var/log/gwms-factory/client/user_fe/glidein_gfactory_instance/entry_x/job.123.0.out",
     )
     i.add_argument("file", help="the pilot's .out (or .err) file")
+    _trace_names(i)
+    i.add_argument(
+        "--config", help="the exporter's TOML configuration, for its factory_name and monitor_dir (flags override it)"
+    )
+    i.add_argument("--monitor-dir", help="entry monitoring dir, for the factory's name (default <factory-dir>/monitor)")
+    i.add_argument(
+        "--jaeger-url",
+        type=_http_url,
+        default=os.environ.get("GWMS_OBS_JAEGER_URL", "http://127.0.0.1:16686"),
+        help="Jaeger UI base URL of the trace link (default $GWMS_OBS_JAEGER_URL or http://127.0.0.1:16686)",
+    )
+    i.add_argument(
+        "--controller-url",
+        type=_http_url,
+        default=os.environ.get("GWMS_OBS_CONTROLLER_URL") or None,
+        help="the controller, for the pilot page's link (default $GWMS_OBS_CONTROLLER_URL; none: no link)",
+    )
     i.set_defaults(func=cmd_inspect)
 
     s = _sub(

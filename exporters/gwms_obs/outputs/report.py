@@ -7,6 +7,7 @@ import io
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import catalogue
@@ -36,6 +37,32 @@ CATEGORY_COLORS = {
     "goodput": "#2ca02c",
 }
 MAX_PLOT_ENTRIES = 40  # a factory has up to 500 entries: the plot shows the most wasteful
+PILOT_COLUMNS = ("pilot", "cpu_seconds", "gpu_seconds", "outcome", "end", "trace_id")
+
+
+@dataclass(frozen=True, slots=True)
+class CellPilot:
+    """One pilot behind a cell (entry × category) of the table: its seconds in that category."""
+
+    cluster: int | None
+    proc: int | None
+    cpu_seconds: float
+    gpu_seconds: float
+    outcome: str
+    start: float
+    end: float
+
+    @property
+    def job(self) -> str:
+        return f"{self.cluster}.{self.proc}" if self.cluster is not None and self.proc is not None else "?"
+
+    def trace_id(self, factory: str, entry: str) -> str:
+        """Its pilot trace id (outputs/pilot_traces.py), "" when it has no cluster.proc, hence no trace."""
+        from .pilot_traces import pilot_trace_id
+
+        if self.cluster is None or self.proc is None:
+            return ""
+        return pilot_trace_id(factory, entry, self.cluster, self.proc, self.start)
 
 
 @dataclass
@@ -53,6 +80,9 @@ class Report:
     # The earliest and latest end of the pilots added: the range when since/until are not given.
     first_end: float | None = None
     last_end: float | None = None
+    # report --pilots ENTRY:CATEGORY: the cell whose pilots are listed, and those pilots
+    cell: tuple[str, Category] | None = None
+    cell_pilots: list[CellPilot] = field(default_factory=list)
 
     def wants(self, a: PilotAccount) -> bool:
         """A pilot belongs to the report when it ended inside [since, until)."""
@@ -72,6 +102,56 @@ class Report:
         self.last_end = a.end if self.last_end is None else max(self.last_end, a.end)
         if a.partition.accuracy is not Accuracy.EXACT:
             self.approximate[a.entry] += sum(a.partition.cpu.values())
+        if self.cell is not None and a.entry == self.cell[0]:
+            cpu, gpu = a.partition.cpu.get(self.cell[1], 0.0), a.partition.gpu.get(self.cell[1], 0.0)
+            if cpu > 0 or gpu > 0:
+                self.cell_pilots.append(CellPilot(a.cluster, a.proc, cpu, gpu, a.outcome.value, a.start, a.end))
+
+    # --- the pilots behind one cell (report --pilots) -----------------------------------------
+    def pilot_rows(self, factory: str) -> list[tuple[str, float, float, str, str, str]]:
+        """The cell's pilots, most seconds first: cluster.proc, CPU and GPU seconds, outcome, end, trace id."""
+        if self.cell is None:
+            return []
+        entry = self.cell[0]
+        ps = sorted(self.cell_pilots, key=lambda p: (-(p.cpu_seconds + p.gpu_seconds), p.end, p.job))
+        iso = "%Y-%m-%dT%H:%M:%SZ"
+        return [(p.job, p.cpu_seconds, p.gpu_seconds, p.outcome, datetime.fromtimestamp(p.end, UTC).strftime(iso),
+                 p.trace_id(factory, entry)) for p in ps]  # fmt: skip
+
+    def pilots_to_csv(self, factory: str) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(PILOT_COLUMNS)
+        for job, cpu, gpu, outcome, end, tid in self.pilot_rows(factory):
+            w.writerow((job, _secs(cpu), _secs(gpu), outcome, end, tid))
+        return buf.getvalue()
+
+    def pilots_to_json(self, factory: str) -> str:
+        assert self.cell is not None
+        doc = {
+            "entry": self.cell[0],
+            "category": self.cell[1].value,
+            "since": self.since,
+            "until": self.until,
+            "factory_name": factory,
+            "unit": "canonical unit-seconds (cpu: 1 core + 2048 MB; gpu: 1 GPU)",
+            "pilots": [dict(zip(PILOT_COLUMNS, r, strict=True)) for r in self.pilot_rows(factory)],
+        }
+        return json.dumps(doc, indent=2)
+
+    def pilots_to_table(self, factory: str) -> str:
+        assert self.cell is not None
+        entry, cat = self.cell
+        rows = self.pilot_rows(factory)
+        if not rows:
+            return f"no pilot of {entry} in range has {cat.value} time\n"
+        gpu = any(r[2] > 0 for r in rows)
+        head = ["pilot", f"{cat.value} (s)", *(["GPU (s)"] if gpu else []), "outcome", "ended (UTC)", "trace id"]
+        table = [head] + [[j, f"{c:,.0f}", *([f"{g:,.0f}"] if gpu else []), o, e, t] for j, c, g, o, e, t in rows]
+        total = sum(r[1] for r in rows)
+        out = [f"{len(rows)} pilots of {entry} with {cat.value} time: {total / 3600:,.1f} canonical CPU hours"]
+        out += aligned(table, 1)
+        return "\n".join(out) + "\n"
 
     # --- renderings ---------------------------------------------------------------------------
     def rows(self) -> list[tuple[str, str, str, str, float]]:
@@ -301,3 +381,7 @@ def _bar_style(cat: str) -> dict[str, Any]:
     if cat == Category.UNKNOWN.value:
         style.update(hatch="///", edgecolor="#8c8c8c")
     return style
+
+
+def _secs(v: float) -> str:
+    return f"{v:.0f}" if v == int(v) else f"{v:.3f}"
