@@ -116,7 +116,7 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
         if uid == PHASES:
             continue  # another board's business
         for p in panels(b):
-            red_light = uid == SITE_HEALTH and p["type"] == "statetimeline"
+            red_light = uid == SITE_HEALTH and p["type"] == "state-timeline"
             labels = row_labels(p)
             # A table's rows are per entry when its query groups by one, or when it links to its
             # pilots already (a recording rule's series: the site problems, per entry and site).
@@ -138,7 +138,7 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
                 assert q["service"] == C.SERVICE_PILOT
                 assert (q["start"], q["end"]) == ("1700000000000000", "1700086400000000")
             checked += 1
-    assert checked == 7  # the six tables of entries and frontends, and the red light
+    assert checked == 8  # the seven tables of entries, sites or frontends, and the red light
 
 
 @pytest.mark.parametrize("entry", ["a&b=c", "x%2Fy", "sp ace", "quo'te"])

@@ -1,0 +1,179 @@
+"""From a number to its pilots, live: the real exporter (a daemon sending its pilot traces through the
+real collector to the real Jaeger) scraped by a real Prometheus with exemplar storage. Prometheus's
+exemplar API returns the pilot histograms' exemplars and Jaeger holds their traces; the generated
+dashboards' data links, filled as Grafana fills them and turned into Jaeger's query API, return
+exactly the row's pilots with that outcome (and as many as the panel's number says)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+from dashboards.gen.board import PILOT_SEARCHES
+from dashboards.gen.boards.common import PROVISIONING, SITE_HEALTH
+from gwms_obs import catalogue
+from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.outputs import pilot_traces as P
+from gwms_obs.pipeline import Ingest
+from gwms_obs.simulate.factory import simulate
+from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing import jaeger as J
+from tests.support.local_stack import prometheus_config
+from tests.support.servers import export_command, first_scan_done, process, prom_query, prometheus
+from tests.support.trace_stack import Stack, stack
+from tests.test_pilot_links import boards, interpolate, jaeger_query, panels, pilot_links
+from tests.test_pilot_traces import Box, Pilot
+from tools.polling import http_get
+from tools.polling import poll as wait_for
+from tools.tracing_backends import free_port
+
+PILOTS = 60
+HISTOGRAMS = (catalogue.PILOT_LIFETIME, catalogue.PILOT_VALIDATION, catalogue.PILOT_QUEUE_TIME)
+
+
+def _expected(factory: Path) -> tuple[dict[str, Pilot], int]:
+    """The traces the exporter builds for the tree (the same ids: they are its pilots' identity), in process."""
+    box = Box()
+    ing = Ingest(IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0))
+    sink = P.PilotTraces(box, P.factory_name(ing.cfg.monitor, ing.errors))
+    ing.books.trace_sink = sink
+    ing.scan()
+    sink.flush()
+    traces = {rs["scopeSpans"][0]["spans"][0]["traceId"]: Pilot(rs) for r in box.requests for rs in r["resourceSpans"]}
+    return traces, len(ing.seen)
+
+
+def _searched(p: Pilot) -> set[str]:
+    """The searches of PILOT_SEARCHES that find pilot ``p``: its root's outcome, its jobs' categories."""
+    attrs = {(a["key"], next(iter(a["value"].values()))) for s in p.spans for a in s["attributes"]}
+    return {title for title, key, value in PILOT_SEARCHES if (key, value) in attrs}
+
+
+@contextlib.contextmanager
+def _exporter(factory: Path, st: Stack, work: Path) -> Iterator[tuple[int, Path]]:
+    """The exporter daemon sending its pilots' traces; .out files settle for 2 s, so the first scans
+    read the event log before the .out counts its pilot (its queue time), as on a factory."""
+    token = work / "token"
+    token.write_text(st.col.token)
+    port = free_port()
+    ck = work / "checkpoint.json"
+    cmd = [
+        *export_command(factory, port, ck, interval=1, settle=2),
+        *("--lost-after-seconds", "0", "--traces-endpoint", st.col.traces_url, "--traces-token-file", str(token)),
+    ]
+    log = work / "exporter.log"
+    with process(cmd, log) as p:
+        url = f"http://127.0.0.1:{port}/metrics"
+
+        def scanned() -> bool:
+            if p.poll() is not None:
+                raise AssertionError(f"export exited with {p.returncode}:\n{log.read_text()[-3000:]}")
+            return first_scan_done(http_get(url))
+
+        wait_for("the exporter's first scan", scanned, 120, step=0.5)
+        yield port, ck
+
+
+def _exemplars(prom: str, metric: catalogue.MetricDef) -> list[tuple[dict[str, str], str]]:
+    """(series labels, trace id) of each exemplar Prometheus holds for ``metric``."""
+    now = time.time()
+    q = urllib.parse.urlencode({"query": f"{metric.name}_bucket", "start": now - 3600, "end": now + 60})
+    doc = json.loads(http_get(f"{prom}/api/v1/query_exemplars?{q}"))
+    assert doc["status"] == "success", doc
+    return [(s["seriesLabels"], e["labels"][catalogue.EXEMPLAR_TRACE_ID]) for s in doc["data"] for e in s["exemplars"]]
+
+
+def _jaeger_ids(st: Stack, params: dict[str, str]) -> set[str]:
+    doc = json.loads(http_get(f"{st.jaeger.query}/api/traces?{urllib.parse.urlencode(params)}"))
+    return {t["traceID"] for t in doc.get("data") or []}
+
+
+def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -> None:
+    now = time.time()
+    factory = tmp_path / "factory"
+    simulate(factory, PILOTS, seed=5, start=now - 4 * 86400, span_hours=24)
+    expected, counted = _expected(factory)
+    assert len(expected) == counted > PILOTS // 2
+    with stack(tmp_path) as st:
+        prom_port = free_port()
+        with (
+            _exporter(factory, st, tmp_path) as (port, ck),
+            prometheus(tmp_path / "prom", prometheus_config([], port, prom_port), port=prom_port) as prom,
+        ):
+            # every pilot counted by the daemon, and its traces in Jaeger
+            wait_for("every pilot counted", lambda: len(json.loads(ck.read_text())["seen"]) == counted, 120, step=0.5)
+            wait_for(
+                "Jaeger holding every pilot's trace",
+                lambda: (
+                    len(J.search(st.jaeger.query, start=now - 10 * 86400, end=now + 86400, limit=10_000)) == counted
+                ),
+                90,
+                step=1.0,
+            )
+            # Prometheus scraped the exemplars: each pilot histogram's, each naming a pilot whose trace Jaeger has.
+            wait_for(
+                "exemplars on every pilot histogram",
+                lambda: all(_exemplars(prom, m) for m in HISTOGRAMS),
+                60,
+                step=1.0,
+            )
+            ids: set[str] = set()
+            for m in HISTOGRAMS:
+                for labels, tid in _exemplars(prom, m):
+                    p = expected[tid]  # a pilot the exporter built a trace for
+                    assert (labels["entry"], labels["client"], labels["site"]) == (
+                        p.resource[C.ENTRY],
+                        p.resource[C.CLIENT],
+                        p.resource[C.SITE],
+                    )
+                    ids.add(tid)
+            for tid in ids:
+                (t,) = J.get_trace(st.jaeger.query, tid)
+                # the pilot's trace: its root span, same id (the daemon's has the event log's queue span too)
+                root = expected[tid].one(C.SPAN_PILOT)["spanId"]
+                assert [s["spanID"] for s in t["spans"] if s["operationName"] == C.SPAN_PILOT] == [root]
+            print(f"{len(ids)} exemplar traces found in Jaeger", file=sys.stderr)
+
+            # The data links, as Grafana fills them: an entry's rows, an entry and frontend's, the red light's site.
+            site_problems = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "table")
+            red_light = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "state-timeline")
+            per_frontend = next(p for p in panels(boards()[PROVISIONING]) if p["type"] == "table")
+            rows = {
+                "entry": (pilot_links(site_problems), ("entry",)),
+                "client": (pilot_links(per_frontend), ("entry", "client")),
+                "site": (pilot_links(red_light), ("site",)),
+            }
+            attr = {"entry": C.ENTRY, "client": C.CLIENT, "site": C.SITE}
+            from_ms, to_ms = int((now - 10 * 86400) * 1000), int((now + 86400) * 1000)
+            found: dict[tuple[str, str], int] = defaultdict(int)
+            for view, (links, by) in rows.items():
+                want: dict[tuple[tuple[str, ...], str], set[str]] = defaultdict(set)
+                keys = set()
+                for tid, p in expected.items():
+                    key = tuple(str(p.resource[attr[x]]) for x in by)
+                    keys.add(key)
+                    for search in _searched(p):
+                        want[key, search].add(tid)
+                for link, (title, tag, value) in zip(links, PILOT_SEARCHES, strict=True):
+                    for key in sorted(keys):
+                        row = dict(zip(by, key, strict=True))
+                        got = _jaeger_ids(st, jaeger_query(interpolate(link["url"], row, from_ms, to_ms)))
+                        assert got == want[key, title], (row, title)
+                        found[view, title] += len(got)
+                        if tag == P.OUTCOME:  # the panel's number: the pilots the row counted with that outcome
+                            sel = ",".join(f'{x}="{v}"' for x, v in row.items())
+                            n = prom_query(prom, f'sum(gwms_pilots_total{{{sel},outcome="{value}"}})')
+                            assert (float(n[0]["value"][1]) if n else 0.0) == len(got), (row, title)
+                    # the panel's time range bounds the search: a range before the factory finds nothing
+                    row = dict(zip(by, sorted(keys)[0], strict=True))
+                    early = jaeger_query(interpolate(link["url"], row, from_ms - 86400_000, from_ms))
+                    assert _jaeger_ids(st, early) == set()
+            # every view found pilots of every search (the simulated factory has each kind)
+            assert len(found) == len(rows) * len(PILOT_SEARCHES) and all(found.values()), found
+            print(f"pilots found through the links: {dict(found)}", file=sys.stderr)
