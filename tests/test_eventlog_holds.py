@@ -13,7 +13,9 @@ from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.ingest.event_log import EventLogStage
 from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources.hold_reasons import HoldClass, classify
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log").read_bytes()
 PATH = "/f/client/user_fe/glidein_g/entry_E/condor_activity_20260601_fe.main.log"
@@ -150,3 +152,21 @@ def test_checkpoint_round_trip_and_an_old_checkpoint(tmp_path: Path) -> None:
     legacy = {k: v for k, v in dataclasses.asdict(p).items() if not k.startswith(("holds", "evictions"))}
     stage.restore({"waiting": {"k": legacy}})
     assert stage.waiting["k"].holds == ()
+
+
+def test_the_simulators_holds_carry_real_codes(tmp_path: Path) -> None:
+    """The simulated factory writes its holds as HTCondor does, codes included (not "Code 0 Subcode 0"
+    for all), so each reads back with its codes and a class other than ``other``."""
+    simulate(tmp_path, 300, seed=2)  # 7 held pilots
+    classes: dict[HoldClass, int] = {}
+    for path in sorted(tmp_path.glob("client/*/*/entry_*/condor_activity_*.log")):
+        errors = ParseErrors()
+        events, _ = el.parse_buffer(path.read_bytes(), str(path), 0, errors)
+        assert not errors.counts
+        for e in events:
+            if e.code == el.HELD:
+                assert e.reason_code is not None and e.reason_subcode is not None and e.reason
+                cls = classify(e.reason_code, e.reason_subcode, e.reason)
+                classes[cls] = classes.get(cls, 0) + 1
+    assert set(classes) == {HoldClass.PERIODIC_HOLD, HoldClass.CE_UNREACHABLE, HoldClass.TRANSFER_FAILED}, classes
+    assert sum(classes.values()) >= 5

@@ -439,6 +439,19 @@ def test_pilot_text_is_masked_and_bounded_like_a_spool(tmp_path: Path) -> None:
     assert errors.total("trace_spool") >= 4  # 3 masked, 1 cut: counted as a spool's are
 
 
+def test_a_simulated_held_pilot_carries_its_hold(scanned: tuple[Ingest, dict[tuple[str, int, int], Pilot]]) -> None:
+    held = [
+        (s["name"], _attrs(e["attributes"]))
+        for p in scanned[1].values()
+        for s in p.spans
+        for e in s.get("events", [])
+        if e["name"] == P.EVENT_HELD
+    ]
+    assert held, "the simulated factory has a held pilot"
+    for _, a in held:
+        assert a[P.HOLD_CLASS] != "other" and P.HOLD_CODE in a and a[P.HOLD_REASON]
+
+
 def test_completed_jobs_and_event_log_pilots_get_traces(sim: tuple[Path, SimulationSummary], tmp_path: Path) -> None:
     """Without their .out, pilots are traced from the factory's own logs, saying so."""
     tree = tmp_path / "f"

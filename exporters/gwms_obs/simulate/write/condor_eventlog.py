@@ -9,6 +9,14 @@ from gwms_obs.simulate.scenario import SCHEDD_ADDR, Client, EntrySpec
 
 SOURCE = Source.EVENT_LOG
 _USAGE = "Usr 0 00:00:00, Sys 0 00:00:00"
+# Holds of a running glidein as HTCondor writes them (JobHeldEvent: reason, "Code N Subcode M"):
+# the CE's own policy, propagated with its code (SystemPolicy 26); the gridmanager's code-0 hold
+# with the HTCondor-C GAHP's connect error; the CE's output transfer error (12, an errno).
+_HOLDS = (
+    (26, 0, "The system macro SYSTEM_PERIODIC_HOLD expression 'RemoteWallClockTime > 172800' evaluated to TRUE"),
+    (0, 0, "Error connecting to schedd {gk}: CEDAR:6001:Failed to connect to <{gk}:9619>"),
+    (12, 2, "Error from slot1@{gk}: Failed to transfer files"),
+)
 
 
 def file_name(p: SimPilot, client: Client) -> str:
@@ -52,7 +60,8 @@ def events(p: SimPilot, spec: EntrySpec, grid_job_id: int) -> list[tuple[int, st
         )
     else:
         if p.held is not None:
-            held = "Job was held.\n\tThe job's remote status is unknown\n\tCode 0 Subcode 0\n"
+            code, sub, reason = _HOLDS[p.cluster % len(_HOLDS)]  # not the rng's: the plan stays as it was
+            held = f"Job was held.\n\t{reason.format(gk=spec.gatekeeper)}\n\tCode {code} Subcode {sub}\n"
             out.append(event("012", p.held, held))
         out.append(event("009", p.ended, f"Job was aborted.\n\tvia condor_rm (by user {p.username})\n"))
     return out
