@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,3 +257,39 @@ class Ledger:
             led.budget.known.setdefault("site", set()).add(k[2])
         led.budget.overflow = {str(k): int(v) for k, v in data.get("label_overflow", {}).items()}
         return led
+
+
+# --- what the ledger serves ---------------------------------------------------------------------
+# One table from each catalogue metric to the ledger's table it is read from: /metrics
+# (outputs/prometheus.py), the history (outputs/history.py) and OTLP (outputs/otlp.py) all
+# read these, so a metric added here reaches every output. ``from_accounts``: the table is
+# filled by Ledger.add from pilot accounts alone, so a history replaying accounts has it (the
+# queue time needs the event log's times, the entry tables the entry status).
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    metric: catalogue.MetricDef
+    read: Callable[[Ledger], dict[Labels, Any]]
+    from_accounts: bool = True
+
+
+COUNTERS: tuple[Served, ...] = (
+    Served(catalogue.CPU_SECONDS, lambda led: led.cpu),
+    Served(catalogue.GPU_SECONDS, lambda led: led.gpu),
+    Served(catalogue.PILOTS, lambda led: led.pilots),
+    Served(catalogue.USER_JOBS, lambda led: led.user_jobs),
+    Served(catalogue.USER_JOBS_OVERUSING, lambda led: led.overusing),
+    Served(catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
+)
+HISTOGRAMS: tuple[Served, ...] = (
+    Served(catalogue.PILOT_LIFETIME, lambda led: led.lifetime),
+    Served(catalogue.PILOT_VALIDATION, lambda led: led.validation),
+    Served(catalogue.PILOT_QUEUE_TIME, lambda led: led.queue, from_accounts=False),
+)
+GAUGES: tuple[Served, ...] = (Served(catalogue.PILOT_LAST_COMPLETED, lambda led: led.last_completed),)
+# The entry status's counters (the per-entry gauges are built from Ledger.entries itself).
+ENTRY_COUNTERS: tuple[Served, ...] = (
+    Served(catalogue.ENTRY_BOTTLENECK_SECONDS, lambda led: led.bottleneck_seconds, from_accounts=False),
+    Served(catalogue.ENTRY_INSUFFICIENT_DEMAND_SECONDS, lambda led: led.demand_seconds, from_accounts=False),
+)

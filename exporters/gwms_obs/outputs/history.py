@@ -18,31 +18,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .. import catalogue
+from ..accounting import ledger as L
 from ..accounting.ledger import Histogram, Labels, Ledger
 from ..accounting.pilot import PilotAccount
 
-# The counters a history carries, with the ledger's table each is read from.
-COUNTERS: tuple[tuple[catalogue.MetricDef, Callable[[Ledger], dict[Labels, Any]]], ...] = (
-    (catalogue.CPU_SECONDS, lambda led: led.cpu),
-    (catalogue.GPU_SECONDS, lambda led: led.gpu),
-    (catalogue.PILOTS, lambda led: led.pilots),
-    (catalogue.USER_JOBS, lambda led: led.user_jobs),
-    (catalogue.USER_JOBS_OVERUSING, lambda led: led.overusing),
-    (catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
-)
-HISTOGRAMS: tuple[tuple[catalogue.MetricDef, Callable[[Ledger], dict[Labels, Histogram]]], ...] = (
-    (catalogue.PILOT_LIFETIME, lambda led: led.lifetime),
-    (catalogue.PILOT_VALIDATION, lambda led: led.validation),
-)
+# What a history carries: the ledger's tables that pilot accounts alone fill (the queue
+# time needs the event log's times, which a history of accounts does not have).
+COUNTERS = tuple(t for t in L.COUNTERS if t.from_accounts)
+HISTOGRAMS = tuple(t for t in L.HISTOGRAMS if t.from_accounts)
 
 
 @dataclass
@@ -81,19 +71,21 @@ class History:
             while i < len(pending) and pending[i].end <= t:
                 led.add(pending[i])
                 i += 1
-            for out, (_, table) in zip(counters, COUNTERS, strict=True):
-                for labels, v in table(led).items():
+            for out, c in zip(counters, COUNTERS, strict=True):
+                for labels, v in c.read(led).items():
                     out[labels].append((t, float(v)))
-            for hout, (_, htable) in zip(hists, HISTOGRAMS, strict=True):
-                for labels, h in htable(led).items():
+            for hout, ht in zip(hists, HISTOGRAMS, strict=True):
+                for labels, h in ht.read(led).items():
                     hout[labels].append((t, Histogram(h.bounds, list(h.counts), h.total)))
-        for (m, _), samples in zip(COUNTERS, counters, strict=True):
+        for ct, samples in zip(COUNTERS, counters, strict=True):
+            m = ct.metric
             fam = CounterMetricFamily(m.base, m.help, labels=list(m.labels))
             for labels, points in sorted(samples.items()):
                 for t, v in points:
                     fam.add_metric(list(labels), v, timestamp=t)
             yield fam
-        for (m, _), hsamples in zip(HISTOGRAMS, hists, strict=True):
+        for hdef, hsamples in zip(HISTOGRAMS, hists, strict=True):
+            m = hdef.metric
             hfam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
             for labels, hpoints in sorted(hsamples.items()):
                 for t, h in hpoints:

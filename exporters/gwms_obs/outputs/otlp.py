@@ -4,12 +4,15 @@ The observations come from :class:`FactoryCollector`, so OTLP and /metrics
 can never disagree. Counters are exported without ``_total`` and with unit
 ``s`` where the catalogue says seconds: the OpenTelemetry→Prometheus
 translation adds the suffixes back, giving the catalogue's names.
-Histograms are served on /metrics only (OpenTelemetry has no asynchronous
-histogram instrument).
+Histograms are served on /metrics only: OpenTelemetry has no asynchronous
+histogram instrument to report the ledger's cumulative buckets with, so
+:func:`start_otlp` says so in a warning naming each one, rather than leaving
+them out in silence.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,6 +30,8 @@ from .prometheus import FactoryCollector
 
 if TYPE_CHECKING:
     from ..pipeline import Ingest
+
+log = logging.getLogger("gwms_obs.outputs.otlp")
 
 
 def otlp_configured() -> bool:
@@ -68,6 +73,11 @@ def start_otlp(ingest: Ingest, service_name: str = "gwms-obs-exporter") -> Meter
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(resource=resource, metric_readers=[reader])
     meter = provider.get_meter("gwms_obs", __version__)
+    if hists := [m.name for m in catalogue.EXPORTER_METRICS if m.type == "histogram"]:
+        log.warning(
+            "OTLP carries no histogram (OpenTelemetry has no asynchronous one); on /metrics only: %s",
+            ", ".join(hists),
+        )
     for m in catalogue.EXPORTER_METRICS:
         if m.type == "histogram":
             continue

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
 from .. import __version__, catalogue
+from ..accounting import ledger as L
 from ..accounting.ledger import Histogram, Labels, bottleneck
 from .pilot_traces import pilot_trace_id
 
@@ -45,6 +46,42 @@ REQUESTED_KINDS = {"Idle": "idle", "AdjustedIdle": "adjusted_idle", "MaxGlideins
 USER_JOB_STATES = {"JobsIdle": "idle", "JobsRunning": "running", "JobsRunHere": "running_here"}
 VO_GLIDEIN_STATES = {"GlideIdle": "idle", "GlideRunning": "running"}
 VO_CORE_STATES = {"CoresIdle": "idle", "CoresRunning": "running"}
+
+
+# The per-entry gauges, built from the ledger's entry status (FactoryCollector._entries).
+ENTRY_GAUGES: tuple[catalogue.MetricDef, ...] = (
+    catalogue.ENTRY_GLIDEINS,
+    catalogue.ENTRY_REQUESTED,
+    catalogue.ENTRY_USER_JOBS,
+    catalogue.ENTRY_VO_GLIDEINS,
+    catalogue.ENTRY_VO_CORES,
+    catalogue.ENTRY_INFO_AGE,
+    catalogue.ENTRY_DOWNTIME,
+    catalogue.ENTRY_UPDATED,
+    catalogue.ENTRY_BOTTLENECK,
+    catalogue.ENTRY_INSUFFICIENT_DEMAND,
+)
+# The scan's own health (FactoryCollector._health), in the order served.
+HEALTH: tuple[catalogue.MetricDef, ...] = (
+    catalogue.PARSE_ERRORS,
+    catalogue.LABEL_OVERFLOW,
+    catalogue.RECORDS,
+    catalogue.BYTES_READ,
+    catalogue.FILES_TRACKED,
+    catalogue.LAG,
+    catalogue.LAST_SCAN,
+    catalogue.SCAN_DURATION,
+)
+FORWARDER: tuple[catalogue.MetricDef, ...] = (catalogue.TRACE_SPOOLS, catalogue.TRACE_SPANS, catalogue.TRACE_REQUESTS)
+
+
+def _described(metrics: Iterable[catalogue.MetricDef]) -> list[Metric]:
+    """Empty families named as collect() names them: the registry refuses a second collector
+    that serves one of these names, at registration rather than as a duplicate series."""
+    return [
+        HistogramMetricFamily(m.name, m.help, labels=list(m.labels)) if m.type == "histogram" else _family(m)
+        for m in metrics
+    ]
 
 
 def _family(m: catalogue.MetricDef) -> CounterMetricFamily | GaugeMetricFamily:
@@ -92,44 +129,27 @@ class FactoryCollector(Collector):
         self.factory = factory
 
     def describe(self) -> list[Metric]:
-        return []  # families are built per scrape; nothing to pre-register
+        served = (*L.COUNTERS, *L.HISTOGRAMS, *L.GAUGES, *L.ENTRY_COUNTERS)
+        return _described([*(t.metric for t in served), *ENTRY_GAUGES, *HEALTH])
 
     def collect(self) -> Iterator[Metric]:
         ing = self.ingest
         with ing.lock:
             led = ing.ledger
-            yield _values(catalogue.CPU_SECONDS, led.cpu.items())
-            yield _values(catalogue.GPU_SECONDS, led.gpu.items())
-            yield _values(catalogue.PILOTS, led.pilots.items())
-            yield _values(catalogue.USER_JOBS, led.user_jobs.items())
-            yield _values(catalogue.USER_JOBS_OVERUSING, led.overusing.items())
-            yield _values(catalogue.USER_JOB_OVERUSE_SECONDS, led.overuse_seconds.items())
-            yield _hist(catalogue.PILOT_LIFETIME, led.lifetime.items(), self.factory)
-            yield _hist(catalogue.PILOT_VALIDATION, led.validation.items(), self.factory)
-            yield _hist(catalogue.PILOT_QUEUE_TIME, led.queue.items(), self.factory)
-            yield _values(catalogue.PILOT_LAST_COMPLETED, led.last_completed.items())
+            for t in L.COUNTERS:
+                yield _values(t.metric, t.read(led).items())
+            for t in L.HISTOGRAMS:
+                yield _hist(t.metric, t.read(led).items(), self.factory)
+            for t in L.GAUGES:
+                yield _values(t.metric, t.read(led).items())
             yield from self._entries()
-            yield _values(catalogue.ENTRY_BOTTLENECK_SECONDS, led.bottleneck_seconds.items())
-            yield _values(catalogue.ENTRY_INSUFFICIENT_DEMAND_SECONDS, led.demand_seconds.items())
+            for t in L.ENTRY_COUNTERS:
+                yield _values(t.metric, t.read(led).items())
             yield from self._health()
 
     def _entries(self) -> Iterator[Metric]:
         led = self.ingest.ledger
-        fams = {
-            m.name: _family(m)
-            for m in (
-                catalogue.ENTRY_GLIDEINS,
-                catalogue.ENTRY_REQUESTED,
-                catalogue.ENTRY_USER_JOBS,
-                catalogue.ENTRY_VO_GLIDEINS,
-                catalogue.ENTRY_VO_CORES,
-                catalogue.ENTRY_INFO_AGE,
-                catalogue.ENTRY_DOWNTIME,
-                catalogue.ENTRY_UPDATED,
-                catalogue.ENTRY_BOTTLENECK,
-                catalogue.ENTRY_INSUFFICIENT_DEMAND,
-            )
-        }
+        fams = {m.name: _family(m) for m in ENTRY_GAUGES}
 
         def put(m: catalogue.MetricDef, labels: list[str], v: float) -> None:
             fams[m.name].add_metric(labels, v)
@@ -180,7 +200,7 @@ class ForwarderCollector(Collector):
         self.stats = stats
 
     def describe(self) -> list[Metric]:
-        return []
+        return _described(FORWARDER)
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats
@@ -201,7 +221,7 @@ class BuildInfoCollector(Collector):
         self.labels = [version, python_version or platform.python_version()]
 
     def describe(self) -> list[Metric]:
-        return []
+        return _described([catalogue.BUILD_INFO])
 
     def collect(self) -> Iterator[Metric]:
         yield _values(catalogue.BUILD_INFO, [(tuple(self.labels), 1.0)])
