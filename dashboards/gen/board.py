@@ -18,7 +18,16 @@ import json
 import urllib.parse
 from dataclasses import dataclass, field
 
-from grafana_foundation_sdk.builders import bargauge, common, prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    common,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.builders import dashboard as D
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import (
@@ -165,7 +174,7 @@ Link = Drill | PilotSearch
 
 @dataclass
 class PanelSpec:
-    kind: str  # timeseries, stat, table, bargauge, statetimeline
+    kind: str  # timeseries, stat, table, bargauge, statetimeline, heatmap
     title: str
     description: str
     unit: str
@@ -338,7 +347,7 @@ def _legend() -> common.VizLegendOptions:
     )
 
 
-Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel | statetimeline.Panel
+Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel | statetimeline.Panel | heatmap.Panel
 
 
 def _title(link: Link, table_row: bool) -> str:
@@ -354,6 +363,9 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
         p = statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
     elif spec.kind == "table":
         p = table.Panel().sort_by([common.TableSortByFieldState().display_name("Value").desc(True)])
+    elif spec.kind == "heatmap":
+        # A histogram's buckets as Prometheus holds them (no recalculation); exemplars are its dots.
+        p = heatmap.Panel().calculate(False).y_axis(heatmap.YAxisConfig().unit(spec.unit))
     elif spec.kind == "bargauge":
         p = (
             bargauge.Panel()
@@ -385,6 +397,8 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
         q = prometheus.Dataquery().expr(t.expr).ref_id(chr(ord("A") + i)).legend_format(t.legend or "__auto")
         if t.instant or spec.kind in ("table", "bargauge"):
             q = q.instant().format(PromQueryFormat.TABLE if table_rows else PromQueryFormat.TIME_SERIES)
+        elif spec.kind == "heatmap":
+            q = q.format(PromQueryFormat.HEATMAP)
         if t.exemplar:
             q = q.exemplar(True)
         p = p.with_target(q)

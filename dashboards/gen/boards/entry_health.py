@@ -202,6 +202,16 @@ def entry_health() -> Board:
         drill=ENTRY_LINKS,
     )
     b.add(
+        "heatmap",
+        "Time in queue, every selected entry",
+        "Pilots that started, by their time in the queue (submit to first execute); dots are exemplars:"
+        " a pilot of that bucket, linked to its trace.",
+        Q.grafana_unit,
+        [Target(f"sum by (le) (increase({Q.name}_bucket{{{SEL}}}[$__rate_interval]))", "{{le}}", exemplar=True)],
+        budget=len(Q.buckets) + 1,
+        question="How long do pilots wait in the queue, and which pilot is an example?",
+    )
+    b.add(
         "timeseries",
         "Efficiency (goodput share), least efficient $topn entries",
         "Goodput / all accounted CPU time, the $topn entries with the lowest share over the range.",
