@@ -1,0 +1,417 @@
+"""Pilot traces from the factory's files (issue 31): what they cost and whether delivery holds.
+
+    python benchmarks/pilot_traces.py cpu [--pilots 2000 --runs 5]
+    python benchmarks/pilot_traces.py send [--pilots 5000]
+    python benchmarks/pilot_traces.py sustained [--minutes 15 --outage 5 --per-day 100000]
+
+Real processes on 127.0.0.1: `gwms-obs export` as users start it, our collector
+and Jaeger (the roles' configs, rendered as the tests do; Jaeger on badger, the
+storage compose and Ansible deploy). Each prints a Markdown section; the
+recorded ones are in benchmarks/results/pilot-traces.md.
+
+cpu        The exporter's CPU (user + sys of the whole process, from the kernel's
+           accounting of each finished child) for `export --once` on a simulated
+           factory of --pilots and of 50 pilots, with pilot_traces on and off, in
+           turn, --runs times each. Per pilot = (big - small) / (pilots counted in
+           big - in small), so start-up cancels out; the aim is traces' added CPU
+           at most 20 % of the pilot's accounting (the scan with traces off). The
+           traces go to a port nothing listens on (--traces-drain-seconds 0):
+           this is what building and queueing costs the scan; sending is `send`'s.
+send       The outbox a scan of --pilots leaves (export --once with no collector),
+           posted by SpoolForwarder to the real collector into Jaeger: unpaced
+           (spans_per_second=0) and at the forwarder's default pace; spans/s to the
+           collector and until Jaeger has counted every span, the forwarder's CPU
+           per span; then Jaeger's badger directory before and after, on disk
+           (allocated blocks, after Jaeger stopped), scaled to 100,000 pilots.
+sustained  A factory finishing --per-day pilots a day: a simulated factory's event
+           logs and status files in place from the start (no completed_jobs: its
+           lines would count pilots early), each pilot's .err/.out moved in at
+           that rate, the daemon scanning every 60 s (its default) into
+           the collector; the collector stopped for --outage minutes in the middle.
+           At the end: every counted pilot has one trace in Jaeger, spans the
+           exporter sent = spans the collectors accepted = spans they sent =
+           spans Jaeger accepted, and every drop counter (the exporter's outbox,
+           the collectors' refused/send-failed/enqueue-failed) is 0; the outbox's
+           peak bytes against its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from gwms_obs import catalogue  # noqa: E402
+from gwms_obs.parse_errors import ParseErrors  # noqa: E402
+from gwms_obs.simulate.factory import simulate  # noqa: E402
+from gwms_obs.tracing import jaeger as J  # noqa: E402
+from gwms_obs.tracing import spool  # noqa: E402
+from tools import tracing_backends as TB  # noqa: E402
+from tools.polling import http_get, poll  # noqa: E402
+
+GWMS_OBS = [sys.executable, "-m", "gwms_obs.cli"]
+SMALL = 50
+
+
+def _machine() -> str:
+    load = os.getloadavg()
+    return (
+        f"{platform.node() or 'vm'} ({os.cpu_count()} CPUs, {platform.platform()}), "
+        f"load {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at start, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+
+
+def _counted(checkpoint: Path) -> int:
+    return len(json.loads(checkpoint.read_text())["seen"])
+
+
+def _export_once(
+    factory: Path, work: Path, traces: bool, endpoint: str, outbox: Path | None = None
+) -> tuple[float, int]:
+    """CPU seconds (user + sys) of one `export --once` from no checkpoint, and the pilots it counted."""
+    ck = work / "ck" / "checkpoint.json"
+    shutil.rmtree(ck.parent, ignore_errors=True)
+    ck.parent.mkdir(parents=True)
+    cfg = work / f"traces-{'on' if traces else 'off'}.toml"
+    cfg.write_text(f"pilot_traces = {'true' if traces else 'false'}\n")
+    token = work / "token"
+    token.write_text("bench-token-0123456789\n")
+    cmd = [
+        *GWMS_OBS, "export", "--once", "--config", str(cfg), "--factory-dir", str(factory),
+        "--checkpoint", str(ck), "--settle-seconds", "0", "--lost-after-seconds", "0",
+        "--traces-endpoint", endpoint, "--traces-token-file", str(token), "--traces-drain-seconds", "0",
+    ]  # fmt: skip
+    if outbox is not None:
+        cmd += ["--traces-outbox", str(outbox)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with open(work / "export.log", "ab") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"export exited {p.returncode}; see {work / 'export.log'}")
+    return ru.ru_utime + ru.ru_stime, _counted(ck)
+
+
+def cpu(a: argparse.Namespace, work: Path) -> str:
+    big, small = work / "big", work / "small"
+    simulate(big, a.pilots, seed=1)
+    simulate(small, SMALL, seed=1)
+    dead = f"http://127.0.0.1:{TB.free_port()}/v1/traces"  # nothing listens: building and queueing only
+    runs: dict[tuple[str, bool], list[float]] = {(f, t): [] for f in ("big", "small") for t in (False, True)}
+    counted: dict[str, int] = {}
+    for _ in range(a.runs):
+        for traces in (False, True):
+            for name, factory in (("big", big), ("small", small)):
+                s, n = _export_once(factory, work, traces, dead)
+                runs[(name, traces)].append(s)
+                counted[name] = n
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    pilots = counted["big"] - counted["small"]
+    off = (med[("big", False)] - med[("small", False)]) / pilots
+    on = (med[("big", True)] - med[("small", True)]) / pilots
+    # The same, pair by pair (the runs of one round were taken back to back).
+    added_pairs = sorted(
+        ((runs[("big", True)][i] - runs[("small", True)][i]) - (runs[("big", False)][i] - runs[("small", False)][i]))
+        / pilots
+        for i in range(a.runs)
+    )
+    rows = [
+        f"`python benchmarks/pilot_traces.py cpu --pilots {a.pilots} --runs {a.runs}` on {_machine()}.",
+        "",
+        "| `export --once`, CPU s (median of runs: min-max) | traces off | traces on |",
+        "|---|---|---|",
+    ]
+    for name in ("big", "small"):
+        cells = [f"{med[(name, t)]:.2f} ({min(runs[(name, t)]):.2f}-{max(runs[(name, t)]):.2f})" for t in (False, True)]
+        rows.append(f"| {counted[name]} pilots counted | {cells[0]} | {cells[1]} |")
+    rows += [
+        "",
+        f"- the pilot's accounting (scan with traces off), per pilot: **{off * 1e6:.0f} us**",
+        f"- added by its trace (on - off), per pilot: **{(on - off) * 1e6:.0f} us** = "
+        f"**{(on - off) / off * 100:.0f} %** of its accounting (aim: at most 20 %)",
+        f"- the added CPU round by round: {', '.join(f'{x * 1e6:.0f}' for x in added_pairs)} us",
+    ]
+    return "\n".join(rows)
+
+
+@contextlib.contextmanager
+def _backends(work: Path, storage: str = "badger") -> Iterator[tuple[TB.CollectorConfig, TB.JaegerConfig, Path, Path]]:
+    otelcol, jaeger = TB.find_binary("otelcol", build=False), TB.find_binary("jaeger", build=False)
+    jcfg = TB.jaeger_config(work / "jaeger", storage=storage)
+    ccfg = TB.collector_config(
+        work / "col",
+        jaeger_otlp_grpc=jcfg.otlp_grpc,
+        remote_write_url=f"http://127.0.0.1:{TB.free_port()}/api/v1/write",
+    )
+    yield ccfg, jcfg, otelcol, jaeger
+
+
+def _disk_bytes(d: Path) -> int:
+    """Bytes allocated on disk under ``d`` (badger preallocates sparse files: st_size would overstate)."""
+    return sum(p.stat().st_blocks * 512 for p in d.rglob("*") if p.is_file())
+
+
+def _outbox_spans(outbox: Path) -> tuple[int, int, int]:
+    files = list(outbox.glob(f"{spool.OUTBOX_PREFIX}*.json"))
+    spans = sum(int(p.name.rsplit("-", 1)[1].removesuffix(".json")) for p in files)
+    return len(files), spans, sum(p.stat().st_size for p in files)
+
+
+def _forward(
+    outbox: Path, ccfg: TB.CollectorConfig, jcfg: TB.JaegerConfig, spans: int, pace: float | None
+) -> dict[str, float]:
+    kw: dict[str, Any] = {} if pace is None else {"spans_per_second": pace}
+    fw = spool.SpoolForwarder(ccfg.traces_url, outbox, ParseErrors(), token=ccfg.token, **kw)
+    before = TB.metric_sum(TB.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS)
+    c0, t0 = time.process_time(), time.perf_counter()
+    ok = fw.send_once()
+    send_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+
+    def in_jaeger() -> bool:
+        return TB.metric_sum(TB.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS) - before >= spans
+
+    poll("every span in Jaeger", in_jaeger, 900, step=0.05)
+    e2e = time.perf_counter() - t0
+    assert ok and not fw.pending(), "the outbox was not emptied"
+    assert fw.stats.sent_spans == spans, (fw.stats.sent_spans, spans)
+    return {"send_s": send_s, "e2e_s": e2e, "cpu_us_per_span": cpu_s / spans * 1e6, "requests": fw.stats.sent_requests}
+
+
+def send(a: argparse.Namespace, work: Path) -> str:
+    factory, outbox = work / "factory", work / "outbox"
+    simulate(factory, a.pilots, seed=2)
+    _, pilots = _export_once(factory, work, True, f"http://127.0.0.1:{TB.free_port()}/v1/traces", outbox)
+    files, spans, size = _outbox_spans(outbox)
+    paced_default = getattr(spool, "SPANS_PER_SECOND", None)
+    rows = [
+        f"`python benchmarks/pilot_traces.py send --pilots {a.pilots}` on {_machine()}.",
+        "",
+        f"The outbox of one scan: {pilots} pilots counted, {spans} spans ({spans / pilots:.1f} a pilot) in {files} "
+        f"requests, {size / 1e6:.1f} MB ({size / pilots / 1e3:.1f} KB a pilot).",
+        "",
+        "| forwarder | to the collector | until Jaeger counted every span | forwarder CPU |",
+        "|---|---|---|---|",
+    ]
+    with _backends(work) as (ccfg, jcfg, otelcol, jaeger):
+        badger = Path(jcfg.values["jaeger_badger_dir"])
+        modes: list[tuple[str, float | None]] = [("unpaced", 0.0 if paced_default is not None else None)]
+        if paced_default is not None:
+            modes.append((f"paced (default {paced_default:g} spans/s)", None))
+        for i, (label, pace) in enumerate(modes):
+            copy = work / f"outbox-{i}"
+            shutil.copytree(outbox, copy)
+            with TB.run(jaeger, jcfg.path, jcfg.health, work / "jaeger.log"):
+                if i == 0:
+                    empty = _disk_bytes(badger)
+                with TB.run(otelcol, ccfg.path, ccfg.health, work / "otelcol.log"):
+                    r = _forward(copy, ccfg, jcfg, spans, pace)
+                if i == 0:
+                    jaeger_traces = len(_searchable(jcfg, pilots))
+            if i == 0:
+                stored = _disk_bytes(badger) - empty  # after Jaeger stopped: its memtables are on disk
+            rows.append(
+                f"| {label} | {spans / r['send_s']:,.0f} spans/s ({r['send_s']:.1f} s, {r['requests']:.0f} posts) "
+                f"| {spans / r['e2e_s']:,.0f} spans/s ({r['e2e_s']:.1f} s) | {r['cpu_us_per_span']:.1f} us a span |"
+            )
+    rows += [
+        "",
+        f"Jaeger (badger, as deployed) held {jaeger_traces} traces after the first pass; its directory grew "
+        f"{stored / 1e6:.1f} MB on disk (allocated blocks, Jaeger stopped): **{stored / pilots * 1e5 / 1e9:.2f} GB "
+        f"per 100,000 pilots** ({stored / spans:.0f} bytes a span). The second pass sent the same ids again.",
+    ]
+    return "\n".join(rows)
+
+
+def _searchable(jcfg: TB.JaegerConfig, pilots: int) -> list[dict[str, Any]]:
+    """Jaeger's traces once its search finds ``pilots`` of them (it indexes a few seconds after it
+    counts a span accepted), or what it finds after 120 s."""
+
+    def search() -> list[dict[str, Any]]:
+        return J.search(jcfg.query, start=0, end=time.time() + 86400, limit=10 * pilots)
+
+    def all_found() -> list[dict[str, Any]] | None:
+        found = search()
+        return found if len(found) >= pilots else None
+
+    with contextlib.suppress(TimeoutError):
+        return poll("every trace in Jaeger's search", all_found, 120, 1)
+    return search()
+
+
+def _trickle_factory(stage: Path, factory: Path) -> list[tuple[Path, Path]]:
+    """The event logs and status files in place; the (.err, .out) pairs to move in, oldest cluster first.
+    No completed_jobs file: its lines would count the pilots whose .out has not come yet."""
+    pairs: list[tuple[Path, Path]] = []
+    for src in sorted(stage.rglob("*")):
+        rel = src.relative_to(stage)
+        if src.is_dir():
+            (factory / rel).mkdir(parents=True, exist_ok=True)
+        elif src.name.startswith("completed_jobs_"):
+            continue
+        elif src.name.startswith("job.") and src.suffix in (".out", ".err"):
+            if src.suffix == ".out":
+                pairs.append((src.with_suffix(".err"), src))
+        else:
+            shutil.copy2(src, factory / rel)
+    return sorted(pairs, key=lambda p: tuple(int(x) for x in p[1].name.split(".")[1:3]))
+
+
+def sustained(a: argparse.Namespace, work: Path) -> str:
+    stage, factory = work / "stage", work / "factory"
+    rate = a.per_day / 86400.0
+    duration = a.minutes * 60.0
+    need = int(rate * duration * 1.3) + 50  # pilots with no .out (queued, lost) are not moved
+    simulate(stage, need, seed=3, end=time.time())
+    pairs = _trickle_factory(stage, factory)
+    ck = work / "state" / "checkpoint.json"
+    ck.parent.mkdir(parents=True)
+    outbox = Path(f"{ck}.traces")
+    port = TB.free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    samples: list[dict[str, float]] = []
+    collectors: list[dict[str, float]] = []  # each collector process's final telemetry
+    with _backends(work) as (ccfg, jcfg, otelcol, jaeger), TB.run(jaeger, jcfg.path, jcfg.health, work / "jaeger.log"):
+        token = work / "token"
+        token.write_text(ccfg.token)
+        cmd = [
+            *GWMS_OBS, "export", "--factory-dir", str(factory), "--checkpoint", str(ck),
+            "--listen", f"127.0.0.1:{port}", "--interval", "60", "--lost-after-seconds", "1000000000",
+            "--traces-endpoint", ccfg.traces_url, "--traces-token-file", str(token),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        col = contextlib.ExitStack()
+        col.enter_context(TB.run(otelcol, ccfg.path, ccfg.health, work / "otelcol.log"))
+        log = open(work / "export.log", "wb")  # noqa: SIM115 - the daemon's whole life
+        daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            poll("the exporter's /metrics", lambda: http_get(url), 120, step=0.5)
+            t0 = time.monotonic()
+            out_at, out_until = t0 + (duration - a.outage * 60) / 2, t0 + (duration + a.outage * 60) / 2
+            moved, down, peak = 0, False, 0
+            while (now := time.monotonic()) < t0 + duration:
+                while moved < len(pairs) and moved < (now - t0) * rate:
+                    for src in pairs[moved]:  # .err first: the .out is what a scan counts
+                        shutil.move(src, factory / src.relative_to(stage))
+                    moved += 1
+                if not down and out_at <= now < out_until:
+                    collectors.append(TB.scrape(ccfg.telemetry))
+                    col.close()
+                    down = True
+                elif down and now >= out_until:
+                    col = contextlib.ExitStack()
+                    col.enter_context(TB.run(otelcol, ccfg.path, ccfg.health, work / "otelcol.log"))
+                    down = False
+                peak = max(peak, _outbox_bytes(outbox))
+                if not samples or now - samples[-1]["t"] >= 10:
+                    samples.append({"t": now, "moved": moved, "outbox": _outbox_bytes(outbox), "down": down})
+                time.sleep(0.2)
+            assert not down
+            # The last pilots: one more scan, then the outbox drained into the collector.
+            last = _scrape_exporter(url)["scan_ts"]
+            poll("a scan after the last pilot", lambda: _scrape_exporter(url)["scan_ts"] > last, 120, step=1)
+            poll("the outbox emptied", lambda: _outbox_bytes(outbox) == 0, 900, step=1)
+            exp = _scrape_exporter(url)
+
+            def forwarded() -> bool:
+                c = TB.scrape(ccfg.telemetry)
+                sent = TB.metric_sum(c, catalogue.OTELCOL_SENT_SPANS)
+                return sent >= TB.metric_sum(c, catalogue.OTELCOL_ACCEPTED_SPANS) > 0
+
+            poll("the collector's queue sent to Jaeger", forwarded, 300, step=1)
+            collectors.append(TB.scrape(ccfg.telemetry))
+            counted = _counted(ck)
+            traces = _searchable(jcfg, counted)
+            jaeger_accepted = TB.metric_sum(TB.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS)
+        finally:
+            daemon.terminate()
+            daemon.wait(60)
+            log.close()
+            col.close()
+    elapsed = duration / 60
+    jaeger_spans = sum(len(t["spans"]) for t in traces)
+    by_pilot = len({t["traceID"] for t in traces})
+
+    def csum(name: str) -> float:
+        return sum(TB.metric_sum(c, name) for c in collectors)
+
+    rows = [
+        f"`python benchmarks/pilot_traces.py sustained --minutes {a.minutes:g} --outage {a.outage:g} "
+        f"--per-day {a.per_day}` on {_machine()}.",
+        "",
+        f"{moved} pilots' files moved in over {elapsed:.0f} minutes ({rate:.2f} pilots/s, {a.per_day:,} a day); "
+        f"the daemon scanning every 60 s; the collector stopped for {a.outage:g} minutes in the middle.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| pilots counted / traces in Jaeger (one each) | {counted} / {by_pilot} |",
+        f"| spans the exporter sent (mean over the run) | {exp['sent']:.0f} ({exp['sent'] / duration:.1f} spans/s) |",
+        f"| collectors accepted / sent to Jaeger / Jaeger accepted / spans in Jaeger's API | "
+        f"{csum(catalogue.OTELCOL_ACCEPTED_SPANS):.0f} / {csum(catalogue.OTELCOL_SENT_SPANS):.0f} / "
+        f"{jaeger_accepted:.0f} / {jaeger_spans} |",
+        f"| collectors refused / send failed / enqueue failed | {csum(catalogue.OTELCOL_REFUSED_SPANS):.0f} / "
+        f"{csum(catalogue.OTELCOL_SEND_FAILED_SPANS):.0f} / {csum(catalogue.OTELCOL_ENQUEUE_FAILED_SPANS):.0f} |",
+        f"| exporter: posts failed during the outage (retried) / spans dropped / spools dropped | "
+        f"{exp['failed']:.0f} / {exp['dropped_spans']:.0f} / {exp['dropped_spools']:.0f} |",
+        f"| outbox peak / its bound | {peak / 1e6:.2f} MB / {spool.MAX_OUTBOX_BYTES / 2**20:.0f} MiB |",
+        "",
+        "Outbox every minute (MB; * collector down): "
+        + ", ".join(f"{s['outbox'] / 1e6:.2f}{'*' if s['down'] else ''}" for s in samples[::6]),
+    ]
+    return "\n".join(rows)
+
+
+def _outbox_bytes(outbox: Path) -> int:
+    total = 0
+    for p in outbox.glob(f"{spool.OUTBOX_PREFIX}*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total
+
+
+def _scrape_exporter(url: str) -> dict[str, float]:
+    s = TB.scrape(url)
+    return {
+        "scan_ts": TB.metric_sum(s, "gwms_obs_last_scan_timestamp_seconds"),
+        "sent": TB.metric_sum(s, catalogue.TRACE_SPANS.name, result="sent"),
+        "dropped_spans": TB.metric_sum(s, catalogue.TRACE_SPANS.name, result="dropped"),
+        "dropped_spools": TB.metric_sum(s, catalogue.TRACE_SPOOLS.name, result="dropped"),
+        "failed": TB.metric_sum(s, catalogue.TRACE_REQUESTS.name, result="failed"),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("cpu")
+    c.add_argument("--pilots", type=int, default=2000)
+    c.add_argument("--runs", type=int, default=5)
+    s = sub.add_parser("send")
+    s.add_argument("--pilots", type=int, default=5000)
+    u = sub.add_parser("sustained")
+    u.add_argument("--minutes", type=float, default=15)
+    u.add_argument("--outage", type=float, default=5)
+    u.add_argument("--per-day", type=int, default=100_000)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gwms-bench-traces-") as tmp:
+        print({"cpu": cpu, "send": send, "sustained": sustained}[a.what](a, Path(tmp)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
