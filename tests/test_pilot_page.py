@@ -327,3 +327,18 @@ def test_the_role_template_renders_the_pilot_pages_keys() -> None:
     for bad in ("ftp://x", "http://", "http://h/?q=1", 5):
         with pytest.raises(CC.ConfigError, match="jaeger_query_url must be an http"):
             CC.from_dict({"jaeger_query_url": bad})
+
+
+def test_the_page_reads_the_names_the_exporter_writes() -> None:
+    """The controller may not import the exporter (test_module_graph): the names its pilot pages read are
+    tracing/conventions.py's, and they are the ones outputs/pilot_traces.py writes."""
+    pairs = {
+        P.TRACE_SOURCE: C.LOG_TRACE_SOURCE, P.OUTCOME: C.LOG_OUTCOME, P.CPU_SECONDS: C.LOG_CPU_SECONDS,
+        P.GPU_SECONDS: C.LOG_GPU_SECONDS, P.JOB_ID: C.LOG_JOB_ID, P.JOB_CATEGORY: C.LOG_JOB_CATEGORY,
+        P.JOB_CPUS: C.LOG_JOB_CPUS, P.JOB_CPU_SECONDS: C.LOG_JOB_CPU_SECONDS, P.JOB_CPU_USED: C.LOG_JOB_CPU_USED,
+        P.JOB_MEMORY: C.LOG_JOB_MEMORY, P.JOB_MEMORY_USED: C.LOG_JOB_MEMORY_USED, P.JOB_GPUS: C.LOG_JOB_GPUS,
+        P.JOB_SIGNAL: C.LOG_JOB_SIGNAL, P.JOB_COUNT: C.LOG_JOB_COUNT, P.HOLD_REASON: C.LOG_HOLD_REASON,
+        P.FAILED_TEST: C.LOG_FAILED_TEST, P.FAILURE: C.LOG_FAILURE, P.FAILURE_DETAIL: C.LOG_FAILURE_DETAIL,
+        P.EXIT_CODE: C.PROCESS_EXIT_CODE,
+    }  # fmt: skip
+    assert [k for k, v in pairs.items() if k != v] == []

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ..outputs import pilot_traces as P
 from ..tracing import conventions as C
 from .policy import Attributes, Principal, Role
 from .validate import visible
@@ -34,22 +33,22 @@ MAX_ROWS: Final = 500  # pilots a list asks Jaeger for, at most
 MAX_SPANS: Final = 2000  # spans the timeline draws; the rest are counted
 TEXT: Final = 300  # characters of any one value shown
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
-ACCOUNT_KEYS: Final = (("cpu", P.CPU_SECONDS), ("gpu", P.GPU_SECONDS))
+ACCOUNT_KEYS: Final = (("cpu", C.LOG_CPU_SECONDS), ("gpu", C.LOG_GPU_SECONDS))
 # span attributes the timeline shows, with their labels
 SHOWN: Final = (
-    (P.JOB_CATEGORY, "category"),
-    (P.EXIT_CODE, "exit"),
-    (P.JOB_SIGNAL, "signal"),
-    (P.JOB_CPUS, "cores"),
-    (P.JOB_CPU_SECONDS, "core-seconds"),
-    (P.JOB_CPU_USED, "CPU used (s)"),
-    (P.JOB_MEMORY, "memory (MB)"),
-    (P.JOB_MEMORY_USED, "memory used (MB)"),
-    (P.JOB_GPUS, "GPUs"),
-    (P.JOB_COUNT, "jobs"),
-    (P.HOLD_REASON, "hold reason"),
-    (P.FAILED_TEST, "failing test"),
-    (P.JOB_ID, "VO job id"),
+    (C.LOG_JOB_CATEGORY, "category"),
+    (C.PROCESS_EXIT_CODE, "exit"),
+    (C.LOG_JOB_SIGNAL, "signal"),
+    (C.LOG_JOB_CPUS, "cores"),
+    (C.LOG_JOB_CPU_SECONDS, "core-seconds"),
+    (C.LOG_JOB_CPU_USED, "CPU used (s)"),
+    (C.LOG_JOB_MEMORY, "memory (MB)"),
+    (C.LOG_JOB_MEMORY_USED, "memory used (MB)"),
+    (C.LOG_JOB_GPUS, "GPUs"),
+    (C.LOG_JOB_COUNT, "jobs"),
+    (C.LOG_HOLD_REASON, "hold reason"),
+    (C.LOG_FAILED_TEST, "failing test"),
+    (C.LOG_JOB_ID, "VO job id"),
 )
 
 
@@ -341,10 +340,10 @@ def view(trace: Mapping[str, Any], tid: str) -> PilotView:
         err = _status(tags)
         if err:
             errors.append(f"{name}: {err}")
-        if tags.get(P.FAILED_TEST) is not None or tags.get(P.FAILURE) is not None:
-            failed_test = failed_test or _text(tags.get(P.FAILED_TEST))
-            failure = failure or _text(tags.get(P.FAILURE))
-            detail = detail or _text(tags.get(P.FAILURE_DETAIL), 1000)
+        if tags.get(C.LOG_FAILED_TEST) is not None or tags.get(C.LOG_FAILURE) is not None:
+            failed_test = failed_test or _text(tags.get(C.LOG_FAILED_TEST))
+            failure = failure or _text(tags.get(C.LOG_FAILURE))
+            detail = detail or _text(tags.get(C.LOG_FAILURE_DETAIL), 1000)
         if len(rows) >= MAX_SPANS:
             continue
         details = tuple((label, _text(tags[k])) for k, label in SHOWN if tags.get(k) is not None)
@@ -376,8 +375,8 @@ def view(trace: Mapping[str, Any], tid: str) -> PilotView:
         client=_text(attrs.get(C.CLIENT)),
         factory=_text(attrs.get(C.FACTORY)),
         job=f"{_text(cluster, 20)}.{_text(proc, 20)}" if cluster is not None else "",
-        source=_text(attrs.get(P.TRACE_SOURCE), 120),
-        outcome=_text(rtags.get(P.OUTCOME), 40),
+        source=_text(attrs.get(C.LOG_TRACE_SOURCE), 120),
+        outcome=_text(rtags.get(C.LOG_OUTCOME), 40),
         start=utc(t0),
         end=utc(t1),
         duration=duration((t1 - t0) / 1e6),

@@ -137,6 +137,27 @@ OVERHEAD_PHASES: Final = (
     LOG_PHASE_VALIDATION,
 )
 
+# Attributes of a pilot's trace built from the factory's files: outputs/pilot_traces.py writes
+# them, the controller's pilot pages read them (the controller imports nothing of the exporter).
+LOG_TRACE_SOURCE: Final = "gwms.trace.source"  # resource: the sources that built the trace, "+"-joined
+LOG_OUTCOME: Final = "gwms.pilot.outcome"  # root: catalogue.Outcome
+LOG_CPU_SECONDS: Final = "gwms.cpu_seconds."  # root, + category: the pilot's canonical CPU unit-seconds
+LOG_GPU_SECONDS: Final = "gwms.gpu_seconds."  # root, + category: GPU-seconds
+LOG_JOB_ID: Final = "gwms.job.id"  # the job's GlobalJobId on the VO schedd (never its owner)
+LOG_JOB_CATEGORY: Final = "gwms.job.category"
+LOG_JOB_CPUS: Final = "gwms.job.cpus"  # requested (the slot's cores)
+LOG_JOB_CPU_SECONDS: Final = "gwms.job.cpu_seconds"  # cores × its time inside HTCondor's life
+LOG_JOB_CPU_USED: Final = "gwms.job.cpu_used_seconds"  # RemoteUserCpu + RemoteSysCpu
+LOG_JOB_MEMORY: Final = "gwms.job.memory_mb"  # requested
+LOG_JOB_MEMORY_USED: Final = "gwms.job.memory_used_mb"
+LOG_JOB_GPUS: Final = "gwms.job.gpus"
+LOG_JOB_SIGNAL: Final = "gwms.job.exit_signal"
+LOG_JOB_COUNT: Final = "gwms.job.count"  # the summary span of the jobs beyond the cap
+LOG_HOLD_REASON: Final = "gwms.hold.reason"
+LOG_FAILED_TEST: Final = "gwms.validation.test"
+LOG_FAILURE: Final = "gwms.validation.failure"
+LOG_FAILURE_DETAIL: Final = "gwms.validation.detail"
+
 # OTLP enums (opentelemetry-proto trace.proto), as they appear in OTLP/JSON.
 KIND_INTERNAL: Final = 1
 KIND_SERVER: Final = 2
