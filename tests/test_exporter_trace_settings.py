@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gwms_obs.config import ConfigError, check, from_dict, load
+from gwms_obs.config import check, from_dict, load
+from gwms_obs.settings import ConfigError
 from tools import render
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -235,7 +235,10 @@ def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
 
     name = cfg.factory_name or factory_name(ingest.cfg.monitor, ingest.errors)
     log.info("a trace per counted pilot, factory %r in their ids", name)
-    traces = PilotTraces(forwarder, name, rules=cfg.rules, errors=ingest.errors)
+    # A pilot the factory traced live (its trace ledger) gets its log spans inside that trace.
+    traces = PilotTraces(
+        forwarder, name, rules=cfg.rules, errors=ingest.errors, ledger=forwarder.ledger, own_spans=forwarder.own_spans
+    )
     ingest.books.trace_sink = traces
     ingest.books.before_save.append(traces.flush)
     return traces
@@ -247,7 +250,7 @@ def _spool_forwarder(
     """The SpoolForwarder for pilots' span spools and pilot traces, when a traces endpoint is configured."""
     import tempfile
 
-    from .tracing.spool import SpoolForwarder, otlp_headers, traces_endpoint
+    from .tracing.spool import SPANS_PER_SECOND, SpoolForwarder, otlp_headers, traces_endpoint
 
     endpoint = a.traces_endpoint or traces_endpoint()
     if not endpoint:
@@ -261,10 +264,12 @@ def _spool_forwarder(
         outbox = Path(checkpoint + ".traces")  # survives restarts with the rest of the state
     else:
         outbox = Path(tempfile.mkdtemp(prefix="gwms-obs-traces-"))
-    paced = {} if spans_per_second is None else {"spans_per_second": spans_per_second}
-    fwd = SpoolForwarder(endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint, **paced)
-    rate = f"at most {fwd.spans_per_second:g} spans/s" if fwd.spans_per_second else "unpaced"
-    log.info("forwarding pilots' span spools to %s (outbox %s, %s)", endpoint, outbox, rate)
+    rate = SPANS_PER_SECOND if spans_per_second is None else spans_per_second
+    fwd = SpoolForwarder(
+        endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint, spans_per_second=rate
+    )
+    paced = f"at most {rate:g} spans/s" if rate else "unpaced"
+    log.info("forwarding pilots' span spools to %s (outbox %s, %s)", endpoint, outbox, paced)
     return fwd
 
 

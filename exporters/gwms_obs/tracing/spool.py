@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,9 @@ OUTBOX_PREFIX: Final = "gwms-spool-"
 # expires and deletes only these; the earlier version wrote them without the prefix, and
 # those are still sent after an upgrade.
 _OUTBOX_NAME = re.compile(r"(?:gwms-spool-)?([0-9]{20})-[0-9]{1,10}-[0-9]{6,20}-([0-9]{1,9})\.json")
+# Glideins whose returned spool's phases are remembered for their pilot trace (outputs.pilot_traces),
+# which is built right after the spool is read; the oldest are forgotten first.
+MAX_OWN_SPANS: Final = 10_000
 MAX_FOREIGN_LOGGED = 1000  # names of files not ours in the outbox, each counted and logged once
 _VALUE_KEYS = frozenset(
     ("stringValue", "boolValue", "intValue", "doubleValue", "arrayValue", "kvlistValue", "bytesValue")
@@ -481,6 +485,20 @@ def bind_spool(spool: Spool, issued: Issued, report: Callable[[_Bad], None]) -> 
     spool.spans = sum(len(ss["spans"]) for rs in out_rs for ss in rs["scopeSpans"])
 
 
+def own_phases(spool: Spool, issued: Issued) -> dict[str, str]:
+    """A bound spool's pilot root (as ``glidein``) and the phases directly under it: name -> span id."""
+    spans = [s for rs in spool.resource_spans for ss in rs["scopeSpans"] for s in ss["spans"]]
+    roots = [s for s in spans if s["name"] == C.SPAN_PILOT and s["parentSpanId"] == issued.parent_span_id]
+    if not roots:
+        return {}
+    root = roots[0]["spanId"]
+    out = {C.SPAN_PILOT: root}
+    for s in spans:
+        if s["parentSpanId"] == root and s["name"] in C.PHASES:
+            out.setdefault(s["name"], s["spanId"])
+    return out
+
+
 def _bound_phase(s: dict[str, Any], report: Callable[[_Bad], None]) -> None:
     """gwms.phase is a spanmetrics dimension: only the phases of the conventions pass."""
     for kv in s.get("attributes") or []:
@@ -564,6 +582,8 @@ class SpoolForwarder:
         self._thread: threading.Thread | None = None
         self._retry_after = 0.0  # the collector's Retry-After of the last failure, seconds
         self._foreign: set[str] = set()  # names of files not ours, counted and logged once
+        # (log dir, cluster, proc) -> the phases (and root) its bound spool had, for own_spans()
+        self._own: OrderedDict[tuple[str, int, int], dict[str, str]] = OrderedDict()
         # name -> size of the requests waiting, the outbox's byte bound is kept on this
         self._sizes: dict[str, int] = {}
         for p in self.pending():
@@ -637,6 +657,16 @@ class SpoolForwarder:
         if parsed.spans == 0:
             first = report.first
             raise SpoolError(first.reason if first else "empty", "nothing of this glidein's own trace")
+        with self._cond:
+            self._own[(os.path.dirname(path), issued.cluster, issued.proc)] = own_phases(parsed, issued)
+            while len(self._own) > MAX_OWN_SPANS:
+                self._own.popitem(last=False)
+
+    def own_spans(self, log_dir: str, cluster: int, proc: int) -> dict[str, str] | None:
+        """The phases of glidein ``cluster.proc``'s spool, read from ``log_dir``'s job.C.P.err (span ids by
+        phase, its root as ``glidein``); None when none came back. Asked once, by its pilot trace."""
+        with self._cond:
+            return self._own.pop((log_dir, cluster, proc), None)
 
     # --- the outbox's bounds ---
     def _enforce_bounds(self) -> None:
