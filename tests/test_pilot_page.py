@@ -44,7 +44,9 @@ pytestmark = pytest.mark.live
 FAIL_ENTRY = "OSG_US_FAIL_VALIDATION_ce1"  # site FailSite in the simulator
 OTHER_ENTRY = "CMSHTPC_T2_US_Nebraska_red"  # site Nebraska
 SECRET = "s" * 40
-TOKENS = {"operator": "gwmsc_op-" + "o" * 40, "site_admin": "gwmsc_sa-" + "a" * 40, "pilot": "gwmsc_pi-" + "p" * 40}
+TOKENS = {"operator": "gwmsc_op-" + "o" * 40, "site_admin": "gwmsc_sa-" + "a" * 40, "pilot": "gwmsc_pi-" + "p" * 40,
+          "vo_manager": "gwmsc_vo-" + "v" * 40}  # fmt: skip
+CMS_FRONTEND = "CMSG-v1_0_cmspilot"  # the simulator's CMS frontend client
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,8 @@ def _controller(tmp: Path, **extra: Any) -> Controller:
         {"name": "failsite-admin", "role": "site_admin", "sites": ["FailSite"],
          "sha256": CC.token_hash(TOKENS["site_admin"])},
         {"name": "a-pilot", "role": "pilot", "sha256": CC.token_hash(TOKENS["pilot"])},
+        {"name": "cms-manager", "role": "vo_manager", "frontends": [CMS_FRONTEND],
+         "sha256": CC.token_hash(TOKENS["vo_manager"])},
     ]  # fmt: skip
     cfg = CC.from_dict({"database": f"sqlite:///{tmp}/controller.db", "tokens": tokens, **extra})
     store = Store(cfg.database)
@@ -169,6 +173,10 @@ def test_an_entrys_pilot_list_links_each_pilot_the_viewer_may_see(jaeger: Popula
     assert set(re.findall(r'href="/pilots/([0-9a-f]{32})"', r.text)) == {
         t["traceID"] for t in jaeger.traces if jaeger.resource(t)[C.SITE] == "FailSite"
     }
+    # a VO manager: its frontend's pilots, at every site
+    r = _login(app, "vo_manager").get("/pilots?since=30d&limit=500")
+    cms = {t["traceID"] for t in jaeger.traces if jaeger.resource(t)[C.CLIENT].split(".")[0] == CMS_FRONTEND}
+    assert cms and set(re.findall(r'href="/pilots/([0-9a-f]{32})"', r.text)) == cms
     for bad in ("since=yesterday", "limit=0", "limit=99999", "entry=a%20b", "since=2026-11-02&until=2026-11-01"):
         r = admin.get(f"/pilots?{bad}")
         assert r.status_code == 400, bad
