@@ -109,8 +109,8 @@ def test_exemplars_link_to_the_jaeger_datasource_by_the_exporters_label() -> Non
 
 
 def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome() -> None:
-    """Every table with per-entry, per-site or per-frontend rows, and the site red light, has one
-    Jaeger search per outcome, selecting the row's pilots by the labels its rows carry."""
+    """Every table or bar gauge with per-entry, per-site or per-frontend rows, and the site red light,
+    has one Jaeger search per outcome, selecting the row's pilots by the labels its rows carry."""
     checked = 0
     for uid, b in boards().items():
         if uid == PHASES:
@@ -120,7 +120,8 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
             labels = row_labels(p)
             # A table's rows are per entry when its query groups by one, or when it links to its
             # pilots already (a recording rule's series: the site problems, per entry and site).
-            if not (p["type"] == "table" and (labels or pilot_links(p))) and not red_light:
+            rows = p["type"] in ("table", "bargauge")
+            if not (rows and (labels or pilot_links(p))) and not red_light:
                 continue
             links = pilot_links(p)
             assert len(links) == len(PILOT_SEARCHES), (uid, p["title"])
@@ -133,12 +134,14 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
                 tags = json.loads(q["tags"])
                 by = {x for x, attr in TRACE_ATTRIBUTES.items() if attr in tags}
                 # the row's entry (and frontend, where its rows are per frontend), or the red light's site
-                assert by == ({"site"} if red_light else labels - {"site"} or {"entry"}), (uid, p["title"], by)
+                # the row's site (a site's row, the red light), else its entry, and frontend where per frontend
+                want = {"site"} if red_light or labels == {"site"} else labels - {"site"} or {"entry"}
+                assert by == want, (uid, p["title"], by)
                 assert tags == {TRACE_ATTRIBUTES[x]: row[x] for x in by} | {key: value}
                 assert q["service"] == C.SERVICE_PILOT
                 assert (q["start"], q["end"]) == ("1700000000000000", "1700086400000000")
             checked += 1
-    assert checked == 8  # the seven tables of entries, sites or frontends, and the red light
+    assert checked == 17  # seven tables, nine bar gauges of entries or sites, and the red light
 
 
 @pytest.mark.parametrize("entry", ["a&b=c", "x%2Fy", "sp ace", "quo'te"])

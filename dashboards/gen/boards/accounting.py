@@ -65,7 +65,7 @@ def accounting() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries waste the most canonical core-hours?",
-        drill=ENTRY_LINKS,
+        drill=(*ENTRY_LINKS, *pilot_links("entry")),
     )
     b.add(
         "bargauge",
@@ -81,7 +81,7 @@ def accounting() -> Board:
         ],
         budget=10,
         question="Which entries waste the largest share of their pilots?",
-        drill=ENTRY_LINKS,
+        drill=(*ENTRY_LINKS, *pilot_links("entry")),
     )
     b.add(
         "table",
@@ -116,7 +116,7 @@ def accounting() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')}))", "{{site}}")],
         budget=10,
         question="Which sites waste the most canonical core-hours?",
-        drill=(TO_SITE,),
+        drill=(TO_SITE, *pilot_links("site")),
     )
     b.add(
         "bargauge",
@@ -132,7 +132,7 @@ def accounting() -> Board:
         ],
         budget=10,
         question="Which sites waste the largest share?",
-        drill=(TO_SITE,),
+        drill=(TO_SITE, *pilot_links("site")),
     )
     b.add(
         "timeseries",
@@ -200,7 +200,7 @@ def accounting() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, {hours(GPU, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries provide the GPUs?",
-        drill=ENTRY_LINKS,
+        drill=(*ENTRY_LINKS, *pilot_links("entry")),
     )
     b.add(
         "table",

@@ -162,7 +162,7 @@ def factory_overview() -> Board:
         ],
         budget=10,
         question="Which sites waste the most?",
-        drill=(TO_SITE,),
+        drill=(TO_SITE, *pilot_links("site")),
     )
     b.add(
         "table",

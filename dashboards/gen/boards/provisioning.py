@@ -147,7 +147,7 @@ def provisioning() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, {hours(IDS, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries have the most idle cores for lack of demand?",
-        drill=(TO_PROVISIONING, TO_ENTRY),
+        drill=(TO_PROVISIONING, TO_ENTRY, *pilot_links("entry")),
     )
     b.add(
         "bargauge",
@@ -157,7 +157,7 @@ def provisioning() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, {hours(BNS, SEL, BY_ENTRY)}))", "{{entry}}")],
         budget=10,
         question="Which entries need more pilots (the most job-hours waiting)?",
-        drill=(TO_PROVISIONING, TO_ENTRY),
+        drill=(TO_PROVISIONING, TO_ENTRY, *pilot_links("entry")),
     )
     b.add(
         "timeseries",

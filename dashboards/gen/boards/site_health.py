@@ -91,7 +91,7 @@ def site_health() -> Board:
         ],
         budget=10,
         question="How many core-hours are at stake at the sites that are not green?",
-        drill=(TO_SITE,),
+        drill=(TO_SITE, *pilot_links("site")),
     )
     b.add(
         "timeseries",
