@@ -13,9 +13,14 @@ collector), with the factory's times, ending when the stack started.
 
 from __future__ import annotations
 
+import html
+import http.cookiejar
 import json
+import re
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -160,3 +165,24 @@ def test_jaeger_holds_the_compose_factorys_pilot_traces(laptop: Laptop) -> None:
         assert first_submit <= start and end <= time.time(), (t["traceID"], start, end)
     ids = [t["traceID"] for t in found]
     assert len(set(ids)) == len(ids)
+
+    # One pilot's page, where the README's table says (the controller reads the stack's Jaeger).
+    pilot = found[0]
+    root = next(s for s in pilot["spans"] if s["operationName"] == C.SPAN_PILOT)
+    tags = {x["key"]: x["value"] for x in pilot["processes"][root["processID"]]["tags"]}
+    page = _pilot_page(laptop.url["controller"], pilot["traceID"])
+    assert tags[C.ENTRY] in page and f"{tags[C.CONDOR_CLUSTER]}.{tags[C.CONDOR_PROC]}" in page, page[:2000]
+
+
+def _pilot_page(controller: str, trace_id: str) -> str:
+    """/pilots/<trace id> as a browser gets it: the login page with the development operator token, then the page."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    next_path = f"/pilots/{trace_id}"
+    with opener.open(f"{controller}/login?next={next_path}", timeout=10) as r:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', r.read().decode())
+    assert csrf
+    form = {"csrf": csrf.group(1), "token": compose.controller_dev_tokens()["operator"], "next": next_path}
+    with opener.open(f"{controller}/login", urllib.parse.urlencode(form).encode(), timeout=30) as r:
+        assert r.status == 200 and r.url.endswith(next_path), r.url  # redirected back to the pilot's page
+        return html.unescape(r.read().decode())
