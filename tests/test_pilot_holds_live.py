@@ -51,7 +51,7 @@ def _add_holds(factory: Path) -> tuple[str, tuple[int, int], dict[str, int]]:
             times.setdefault((int(m.group(2)), int(m.group(3)), m.group(1)), t)
         for (cluster, proc, code), g in times.items():
             x = times.get((cluster, proc, "001"))
-            ends = [t for c in ("005", "009", "012") if (t := times.get((cluster, proc, c))) is not None]
+            ends = [e for c in ("005", "009", "012") if (e := times.get((cluster, proc, c))) is not None]
             if code != "027" or x is None or not ends or x - g < 10 or min(ends) - x < 2:
                 continue
             if (log.parent / f"job.{cluster}.{proc}.out").exists():
