@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from dashboards.gen import names as N
 from dashboards.gen.board import PILOT_SEARCHES
 from dashboards.gen.boards.common import PROVISIONING, SITE_HEALTH
 from gwms_obs import catalogue
@@ -25,7 +26,7 @@ from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
 from tests.support.local_stack import prometheus_config
-from tests.support.servers import export_command, first_scan_done, process, prom_query, prometheus
+from tests.support.servers import export_command, first_scan_done, process, prom_query, prom_value, prometheus
 from tests.support.trace_stack import Stack, stack
 from tests.test_pilot_links import boards, interpolate, jaeger_query, panels, pilot_links
 from tests.test_pilot_traces import Box, Pilot
@@ -123,8 +124,17 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
                 60,
                 step=1.0,
             )
+            # A bucket serves its exemplar at every scrape, without a timestamp: Prometheus keeps it once
+            # (a duplicate of the series' last), so its exemplar storage holds pilots, not scrapes.
+            scrapes = f'count_over_time(up{{job="{N.JOB_EXPORTER}"}}[1h])'
+            done = prom_value(prom, scrapes)
+            wait_for("three more scrapes", lambda: prom_value(prom, scrapes) >= done + 3, 30, step=0.5)
             ids: set[str] = set()
             for m in HISTOGRAMS:
+                series: dict[tuple[tuple[str, str], ...], list[str]] = defaultdict(list)
+                for labels, tid in _exemplars(prom, m):
+                    series[tuple(sorted(labels.items()))].append(tid)
+                assert all(len(set(tids)) == len(tids) for tids in series.values()), m.name
                 for labels, tid in _exemplars(prom, m):
                     p = expected[tid]  # a pilot the exporter built a trace for
                     assert (labels["entry"], labels["client"], labels["site"]) == (
