@@ -18,6 +18,7 @@ import re
 import socket
 import threading
 import time
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Iterator
@@ -191,6 +192,12 @@ def test_not_logged_in_goes_to_the_login_and_back_to_the_pilot(jaeger: Populated
     assert anon.get("/pilots").headers["location"] == "/login?next=/pilots"
     c = _login(app, "site_admin", f"/pilots/{tid}")
     assert c.get(f"/pilots/{tid}").status_code == 200
+    # a list, its query kept through the login
+    listing = f"/pilots?entry={FAIL_ENTRY}&since=7d"
+    r = anon.get(listing)
+    assert r.headers["location"] == "/login?next=" + urllib.parse.quote(listing, safe="/")
+    c = _login(app, "site_admin", listing)
+    assert c.get(listing).status_code == 200
     # a "next" elsewhere is ignored: a login never sends the browser off this site
     c = TestClient(app, follow_redirects=False)
     csrf = re.search(r'name="csrf" value="([^"]+)"', c.get("/login?next=https://evil.example/").text)
