@@ -28,9 +28,11 @@ documents and writes, not from guesses:
   (AUTHENTICATE:1003 "Failed to authenticate with any method", SECMAN:2010
   authorization failed, CEDAR:6001 "Failed to connect to <addr>", SECMAN:2003 connect
   failed, CEDAR:6008 deadline expired; the schedd's "QMGMT:2:Submit requirement X not
-  met"). An expired SciToken is jwt-cpp's "token expired" (as in scitokens' "Failed to
-  deserialize scitoken: token expired"), an expired proxy condor_submit's "proxy has
-  expired".
+  met"). An expired token is named by jwt-cpp's "token expired", which HTCondor's
+  SciTokens check wraps as "SCITOKENS:2:Failed to deserialize scitoken: token expired"
+  (condor_scitokens.cpp); that is the CE's side, so a factory sees it only where the CE's
+  error reaches the hold reason, and otherwise the same refusal is ``auth_failed``. An
+  expired proxy is condor_submit's "proxy has expired" (submit_utils.cpp).
 
 Anything else is ``other`` (an unknown code is never a new class).
 """
