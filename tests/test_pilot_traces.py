@@ -19,6 +19,7 @@ from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing.ledger import LedgerIndex
 from gwms_obs.tracing.redact import Tally
 from gwms_obs.tracing.spool import SpoolForwarder, parse_spool
 
@@ -26,10 +27,15 @@ FACTORY = "testfactory"
 
 
 class Box:
-    """An outbox that keeps the requests (SpoolForwarder.enqueue's signature)."""
+    """An outbox that keeps the requests (SpoolForwarder.enqueue's signature; its ledger and
+    own_spans, for the pilots traced live: none here)."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.ledger = LedgerIndex()
+
+    def own_spans(self, log_dir: str, cluster: int, proc: int) -> dict[str, str] | None:
+        return None
 
     def enqueue(self, request: dict[str, Any] | bytes, spans: int, path: str, *, scrubbed: Tally | None = None) -> bool:
         assert isinstance(request, bytes) and scrubbed is not None

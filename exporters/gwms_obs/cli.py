@@ -141,6 +141,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
     from prometheus_client import make_wsgi_app
 
     from .ingest.checkpoint import CheckpointError
+    from .outputs import self_trace
     from .outputs.http import MetricsServer, SharedRenders
     from .outputs.otlp import otlp_configured, start_otlp
     from .outputs.prometheus import exporter_registry
@@ -155,6 +156,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
         return 2
     try:
         forwarder = _spool_forwarder(a, cfg.checkpoint, ingest.errors, cfg.trace_spans_per_second)
+        token = _traces_token(a)
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
@@ -178,6 +180,7 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
         ingest.spool_sink = forwarder
         forwarder.start()
     provider = start_otlp(ingest) if otlp_configured() else None
+    own_spans = self_trace.configure(token)  # the scans as spans, when OTEL_* ask for traces
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -199,7 +202,8 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
                 log.info("factory_dir %s is ready: scanning", cfg.factory_dir)
                 waiting = None
             try:
-                res = ingest.scan()
+                with self_trace.scan_span(ingest) as traced:
+                    res = traced.result = ingest.scan()
                 if res.failed:
                     failed = True  # counted and logged by the scan; the other sources went on
                 if res.pilots:
@@ -219,6 +223,8 @@ def _export(a: argparse.Namespace, cfg: ExportConfig) -> int:
             server.close()
         if provider is not None:
             provider.shutdown()
+        if own_spans is not None:
+            own_spans.shutdown()  # flushes the last scans' spans (bounded by the SDK's export timeout)
         if forwarder is not None:
             # What is not sent stays in the outbox for the next start.
             if not forwarder.drain(a.traces_drain_seconds if a.once else 5.0):
@@ -244,6 +250,13 @@ def _pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
     return traces
 
 
+def _traces_token(a: argparse.Namespace) -> str | None:
+    """The exporter's own credential for the collector: --traces-token-file, else $GWMS_OBS_TRACES_TOKEN."""
+    if a.traces_token_file:
+        return Path(a.traces_token_file).read_text().strip()
+    return os.environ.get("GWMS_OBS_TRACES_TOKEN")
+
+
 def _spool_forwarder(
     a: argparse.Namespace, checkpoint: str | None, errors: ParseErrors, spans_per_second: float | None = None
 ) -> Any:
@@ -255,9 +268,7 @@ def _spool_forwarder(
     endpoint = a.traces_endpoint or traces_endpoint()
     if not endpoint:
         return None
-    token = os.environ.get("GWMS_OBS_TRACES_TOKEN")
-    if a.traces_token_file:
-        token = Path(a.traces_token_file).read_text().strip()
+    token = _traces_token(a)
     if a.traces_outbox:
         outbox = Path(a.traces_outbox)
     elif checkpoint:

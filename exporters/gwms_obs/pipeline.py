@@ -33,6 +33,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
 from .accounting.ledger import Ledger
 from .accounting.pilot import EntryDefaults, PilotAccount
 from .catalogue import Source
@@ -43,6 +46,9 @@ from .ingest.stage import Scan, Stage
 from .parse_errors import ParseErrors
 
 log = logging.getLogger("gwms_obs.pipeline")
+# A span per step of a scan, under the daemon's "scan" span: a no-op unless the SDK is
+# configured from the OTEL_* variables (outputs/self_trace.py, docs/tracing.md).
+_tracer = trace.get_tracer("gwms_obs.pipeline")
 
 
 # The day in a completed_jobs or event log's name.
@@ -130,15 +136,20 @@ class Ingest:
 
         def phase(source: Source, fn: Callable[..., Any], *args: Any) -> Any:
             """Run one step of a source; its failure is counted and logged, the others go on."""
+            span = _tracer.start_span(f"{source.value} {getattr(fn, '__name__', 'step')}")
             try:
-                return fn(*args)
+                with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                    return fn(*args)
             except Exception as e:  # a bug or a hostile file in one source must not stop the rest
+                span.set_status(Status(StatusCode.ERROR, type(e).__name__))  # the message may quote a pilot's file
                 log.error("scan: %s failed: %s: %s", source.value, type(e).__name__, e, exc_info=True)
                 b.errors.record(source, "scan_failed", self.cfg.factory_dir, None, f"{type(e).__name__}: {e}")
                 with b.lock:
                     b.health.backlog.setdefault(source, t0)  # its lag grows until it succeeds
                 res.failed.append(source.value)
                 return None
+            finally:
+                span.end()
 
         scan = Scan(t0, None, res)
         listed = False
