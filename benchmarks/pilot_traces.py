@@ -1,7 +1,7 @@
 """Pilot traces from the factory's files (issue 31): what they cost and whether delivery holds.
 
     python benchmarks/pilot_traces.py cpu [--pilots 2000 --runs 5]
-    python benchmarks/pilot_traces.py send [--pilots 5000]
+    python benchmarks/pilot_traces.py send [--pilots 5000 --paced-spans 12000]
     python benchmarks/pilot_traces.py sustained [--minutes 15 --outage 5 --per-day 100000]
 
 Real processes on 127.0.0.1: `gwms-obs export` as users start it, our collector
@@ -19,9 +19,9 @@ cpu        The exporter's CPU (user + sys of the whole process, from the kernel'
            this is what building and queueing costs the scan; sending is `send`'s.
 send       The outbox a scan of --pilots leaves (export --once with no collector),
            posted by SpoolForwarder to the real collector into Jaeger: unpaced
-           (spans_per_second=0) and at the forwarder's default pace; spans/s to the
-           collector and until Jaeger has counted every span, the forwarder's CPU
-           per span; then Jaeger's badger directory before and after, on disk
+           (spans_per_second=0) and, its oldest --paced-spans, at the forwarder's
+           default pace; spans/s to the collector and until Jaeger has counted
+           every span, the forwarder's CPU per span; then Jaeger's badger directory before and after, on disk
            (allocated blocks, after Jaeger stopped), scaled to 100,000 pilots.
 sustained  A factory finishing --per-day pilots a day: a simulated factory's event
            logs and status files in place from the start (no completed_jobs: its
@@ -200,7 +200,7 @@ def send(a: argparse.Namespace, work: Path) -> str:
     files, spans, size = _outbox_spans(outbox)
     paced_default = getattr(spool, "SPANS_PER_SECOND", None)
     rows = [
-        f"`python benchmarks/pilot_traces.py send --pilots {a.pilots}` on {_machine()}.",
+        f"`python benchmarks/pilot_traces.py send --pilots {a.pilots} --paced-spans {a.paced_spans}` on {_machine()}.",
         "",
         f"The outbox of one scan: {pilots} pilots counted, {spans} spans ({spans / pilots:.1f} a pilot) in {files} "
         f"requests, {size / 1e6:.1f} MB ({size / pilots / 1e3:.1f} KB a pilot).",
@@ -216,18 +216,27 @@ def send(a: argparse.Namespace, work: Path) -> str:
         for i, (label, pace) in enumerate(modes):
             copy = work / f"outbox-{i}"
             shutil.copytree(outbox, copy)
+            n = spans
+            if i > 0:  # paced: the oldest requests up to --paced-spans (the whole outbox would take minutes)
+                n = 0
+                for f in sorted(copy.glob(f"{spool.OUTBOX_PREFIX}*.json")):
+                    if n >= a.paced_spans:
+                        f.unlink()
+                    else:
+                        n += int(f.name.rsplit("-", 1)[1].removesuffix(".json"))
             with TB.run(jaeger, jcfg.path, jcfg.health, work / "jaeger.log"):
                 if i == 0:
                     empty = _disk_bytes(badger)
                 with TB.run(otelcol, ccfg.path, ccfg.health, work / "otelcol.log"):
-                    r = _forward(copy, ccfg, jcfg, spans, pace)
+                    r = _forward(copy, ccfg, jcfg, n, pace)
                 if i == 0:
                     jaeger_traces = len(_searchable(jcfg, pilots))
             if i == 0:
                 stored = _disk_bytes(badger) - empty  # after Jaeger stopped: its memtables are on disk
             rows.append(
-                f"| {label} | {spans / r['send_s']:,.0f} spans/s ({r['send_s']:.1f} s, {r['requests']:.0f} posts) "
-                f"| {spans / r['e2e_s']:,.0f} spans/s ({r['e2e_s']:.1f} s) | {r['cpu_us_per_span']:.1f} us a span |"
+                f"| {label}, {n} spans | {n / r['send_s']:,.0f} spans/s "
+                f"({r['send_s']:.1f} s, {r['requests']:.0f} posts) "
+                f"| {n / r['e2e_s']:,.0f} spans/s ({r['e2e_s']:.1f} s) | {r['cpu_us_per_span']:.1f} us a span |"
             )
     rows += [
         "",
@@ -403,6 +412,7 @@ def main() -> int:
     c.add_argument("--runs", type=int, default=5)
     s = sub.add_parser("send")
     s.add_argument("--pilots", type=int, default=5000)
+    s.add_argument("--paced-spans", type=int, default=12_000, help="spans of the paced pass (default 12000)")
     u = sub.add_parser("sustained")
     u.add_argument("--minutes", type=float, default=15)
     u.add_argument("--outage", type=float, default=5)
