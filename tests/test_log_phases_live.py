@@ -36,10 +36,11 @@ from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
 from tests.support.alert_scenario import GRAFANA_VARS, move_pilots, release
 from tests.support.fleet_stack import range_query
-from tests.support.servers import prom_query, wait_for
+from tests.support.servers import prom_query
 from tests.test_collector_live import FAST, stack
 from tests.test_pilot_traces_live import _pilots_counted
 from tools import tracing_backends
+from tools.polling import poll as wait_for
 
 pytestmark = pytest.mark.live
 
