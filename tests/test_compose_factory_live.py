@@ -35,9 +35,12 @@ from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.simulate.scenario import DEFAULT_ENTRIES, FACTORY
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
-from tests.support.servers import first_scan_done, free_port, http_get, prom_query, wait_for
+from tests.support.servers import first_scan_done, prom_query
 from tests.test_compose_stack_live import PORTS, _docker, engine  # noqa: F401 - engine: the fixture
 from tools import compose, docker_engine, images, render
+from tools.polling import http_get
+from tools.polling import poll as wait_for
+from tools.tracing_backends import free_port
 
 pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +123,8 @@ def _stale_rule(prometheus: str) -> dict[str, Any]:
     doc = json.loads(http_get(f"{prometheus}/api/v1/rules?type=alert"))
     rules = [r for g in doc["data"]["groups"] for r in g["rules"] if r["name"] == STALE]
     assert len(rules) == 1, [g["name"] for g in doc["data"]["groups"]]
-    return rules[0]
+    rule: dict[str, Any] = rules[0]
+    return rule
 
 
 def test_no_entry_is_stale_at_start(laptop: Laptop) -> None:
