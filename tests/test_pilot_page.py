@@ -32,6 +32,7 @@ from gwms_obs.controller.api import create_app
 from gwms_obs.controller.service import Controller
 from gwms_obs.controller.store import Store
 from gwms_obs.outputs import pilot_traces as P
+from gwms_obs.settings import ConfigError
 from gwms_obs.tracing import conventions as C
 from tests.support.pilot_pages import Populated, populated
 from tools import render
@@ -214,7 +215,7 @@ def test_links_to_jaeger_and_grafana_only_when_configured(jaeger: Populated, tmp
     assert f'id="jaeger-link" href="http://127.0.0.1:16686/trace/{tid}"' in r.text
     link = re.search(r'id="grafana-link" href="([^"]+)"', r.text)
     assert link and link.group(1).startswith("http://127.0.0.1:3000/explore?schemaVersion=1&amp;panes=")
-    panes = json.loads(urllib.request.unquote(html.unescape(link.group(1)).split("panes=", 1)[1]))
+    panes = json.loads(urllib.parse.unquote(html.unescape(link.group(1)).split("panes=", 1)[1]))
     assert panes["t"]["queries"][0]["query"] == tid and panes["t"]["datasource"] == "gwms-obs-jaeger"
 
 
@@ -340,7 +341,7 @@ def test_the_role_template_renders_the_pilot_pages_keys() -> None:
                                                     gwms_controller_tokens=tokens)))  # fmt: skip
     assert bare.jaeger_query_url is None and bare.grafana_url is None
     for bad in ("ftp://x", "http://", "http://h/?q=1", 5):
-        with pytest.raises(CC.ConfigError, match="jaeger_query_url must be an http"):
+        with pytest.raises(ConfigError, match="jaeger_query_url must be an http"):
             CC.from_dict({"jaeger_query_url": bad})
 
 

@@ -88,7 +88,11 @@ def test_a_site_admin_reads_their_pilot_in_a_browser_and_not_another_sites(tmp_p
             fill = driver.find_element(By.CSS_SELECTOR, "rect.fill.error").value_of_css_property("fill")
             assert fill.replace(" ", "") == "rgb(198,40,40)"
             # no CSP violation nor failed resource (the controller serves no favicon: the browser's own ask)
-            severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+            severe = [
+                e
+                for e in driver.get_log("browser")  # type: ignore[no-untyped-call]
+                if e["level"] == "SEVERE"
+            ]
             assert not [e for e in severe if "favicon.ico" not in e["message"]], severe
 
             # the entry's list links back to this page
