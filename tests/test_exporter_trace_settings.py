@@ -121,3 +121,19 @@ def test_ansibles_template_module_renders_the_same(tmp_path: Path) -> None:
     ours = render.render("gwms_exporter", "exporter.toml.j2", **values)
     assert out.read_text().splitlines()[1:] == ours.splitlines()[1:]  # only the managed-by line may differ
     assert "pilot_traces = false" in ours and "trace_spans_per_second = 75" in ours
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_the_units_environment_turns_the_exporters_own_spans_on_or_off(own: bool) -> None:
+    from gwms_obs.outputs import self_trace
+
+    def env(**values: object) -> dict[str, str]:
+        text = render.render("gwms_exporter", "exporter.env.j2", **values)
+        return dict(ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+
+    on = env(
+        gwms_exporter_otlp_endpoint="https://otelcol:4318", gwms_exporter_otlp_token="t", gwms_exporter_own_spans=own
+    )
+    assert self_trace.wanted(on) is own
+    assert on["OTEL_SERVICE_NAME"] == self_trace.SERVICE and on["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert not self_trace.wanted(env(gwms_exporter_own_spans=own))  # no endpoint: nothing at all
