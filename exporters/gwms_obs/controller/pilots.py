@@ -291,24 +291,36 @@ def _parent(s: Mapping[str, Any]) -> str:
 
 
 def _order(spans: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
-    """Depth-first from the roots, children by start: the timeline's rows and their depth."""
+    """Depth-first from the roots, children by start: the timeline's rows and their depth.
+
+    Every span once: spans whose parents form a cycle (no root above them) are drawn from the
+    earliest of them, as a root.
+    """
     ids = {str(s.get("spanID")) for s in spans}
     children: dict[str, list[dict[str, Any]]] = {}
     roots: list[dict[str, Any]] = []
     for s in spans:
         p = _parent(s)
         (children.setdefault(p, []) if p in ids and p != str(s.get("spanID")) else roots).append(s)
+
+    def start(s: dict[str, Any]) -> float:
+        return _num(s.get("startTime"))
+
     out: list[tuple[dict[str, Any], int]] = []
     seen: set[int] = set()
-    stack = [(s, 0) for s in sorted(roots, key=lambda s: _num(s.get("startTime")), reverse=True)]
-    while stack:
+    rest = sorted(spans, key=start, reverse=True)  # the cycles' entry points, earliest last
+    stack = [(s, 0) for s in sorted(roots, key=start, reverse=True)]
+    while stack or len(seen) < len(spans):
+        if not stack:
+            while id(rest[-1]) in seen:
+                rest.pop()
+            stack.append((rest.pop(), 0))
         s, d = stack.pop()
         if id(s) in seen:
             continue
         seen.add(id(s))
         out.append((s, d))
-        kids = sorted(children.get(str(s.get("spanID")), []), key=lambda s: _num(s.get("startTime")), reverse=True)
-        stack.extend((k, d + 1) for k in kids)
+        stack.extend((k, d + 1) for k in sorted(children.get(str(s.get("spanID")), []), key=start, reverse=True))
     return out
 
 
