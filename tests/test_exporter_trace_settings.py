@@ -9,6 +9,7 @@ by check-config.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,26 @@ def test_the_units_environment_turns_the_exporters_own_spans_on_or_off(own: bool
     assert self_trace.wanted(on) is own
     assert on["OTEL_SERVICE_NAME"] == self_trace.SERVICE and on["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     assert not self_trace.wanted(env(gwms_exporter_own_spans=own))  # no endpoint: nothing at all
+
+
+def test_export_paces_its_forwarder_at_the_configured_rate(tmp_path: Path) -> None:
+    """The key reaches the forwarder: export says the rate it sends at (nothing listens: drained at once)."""
+    from gwms_obs.simulate.factory import simulate
+
+    simulate(tmp_path / "factory", 3, seed=2)
+    cfg = tmp_path / "exporter.toml"
+    for rate, said in ((50, "at most 50 spans/s"), (0, "unpaced")):
+        cfg.write_text(f'factory_dir = "{tmp_path / "factory"}"\ntrace_spans_per_second = {rate}\n')
+        r = subprocess.run(
+            [
+                *(sys.executable, "-m", "gwms_obs.cli", "export", "--once", "--config", str(cfg)),
+                *("--traces-endpoint", "http://127.0.0.1:9/v1/traces", "--traces-drain-seconds", "0"),
+                *("--traces-outbox", str(tmp_path / f"outbox{rate}")),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        )
+        assert said in r.stderr, r.stderr[-2000:]
