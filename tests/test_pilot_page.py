@@ -12,6 +12,7 @@ within the timeout, counted. Needs `make otelcol jaeger` (skipped without).
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -264,22 +265,32 @@ def test_hostile_text_from_a_trace_is_escaped_and_bounded(jaeger: Populated, tmp
     assert len(r.text) < 100_000
 
 
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A TCP port that accepts connections and never answers (a hung Jaeger)."""
+@pytest.fixture(params=["silent", "dripping"])
+def silent_port(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (a hung Jaeger), or answers a byte at a time
+    (each read gets something: only a deadline for the whole answer ends it)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(16)
     held: list[socket.socket] = []
     stop = threading.Event()
 
+    def drip(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.wait(0.1):
+                conn.sendall(b" ")
+
     def accept() -> None:
         srv.settimeout(0.2)
         while not stop.is_set():
             try:
-                held.append(srv.accept()[0])
+                conn = srv.accept()[0]
             except OSError:
                 continue
+            held.append(conn)
+            if request.param == "dripping":
+                threading.Thread(target=drip, args=(conn,), daemon=True).start()
 
     th = threading.Thread(target=accept, daemon=True)
     th.start()

@@ -11,13 +11,15 @@ shows it bounded (validate.visible) and Jinja escapes it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
 import re
+import socket
+import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,44 +70,56 @@ def trace_id(raw: str) -> str | None:
     return v if _TRACE_ID.match(v) and v != "0" * 32 else None
 
 
-def _get(url: str, timeout: float, limit: int) -> Any:
-    """GET a JSON document within ``timeout`` seconds in all (a dripping answer too) and ``limit`` bytes.
+def _cut(conn: http.client.HTTPConnection) -> None:
+    """The deadline: shut the socket, which wakes a read blocked on it (close alone would not)."""
+    with contextlib.suppress(OSError):
+        if conn.sock is not None:
+            conn.sock.shutdown(socket.SHUT_RDWR)
 
-    None on 404 (Jaeger's "trace not found").
+
+def _get(url: str, timeout: float, limit: int) -> Any:
+    """GET a JSON document within ``timeout`` seconds in all and ``limit`` bytes; None on 404 (no such trace).
+
+    A socket timeout bounds each read, not the answer: a Jaeger (or anything between) that sends a
+    byte now and then would hold the worker for ever. So a timer shuts the socket at the deadline.
     """
     deadline = time.monotonic() + timeout
     u = urllib.parse.urlsplit(url)
     conn_type = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     conn = conn_type(u.hostname or "", u.port, timeout=timeout)
     slow = JaegerFailed(504, "timeout", f"Jaeger did not answer within {timeout:g} s")
+    timer: threading.Timer | None = None
+    chunks: list[bytes] = []
     try:
+        conn.connect()
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, (conn,))
+        timer.daemon = True
+        timer.start()
         conn.request("GET", u.path + (f"?{u.query}" if u.query else ""), headers={"Accept": "application/json"})
         resp = conn.getresponse()
         if resp.status == 404:
             return None
         if resp.status != 200:
             raise JaegerFailed(502, "error", f"Jaeger answered HTTP {resp.status}")
-        chunks, size = [], 0
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise slow
-            if conn.sock is not None:
-                conn.sock.settimeout(left)  # the whole answer's deadline, not each read's
-            chunk = resp.read(65536)
-            if not chunk:
-                break
+        size = 0
+        while chunk := resp.read1(65536):
             size += len(chunk)
             if size > limit:
                 raise JaegerFailed(502, "error", f"Jaeger's answer is larger than {limit // 1048576} MB")
             chunks.append(chunk)
+        if time.monotonic() >= deadline:  # cut short by the timer: not the whole answer
+            raise slow
     except TimeoutError:
         raise slow from None
     except (OSError, http.client.HTTPException) as e:
+        if time.monotonic() >= deadline:
+            raise slow from None
         raise JaegerFailed(
             502, "error", f"Jaeger cannot be reached ({visible(str(e) or type(e).__name__, 200)})"
         ) from None
     finally:
+        if timer is not None:
+            timer.cancel()
         conn.close()
     try:
         return json.loads(b"".join(chunks))
