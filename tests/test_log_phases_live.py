@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ SLOW = dataclasses.replace(ANOMALY_ENTRIES[0], slow_script_factor=20.0)  # CVMFS
 HEALTHY = ("CMSHTPC_T2_US_Nebraska_red", "Fermilab_NOMATCH_ce", "CMSHTPC_T1_PREEMPT_ce", "OSG_US_GPU_ce")
 ENTRIES = (*(e for e in DEFAULT_ENTRIES if e.name in HEALTHY), SLOW)
 PILOTS = 160
+PER_ENTRY = 8  # analyze --limit: traces per entry, enough for an entry's median (outliers.MIN_SAMPLES 5)
 RATE_WINDOW = "5m"  # $__rate_interval and $__range: both scans' samples are inside it
 
 
@@ -198,6 +200,7 @@ def test_stock_factory_fills_the_phase_board_and_analyze_names_the_slow_validati
             [
                 *(sys.executable, "-m", "gwms_obs.cli", "analyze", "--factory-dir", str(factory)),
                 *("--jaeger", jcfg.query, "--since", _day(now - 5 * 86400), "--format", "json"),
+                *("--limit", str(PER_ENTRY)),
             ],
             check=False,
             capture_output=True,
@@ -208,6 +211,9 @@ def test_stock_factory_fills_the_phase_board_and_analyze_names_the_slow_validati
         assert r.returncode == 0, r.stderr[-3000:]
         doc = json.loads(r.stdout)
         assert doc["spools"] == 0 and doc["jaeger_spans"] > 0, {k: doc[k] for k in ("spools", "jaeger_spans")}
+        # a sample of each entry's pilots, not the busiest entries' (one search of the factory)
+        per_entry = Counter(k.split("/")[0] for k in counted)
+        assert doc["traced_pilots"] == {e: min(n, PER_ENTRY) for e, n in per_entry.items()}, doc["traced_pilots"]
         actions = doc["actions"]
         assert [(a["entry"], a["name"]) for a in actions] == [(SLOW.name, C.LOG_PHASE_VALIDATION)], actions
         assert actions[0]["ratio"] > 2 and actions[0]["excess_core_hours_per_week"] > 0

@@ -853,7 +853,9 @@ def parser() -> argparse.ArgumentParser:
         "also draw the top actions into this PNG (needs gwms-obs[plot])",
     )
     an.add_argument("--jaeger", type=_http_url, help="also read the pilots' spans from this Jaeger query base URL")
-    an.add_argument("--limit", type=_positive_int, default=1000, help="with --jaeger: traces to fetch (default 1000)")
+    an.add_argument(
+        "--limit", type=_positive_int, default=200, help="with --jaeger: traces to fetch per entry (default 200)"
+    )
     an.set_defaults(func=cmd_analyze)
 
     c = _sub(

@@ -6,7 +6,11 @@ The tree is read once by the pipeline (:class:`gwms_obs.pipeline.Ingest`), as
 reaches ``spool_sink`` with the .err's path, which names the pilot. Spools are
 validated by ``tracing.spool.parse_spool`` and masked by
 ``tracing.redact.scrub_resource_spans`` — the same code as the forwarder's.
-Jaeger's spans come through ``tracing.jaeger.search``.
+Jaeger's spans come through ``tracing.jaeger.search``, one search per entry the
+accounting counted (up to ``jaeger_limit`` traces each): where every pilot has a
+trace (the exporter builds one per counted pilot, outputs/pilot_traces.py), one
+search of the whole factory would hand its busiest entries the whole sample and
+leave a small entry below ``outliers.MIN_SAMPLES``.
 
 A span's entry, site and client are the factory's (the accounting's), never
 what the pilot wrote, whenever the pilot is known: the .err's path for a
@@ -205,7 +209,7 @@ def collect(
     since: float | None = None,
     until: float | None = None,
     jaeger: str | None = None,
-    jaeger_limit: int = 1000,
+    jaeger_limit: int = 200,
     lost_after_seconds: float = 3600.0,
     progress: bool = False,
     workers: int | None = None,
@@ -230,5 +234,7 @@ def collect(
 
         hi = until if until is not None else time.time()
         lo = since if since is not None else hi - 7 * 86400
-        c.add_jaeger(J.search(jaeger, start=lo, end=hi, limit=jaeger_limit))
+        entries: list[str | None] = [*sorted({a.entry for a in c.all_accounts})] or [None]
+        for entry in entries:  # None: no pilot counted in the window, the whole factory's newest
+            c.add_jaeger(J.search(jaeger, entry=entry, start=lo, end=hi, limit=jaeger_limit))
     return c.dataset(), ingest, res
