@@ -204,8 +204,12 @@ def test_not_logged_in_goes_to_the_login_and_back_to_the_pilot(jaeger: Populated
     c = TestClient(app, follow_redirects=False)
     csrf = re.search(r'name="csrf" value="([^"]+)"', c.get("/login?next=https://evil.example/").text)
     assert csrf and "evil" not in c.get("/login?next=https://evil.example/").text
-    r = c.post("/login", data={"csrf": csrf.group(1), "token": TOKENS["operator"], "next": "//evil.example/x"})
-    assert r.headers["location"] == "/"
+    for bad in ("//evil.example/x", f"/pilots/{tid}\n", f"/pilots/{tid}\nSet-Cookie: x=1", "/pilots/../x", "/rules"):
+        c = TestClient(app, follow_redirects=False)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', c.get("/login").text)
+        assert csrf
+        r = c.post("/login", data={"csrf": csrf.group(1), "token": TOKENS["operator"], "next": bad})
+        assert r.status_code == 303 and r.headers["location"] == "/", bad
 
 
 def test_links_to_jaeger_and_grafana_only_when_configured(jaeger: Populated, tmp_path: Path) -> None:

@@ -405,7 +405,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
 
     def next_path(value: object) -> str:
         """Where to go after the login: a pilot page or list asked for before it, else the rules."""
-        return value if isinstance(value, str) and _NEXT.match(value) else "/"
+        return value if isinstance(value, str) and _NEXT.fullmatch(value) else "/"
 
     def to_login(request: Request) -> RedirectResponse:
         """The login page, coming back here (a pilot page) after it."""
@@ -635,7 +635,7 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             return no_pilot_pages(request, who)
         q = request.query_params
         entry = q.get("entry", "").strip() or None
-        if entry is not None and not _ENTRY.match(entry):
+        if entry is not None and not _ENTRY.fullmatch(entry):
             return message(request, 400, "Bad list", "entry: 1-256 of letters, digits and _.:@/-", who)
         now = controller.clock()
         try:
