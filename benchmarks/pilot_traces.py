@@ -60,7 +60,7 @@ from gwms_obs import catalogue  # noqa: E402
 from gwms_obs.parse_errors import ParseErrors  # noqa: E402
 from gwms_obs.simulate.factory import simulate  # noqa: E402
 from gwms_obs.tracing import jaeger as J  # noqa: E402
-from gwms_obs.tracing import spool  # noqa: E402
+from gwms_obs.tracing import outbox as O  # noqa: E402
 from tools import tracing_backends as TB  # noqa: E402
 from tools.polling import http_get, poll  # noqa: E402
 
@@ -168,7 +168,7 @@ def _disk_bytes(d: Path) -> int:
 
 
 def _outbox_spans(outbox: Path) -> tuple[int, int, int]:
-    files = list(outbox.glob(f"{spool.OUTBOX_PREFIX}*.json"))
+    files = list(outbox.glob(f"{O.OUTBOX_PREFIX}*.json"))
     spans = sum(int(p.name.rsplit("-", 1)[1].removesuffix(".json")) for p in files)
     return len(files), spans, sum(p.stat().st_size for p in files)
 
@@ -177,7 +177,7 @@ def _forward(
     outbox: Path, ccfg: TB.CollectorConfig, jcfg: TB.JaegerConfig, spans: int, pace: float | None
 ) -> dict[str, float]:
     kw: dict[str, Any] = {} if pace is None else {"spans_per_second": pace}
-    fw = spool.SpoolForwarder(ccfg.traces_url, outbox, ParseErrors(), token=ccfg.token, **kw)
+    fw = O.SpoolForwarder(ccfg.traces_url, outbox, ParseErrors(), token=ccfg.token, **kw)
     before = TB.metric_sum(TB.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS)
     c0, t0 = time.process_time(), time.perf_counter()
     ok = fw.send_once()
@@ -198,7 +198,7 @@ def send(a: argparse.Namespace, work: Path) -> str:
     simulate(factory, a.pilots, seed=2)
     _, pilots = _export_once(factory, work, True, f"http://127.0.0.1:{TB.free_port()}/v1/traces", outbox)
     files, spans, size = _outbox_spans(outbox)
-    paced_default = getattr(spool, "SPANS_PER_SECOND", None)
+    paced_default = getattr(O, "SPANS_PER_SECOND", None)
     rows = [
         f"`python benchmarks/pilot_traces.py send --pilots {a.pilots} --paced-spans {a.paced_spans}` on {_machine()}.",
         "",
@@ -219,7 +219,7 @@ def send(a: argparse.Namespace, work: Path) -> str:
             n = spans
             if i > 0:  # paced: the oldest requests up to --paced-spans (the whole outbox would take minutes)
                 n = 0
-                for f in sorted(copy.glob(f"{spool.OUTBOX_PREFIX}*.json")):
+                for f in sorted(copy.glob(f"{O.OUTBOX_PREFIX}*.json")):
                     if n >= a.paced_spans:
                         f.unlink()
                     else:
@@ -377,7 +377,7 @@ def sustained(a: argparse.Namespace, work: Path) -> str:
         f"{csum(catalogue.OTELCOL_SEND_FAILED_SPANS):.0f} / {csum(catalogue.OTELCOL_ENQUEUE_FAILED_SPANS):.0f} |",
         f"| exporter: posts failed during the outage (retried) / spans dropped / spools dropped | "
         f"{exp['failed']:.0f} / {exp['dropped_spans']:.0f} / {exp['dropped_spools']:.0f} |",
-        f"| outbox peak / its bound | {peak / 1e6:.2f} MB / {spool.MAX_OUTBOX_BYTES / 2**20:.0f} MiB |",
+        f"| outbox peak / its bound | {peak / 1e6:.2f} MB / {O.MAX_OUTBOX_BYTES / 2**20:.0f} MiB |",
         "",
         "Outbox every minute (MB; * collector down): "
         + ", ".join(f"{s['outbox'] / 1e6:.2f}{'*' if s['down'] else ''}" for s in samples[::6]),
@@ -387,7 +387,7 @@ def sustained(a: argparse.Namespace, work: Path) -> str:
 
 def _outbox_bytes(outbox: Path) -> int:
     total = 0
-    for p in outbox.glob(f"{spool.OUTBOX_PREFIX}*.json"):
+    for p in outbox.glob(f"{O.OUTBOX_PREFIX}*.json"):
         with contextlib.suppress(FileNotFoundError):
             total += p.stat().st_size
     return total

@@ -23,7 +23,7 @@ from gwms_obs import catalogue
 from gwms_obs.outputs.prometheus import exporter_registry
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.tracing.spool import ForwarderStats
+from gwms_obs.tracing.outbox import ForwarderStats
 from tests.support.servers import export_command, first_scan_done, free_port, have, http_get, process, wait_for
 
 

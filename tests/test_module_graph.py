@@ -42,7 +42,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "analysis": frozenset({"sources", "accounting", "ingest", "tracing", "outputs"}),
     "simulate": frozenset({"sources", "tracing"}),
     "config": frozenset({"accounting", "ingest"}),
-    "cli": frozenset({"sources", "accounting", "controller", "ingest", "tracing", "outputs", "analysis", "simulate", "config"}),
+    "cli": frozenset(
+        {"sources", "accounting", "controller", "ingest", "tracing", "outputs", "analysis", "simulate", "config"}
+    ),
 }
 
 

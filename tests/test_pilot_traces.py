@@ -20,8 +20,9 @@ from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.ledger import LedgerIndex
+from gwms_obs.tracing.outbox import SpoolForwarder
 from gwms_obs.tracing.redact import Tally
-from gwms_obs.tracing.spool import SpoolForwarder, parse_spool
+from gwms_obs.tracing.spool import parse_spool
 
 FACTORY = "testfactory"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.tracing.spool import MAX_OUTBOX_BYTES, OUTBOX_PREFIX
+from gwms_obs.tracing.outbox import MAX_OUTBOX_BYTES, OUTBOX_PREFIX
 from tests.support.servers import export_command, process
 from tests.support.trace_stack import Stack, binaries
 from tests.test_pilot_traces_live import _daemon, _keys, _pilots_counted, _settled, _telemetry

@@ -18,7 +18,7 @@ from gwms_obs.outputs import history, otlp
 from gwms_obs.outputs.prometheus import BuildInfoCollector, FactoryCollector, ForwarderCollector, exporter_registry
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.tracing.spool import ForwarderStats
+from gwms_obs.tracing.outbox import ForwarderStats
 
 
 @pytest.fixture(scope="module")

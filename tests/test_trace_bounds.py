@@ -15,7 +15,7 @@ from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import redact
 from gwms_obs.tracing.ledger import LEDGER_NAME, LedgerIndex
-from gwms_obs.tracing.spool import SpoolForwarder
+from gwms_obs.tracing.outbox import SpoolForwarder
 from tests.support.otlp_capture import otlp_capture
 from tests.support.trace_ledger import issue
 from tests.support.trace_secrets import SECRETS, secret_spans

@@ -17,7 +17,7 @@ import pytest
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.credentials import PilotSigner, generate_key
-from gwms_obs.tracing.spool import SpoolForwarder
+from gwms_obs.tracing.outbox import SpoolForwarder
 from tests.support.trace_pilot import run_pilot
 from tests.support.trace_secrets import SECRETS, secret_request
 from tests.support.trace_stack import Stack, binaries, stack

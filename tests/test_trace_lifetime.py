@@ -22,7 +22,8 @@ from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.write.trace_spool import spool
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import lifetime as L
-from gwms_obs.tracing.spool import SpoolError, SpoolForwarder, parse_spool
+from gwms_obs.tracing.outbox import SpoolForwarder
+from gwms_obs.tracing.spool import SpoolError, parse_spool
 from tests.test_analyze import SCRIPTS, T0, fleet_collector, to_jaeger
 from tests.test_trace_spool import PARENTS, glidein, line, span
 

@@ -17,7 +17,7 @@ from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.factory import FactoryTracer, make_provider
-from gwms_obs.tracing.spool import SpoolForwarder
+from gwms_obs.tracing.outbox import SpoolForwarder
 from tests.support.trace_pilot import SCRIPTS, PilotRun, run_pilot
 from tests.support.trace_stack import Stack, binaries, stack
 from tools import tracing_backends

@@ -16,7 +16,7 @@ import pytest
 
 from gwms_obs.cli import main
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.tracing.spool import OUTBOX_MARKER, OUTBOX_PREFIX, OutboxError, SpoolForwarder
+from gwms_obs.tracing.outbox import OUTBOX_MARKER, OUTBOX_PREFIX, OutboxError, SpoolForwarder
 from tests.support.otlp_capture import otlp_capture
 from tests.support.servers import free_port
 from tests.test_trace_spool import PARENTS, glidein, line, span

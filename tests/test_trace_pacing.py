@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.tracing.spool import SpoolForwarder, _name_spans
+from gwms_obs.tracing.outbox import SpoolForwarder, _name_spans
 
 
 def _request(resources: int, spans: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
-from gwms_obs.tracing.spool import SpoolForwarder
+from gwms_obs.tracing.outbox import SpoolForwarder
 from tests.support.trace_stack import Stack, stack
 
 RATE = 100.0  # spans/s under test: low enough that 1,200 spans take ~11 s

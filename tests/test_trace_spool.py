@@ -18,7 +18,8 @@ from gwms_obs.sources.condor_sections import encode
 from gwms_obs.sources.glidein_err import parse_err
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.ledger import LEDGER_NAME
-from gwms_obs.tracing.spool import SpoolError, SpoolForwarder, otlp_headers, parse_spool, traces_endpoint
+from gwms_obs.tracing.outbox import SpoolForwarder, otlp_headers, traces_endpoint
+from gwms_obs.tracing.spool import SpoolError, parse_spool
 from tests.support.otlp_capture import otlp_capture
 from tests.support.trace_ledger import issue
 

@@ -361,7 +361,7 @@ SCAN_DURATION = MetricDef(
     "s",
 )
 
-# The span-spool forwarder (tracing.spool.SpoolForwarder), when the exporter forwards pilots' spans.
+# The span-spool forwarder (tracing.outbox.SpoolForwarder), when the exporter forwards pilots' spans.
 TRACE_SPOOLS = MetricDef(
     "gwms_obs_trace_spools_total",
     "counter",

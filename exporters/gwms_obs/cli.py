@@ -263,7 +263,7 @@ def _spool_forwarder(
     """The SpoolForwarder for pilots' span spools and pilot traces, when a traces endpoint is configured."""
     import tempfile
 
-    from .tracing.spool import SPANS_PER_SECOND, SpoolForwarder, otlp_headers, traces_endpoint
+    from .tracing.outbox import SPANS_PER_SECOND, SpoolForwarder, otlp_headers, traces_endpoint
 
     endpoint = a.traces_endpoint or traces_endpoint()
     if not endpoint:

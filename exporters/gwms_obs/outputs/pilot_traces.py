@@ -19,7 +19,7 @@ pilot's account into OTLP/JSON spans:
 Ids are deterministic (:func:`pilot_trace_id`, docs/tracing.md "Pilot traces
 from the factory's files"), so sending a pilot again after a restart or a
 rescan writes the same spans, never new ones. The requests go into the span
-forwarder's outbox (``tracing.spool.SpoolForwarder.enqueue``), scrubbed and
+forwarder's outbox (``tracing.outbox.SpoolForwarder.enqueue``), scrubbed and
 bounded as a pilot's own spool is; the scan never waits on the network.
 """
 
@@ -569,7 +569,7 @@ class Outbox(Protocol):
 
 class OwnSpans(Protocol):
     """What a glidein's returned spool had: its phases' span ids by name, its root as ``glidein``
-    (``tracing.spool.SpoolForwarder.own_spans``); None when no spool of it came back."""
+    (``tracing.outbox.SpoolForwarder.own_spans``); None when no spool of it came back."""
 
     def __call__(self, log_dir: str, cluster: int, proc: int) -> dict[str, str] | None: ...
 

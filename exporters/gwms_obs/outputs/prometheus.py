@@ -30,7 +30,7 @@ from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
     from ..pipeline import Ingest
-    from ..tracing.spool import ForwarderStats
+    from ..tracing.outbox import ForwarderStats
 
 # schedd_status attribute -> label value; Idle is the sum of the first four and is left out.
 STATUS_STATES = {

@@ -83,7 +83,7 @@ class _RenewingExporter(SpanExporter):
         if self._inner is None or now - self._minted > self.lifetime / 2:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            from .spool import otlp_headers
+            from .outbox import otlp_headers
 
             token = self.signer.mint_service("factory", self.lifetime)
             old, self._minted = self._inner, now
