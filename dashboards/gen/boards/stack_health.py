@@ -378,5 +378,17 @@ def _controller(b: Board) -> None:
         ],
         budget=5,
         question="Is anyone calling the controller with a bad token?",
-        w=24,
+        w=12,
+    )
+    jaeger = catalogue.CONTROLLER_JAEGER
+    b.add(
+        "timeseries",
+        "Pilot pages: Jaeger requests by outcome",
+        "The pilot pages' requests to Jaeger's query API per second, by outcome (0 when none): timeout and error"
+        " are pages that answered 504 or 502, because Jaeger was slow, down or answered badly.",
+        jaeger.rate_grafana_unit,
+        [Target(or_zero(f"sum by (outcome) (rate({sel(jaeger.name)}[$__rate_interval]))"), "{{outcome}}")],
+        budget=4,
+        question="Can the pilot pages reach Jaeger?",
+        w=12,
     )
