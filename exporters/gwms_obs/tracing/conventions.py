@@ -157,6 +157,10 @@ LOG_HOLD_REASON: Final = "gwms.hold.reason"
 LOG_FAILED_TEST: Final = "gwms.validation.test"
 LOG_FAILURE: Final = "gwms.validation.failure"
 LOG_FAILURE_DETAIL: Final = "gwms.validation.detail"
+LOG_HOLD_CODE: Final = "gwms.hold.code"  # HoldReasonCode
+LOG_HOLD_SUBCODE: Final = "gwms.hold.subcode"  # HoldReasonSubCode
+LOG_HOLD_CLASS: Final = "gwms.hold.class"  # sources/hold_reasons.py HoldClass
+LOG_HOLDS_DROPPED: Final = "gwms.hold.dropped"  # holds beyond the event log's bound: counted only
 
 # OTLP enums (opentelemetry-proto trace.proto), as they appear in OTLP/JSON.
 KIND_INTERNAL: Final = 1
