@@ -74,3 +74,24 @@ def test_analyze_reads_them_as_phases(pilots: dict[tuple[str, int, int], Pilot])
     for name in (C.LOG_PHASE_QUEUED, C.LOG_PHASE_HELD, C.LOG_PHASE_CONDOR, C.PHASE_CLEANUP):
         assert not A.is_candidate(Key("e", S.KIND_PHASE, name, name)), name
     assert C.LOG_PHASE_VALIDATION in A.VALIDATION_PHASES
+
+
+def test_every_board_reads_phase_durations_through_the_phase_selector() -> None:
+    """A span-metrics duration query without the gwms.phase selector mixes user jobs, roots and
+    scripts into a "phase" percentile (the site-health board did, on a stock factory)."""
+    import json
+    from pathlib import Path
+
+    from dashboards.gen import names as N
+    from dashboards.gen.boards.common import PHASE_SEL
+
+    boards = sorted((Path(__file__).resolve().parents[1] / "dashboards" / "grafana").glob("*.json"))
+    queries = [
+        t["expr"]
+        for b in boards
+        for p in json.loads(b.read_text())["panels"]
+        for t in p.get("targets", [])
+        if f"{N.SPAN_DURATION}_bucket" in t.get("expr", "")
+    ]
+    assert len(queries) >= 4
+    assert [q for q in queries if PHASE_SEL not in q] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.tracing import conventions as C
 
 from .. import health
 from .. import names as N
@@ -21,6 +22,9 @@ SEL_ENTRY = f'{FACTORY_SEL},entry=~"$entry",site=~"$site"'  # ENTRY-labelled met
 # every factory) and each alert: series per entry, per process or per alert keep the factory label.
 # On one factory's Prometheus the label is absent and "by (factory, ...)" is "by (...)".
 BY_ENTRY = f"{FACTORY}, entry"
+# The pilots' phase spans in the span metrics, of either source (the pilot tracer's, the factory files'):
+# user jobs, roots and scripts carry no gwms.phase, and would mix into a phase's percentiles.
+PHASE_SEL = f'{N.SPAN_PHASE}=~"{"|".join(C.ALL_PHASES)}"'
 WASTE = "|".join(catalogue.WASTE)
 WASTE_SEL = f'{SEL},category=~"{WASTE}"'
 GOODPUT_SEL = f'{SEL},category="{Category.GOODPUT}"'

@@ -9,7 +9,6 @@ so a stock factory fills every panel. Scripts, user jobs and the roots are not p
 from __future__ import annotations
 
 from gwms_obs import catalogue
-from gwms_obs.tracing import conventions as C
 
 from .. import names as N
 from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
@@ -17,6 +16,7 @@ from .common import (
     ACCOUNTING,
     ENTRY_HEALTH,
     FACTORY,
+    PHASE_SEL,
     PHASES,
     legend,
 )
@@ -31,8 +31,7 @@ def pilot_phases() -> Board:
         "pilot developers and operators",
         variables=("entry", TOPN),
     )
-    phases = "|".join(C.ALL_PHASES)
-    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_PHASE}=~"{phases}",{N.SPAN_ENTRY}=~"$entry"'
+    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_ENTRY}=~"$entry"'
     bucket = f"{N.SPAN_DURATION}_bucket"
     e = N.SPAN_ENTRY
     by_e = f"{FACTORY}, {e}"  # an entry is one factory's (boards/common.py)

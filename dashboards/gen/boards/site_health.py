@@ -16,6 +16,7 @@ from .common import (
     FACTORY,
     HOURS,
     LEGEND_ENTRY,
+    PHASE_SEL,
     SEL,
     SEL_ENTRY,
     SITE_HEALTH,
@@ -212,7 +213,7 @@ def site_health() -> Board:
         drill=ENTRY_LINKS,
     )
     bucket = f"{N.SPAN_DURATION}_bucket"
-    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{N.SPAN_SITE}=~"$site"'
+    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_SITE}=~"$site"'
     e = N.SPAN_ENTRY
     by_e = f"{FACTORY}, {e}"
     b.add(
