@@ -120,7 +120,7 @@ def _copy_repo(dest: Path) -> Path:
     return repo
 
 
-def _artifact_tasks(tasks: list[dict[str, Any]], when: list[Any]) -> list[dict[str, Any]]:
+def _artifact_tasks(tasks: list[dict[str, Any]], when: list[Any], task_dir: Path) -> list[dict[str, Any]]:
     """The role's `include_role: gwms_artifact` tasks, with the conditions of their enclosing blocks.
 
     Each becomes a block: the include as the role has it, then a note of what
@@ -132,7 +132,11 @@ def _artifact_tasks(tasks: list[dict[str, Any]], when: list[Any]) -> list[dict[s
     for t in tasks or []:
         here = [*when, *([t["when"]] if isinstance(t.get("when"), str) else t.get("when", []))]
         if "block" in t:
-            found += _artifact_tasks(t["block"], here)
+            found += _artifact_tasks(t["block"], here, task_dir)
+        elif isinstance(t.get("ansible.builtin.import_tasks"), str):  # a file of the role's own tasks
+            found += _artifact_tasks(
+                yaml.safe_load((task_dir / t["ansible.builtin.import_tasks"]).read_text()), here, task_dir
+            )
         elif t.get(INCLUDE_ROLE, {}).get("name") == "gwms_artifact":
             # with the include's own vars, so gwms_artifact_dir/_file resolve as they did for the role
             note = "{'path': gwms_artifact_dir ~ '/' ~ gwms_artifact_file, 'exists': gwms_artifact_stat.stat.exists}"
@@ -177,8 +181,8 @@ def write_check_playbook(ansible: Path, out: Path) -> list[str]:
     for play in yaml.safe_load((ansible / "deploy.yml").read_text()):
         tasks = []
         for role in play.get("roles", []):
-            main = yaml.safe_load((ansible / "roles" / role / "tasks" / "main.yml").read_text())
-            found = _artifact_tasks(main, [])
+            task_dir = ansible / "roles" / role / "tasks"
+            found = _artifact_tasks(yaml.safe_load((task_dir / "main.yml").read_text()), [], task_dir)
             if found:
                 (ansible / "roles" / role / "tasks" / CHECK_TASKS).write_text(yaml.safe_dump(found, sort_keys=False))
                 tasks.append({"name": f"Artifacts of {role}", INCLUDE_ROLE: {"name": role, "tasks_from": CHECK_TASKS}})
