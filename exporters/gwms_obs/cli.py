@@ -321,7 +321,11 @@ def cmd_report(a: argparse.Namespace) -> int:
         sink=history.add if history else rep.add,
         progress=True,
     )
+    sender = _report_traces(a, ingest, rep) if a.traces else None
+    if a.traces and sender is None:
+        return 2
     res = ingest.scan()
+    traced = _send_report_traces(a, *sender) if sender is not None else True
     if history:
         text = history.to_openmetrics()
     elif a.pilots:
@@ -329,7 +333,53 @@ def cmd_report(a: argparse.Namespace) -> int:
         text = {"table": rep.pilots_to_table, "csv": rep.pilots_to_csv, "json": rep.pilots_to_json}[a.format](factory)
     else:
         text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
-    return _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
+    rc = _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
+    return rc or (0 if traced else 1)  # traces left in the outbox: said above, and not a success
+
+
+def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, Any] | None:
+    """``report --traces``: a trace per pilot that ended in the window, built as export builds it
+    (the same ids: sending a window again, or one the daemon sent, adds nothing to Jaeger)."""
+    from .outputs.pilot_traces import PilotTraces
+
+    try:
+        forwarder = _spool_forwarder(a, None, ingest.errors, a.trace_spans_per_second)
+    except OSError as e:
+        log.error("span forwarder: %s", e)
+        return None
+    if forwarder is None:
+        log.error(
+            "--traces needs --traces-endpoint, $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT"
+        )
+        return None
+    name = _factory_name(a, a.factory_dir, ingest.errors)
+    traces = PilotTraces(forwarder, name, errors=ingest.errors, ledger=forwarder.ledger, own_spans=forwarder.own_spans)
+
+    def in_window(acc: Any, facts: Any) -> None:
+        if rep.wants(acc):
+            traces(acc, facts)
+
+    ingest.books.trace_sink = in_window
+    forwarder.start()  # sends while the scan reads: the outbox is written a batch at a time
+    log.info("a trace per pilot of the window, factory %r in their ids", name)
+    return forwarder, traces
+
+
+def _send_report_traces(a: argparse.Namespace, forwarder: Any, traces: Any) -> bool:
+    """The last batch into the outbox, then wait (at most --traces-drain-seconds) for the collector."""
+    traces.flush()
+    try:
+        sent = forwarder.drain(a.traces_drain_seconds)
+    finally:
+        forwarder.stop()
+    st = forwarder.stats
+    log.info("pilot traces: %d built (%d spans), %d spans sent", traces.built, traces.spans, st.sent_spans)
+    if not sent:
+        log.error(
+            "%d requests not sent within %gs, kept in %s: run again with --traces-outbox %s to send them",
+            len(forwarder.pending()), a.traces_drain_seconds, forwarder.outbox, forwarder.outbox,
+        )  # fmt: skip
+    return bool(sent)
 
 
 def _deliver(
@@ -639,6 +689,25 @@ def _factory_window(
     )
 
 
+def _traces_delivery(p: argparse.ArgumentParser, *, drain: float) -> None:
+    """Where export and report --traces send spans, with what credential, through which outbox."""
+    p.add_argument(
+        "--traces-endpoint",
+        help="OTLP/HTTP traces URL for span spools found in .err files and pilot traces "
+        "(default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or $OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces)",
+    )
+    p.add_argument("--traces-token-file", help="bearer token for --traces-endpoint (default $GWMS_OBS_TRACES_TOKEN)")
+    p.add_argument(
+        "--traces-outbox", help="directory of spans waiting to be sent (default <checkpoint>.traces, else a new one)"
+    )
+    p.add_argument(
+        "--traces-drain-seconds",
+        type=_seconds,
+        default=drain,
+        help=f"one-shot runs: wait at most this long for the collector to take what was queued (default {drain:g})",
+    )
+
+
 def _trace_names(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--factory-name",
@@ -710,16 +779,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one scan, then exit, serving no /metrics (1 if the scan or any source in it failed)",
     )
-    e.add_argument(
-        "--traces-endpoint",
-        help="OTLP/HTTP traces URL for span spools found in .err files "
-        "(default $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or $OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces)",
-    )
-    e.add_argument("--traces-token-file", help="bearer token for --traces-endpoint (default $GWMS_OBS_TRACES_TOKEN)")
-    e.add_argument("--traces-outbox", help="directory of spools waiting to be sent (default <checkpoint>.traces)")
-    e.add_argument(
-        "--traces-drain-seconds", type=_seconds, default=30.0, help="with --once: wait this long for sends (default 30)"
-    )
+    _traces_delivery(e, drain=30.0)
     e.add_argument(
         "--workers",
         type=_positive_int,
@@ -758,6 +818,20 @@ def parser() -> argparse.ArgumentParser:
         f"trace id) instead of the table; CATEGORY one of {', '.join(c.value for c in Category)}",
     )
     _trace_names(r)
+    r.add_argument(
+        "--traces",
+        action="store_true",
+        help="also send a trace per pilot that ended in the window to the collector, as export builds them "
+        "(the same ids: a window sent twice, or one the daemon sent, adds nothing)",
+    )
+    _traces_delivery(r, drain=300.0)
+    r.add_argument(
+        "--trace-spans-per-second",
+        type=_seconds,
+        default=None,
+        help="with --traces: at most this many spans a second on average, so a backfill does not flood Jaeger "
+        "(default 300; 0: unpaced)",
+    )
     r.set_defaults(func=cmd_report)
 
     i = _sub(
