@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from gwms_obs import catalogue
+from gwms_obs.outputs.prometheus import ForwarderCollector
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.tracing.outbox import SpoolForwarder, _name_spans
 
@@ -108,6 +110,9 @@ def test_a_request_larger_than_a_second_goes_in_pieces_each_naming_its_resource(
     ]
     assert len(r3) == 2
     assert fwd.stats.sent_spans == 2100 and fwd.stats.sent_requests == 3
+    # The wait for 1,100 spans beyond the first second's bucket, served on /metrics
+    paced = {m.name: m for m in ForwarderCollector(fwd.stats).collect()}[catalogue.TRACE_PACED.base]
+    assert 0.9 <= paced.samples[0].value <= 5.0
 
 
 def test_an_outage_in_the_middle_of_a_file_keeps_only_what_was_not_sent(tmp_path: Path) -> None:

@@ -383,6 +383,16 @@ TRACE_REQUESTS = MetricDef(
     "OTLP requests the forwarder made to the collector: sent, or failed (a transient failure, retried).",
     ("result",),
 )
+TRACE_PACED = MetricDef(
+    "gwms_obs_trace_paced_seconds_total",
+    "counter",
+    "Seconds the forwarder waited to stay under trace_spans_per_second: a rate near 1 means it sends at its "
+    "limit all the time (a backfill, or a backlog after an outage, draining at the paced rate).",
+    (),
+    "seconds",
+    "s",
+    rate_unit="percentunit",  # seconds waited per second: the share of time paced
+)
 
 # Which gwms-obs is running, after the Prometheus convention of ``<name>_build_info``
 # (value 1, the build in labels; Go programs say version/revision/branch/goversion).

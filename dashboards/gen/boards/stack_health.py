@@ -198,6 +198,23 @@ def stack_health() -> Board:
         budget=10,
         question="Is the spool forwarder failing to send?",
     )
+    paced = catalogue.TRACE_PACED
+    b.add(
+        "timeseries",
+        "Span forwarder: share of time paced",
+        "The share of time the forwarder waits to stay under trace_spans_per_second. Near 100 % for long: it sends"
+        " at its limit all the time, so a backlog (a backfill, an outage) drains no faster; raise the rate if the"
+        " collector and Jaeger keep up.",
+        paced.rate_grafana_unit,
+        [
+            Target(
+                or_zero(f"sum by ({FACTORY}, instance) (rate({sel(paced.name)}[$__rate_interval]))"),
+                legend("instance", FACTORY),
+            )
+        ],
+        budget=5,
+        question="Is the span forwarder held back by its rate limit?",
+    )
     b.add(
         "timeseries",
         "Collector spans in/out",

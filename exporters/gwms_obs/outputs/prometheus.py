@@ -72,7 +72,12 @@ HEALTH: tuple[catalogue.MetricDef, ...] = (
     catalogue.LAST_SCAN,
     catalogue.SCAN_DURATION,
 )
-FORWARDER: tuple[catalogue.MetricDef, ...] = (catalogue.TRACE_SPOOLS, catalogue.TRACE_SPANS, catalogue.TRACE_REQUESTS)
+FORWARDER: tuple[catalogue.MetricDef, ...] = (
+    catalogue.TRACE_SPOOLS,
+    catalogue.TRACE_SPANS,
+    catalogue.TRACE_REQUESTS,
+    catalogue.TRACE_PACED,
+)
 
 
 def _described(metrics: Iterable[catalogue.MetricDef]) -> list[Metric]:
@@ -212,6 +217,7 @@ class ForwarderCollector(Collector):
         yield _values(catalogue.TRACE_SPANS, (((k,), float(v)) for k, v in spans.items()))
         requests = {"sent": s.sent_requests, "failed": s.failures}
         yield _values(catalogue.TRACE_REQUESTS, (((k,), float(v)) for k, v in requests.items()))
+        yield _values(catalogue.TRACE_PACED, [((), s.paced_seconds)])
 
 
 class BuildInfoCollector(Collector):
