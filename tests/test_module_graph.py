@@ -42,8 +42,21 @@ ALLOWED: dict[str, frozenset[str]] = {
     "analysis": frozenset({"sources", "accounting", "ingest", "tracing", "outputs"}),
     "simulate": frozenset({"sources", "tracing"}),
     "config": frozenset({"accounting", "ingest"}),
+    # the exporter daemon's composition root: the scan loop wired to its outputs
+    "daemon": frozenset({"sources", "accounting", "ingest", "tracing", "outputs", "config"}),
     "cli": frozenset(
-        {"sources", "accounting", "controller", "ingest", "tracing", "outputs", "analysis", "simulate", "config"}
+        {
+            "sources",
+            "accounting",
+            "controller",
+            "ingest",
+            "tracing",
+            "outputs",
+            "analysis",
+            "simulate",
+            "config",
+            "daemon",
+        }
     ),
 }
 

@@ -476,8 +476,8 @@ def test_completed_jobs_and_event_log_pilots_get_traces(sim: tuple[Path, Simulat
 
 
 def test_the_config_key_switches_them_off(tmp_path: Path) -> None:
-    from gwms_obs.cli import _pilot_traces
     from gwms_obs.config import ConfigError, from_dict
+    from gwms_obs.daemon import pilot_traces as _pilot_traces
 
     assert from_dict({}).pilot_traces is True
     with pytest.raises(ConfigError, match="pilot_traces must be true or false"):
@@ -525,8 +525,8 @@ def test_every_pilot_a_checkpoint_counts_has_its_trace_in_the_outbox(
 ) -> None:
     """A kill right after a checkpoint loses no trace: the traces of the pilots it marks counted are
     written first (a kill between the two counts them again, and sends the same ids)."""
-    from gwms_obs.cli import _pilot_traces
     from gwms_obs.config import from_dict
+    from gwms_obs.daemon import pilot_traces as _pilot_traces
     from gwms_obs.ingest import checkpoint
 
     box = Box()
@@ -550,8 +550,8 @@ def test_every_pilot_a_checkpoint_counts_has_its_trace_in_the_outbox(
 def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
     sim: tuple[Path, SimulationSummary], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gwms_obs.cli import _pilot_traces
     from gwms_obs.config import from_dict
+    from gwms_obs.daemon import pilot_traces as _pilot_traces
 
     def broken(acc: Any, facts: PilotFacts, *a: Any, **kw: Any) -> Any:
         if acc.cluster % 2:

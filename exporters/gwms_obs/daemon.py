@@ -1,0 +1,198 @@
+"""The exporter daemon's composition root: ``gwms-obs export`` once its flags are read.
+
+It wires one scan loop to its outputs: the ingest (sources → accounting), the
+/metrics server, the OTLP push, the span forwarder with the pilot traces, the
+exporter's own spans, and the signals that stop it. ``cli.py`` reads the
+flags and the config file, checks them and locks the checkpoint; everything
+that runs after that is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import native
+from .config import ExportConfig, factory_pending
+from .parse_errors import ParseErrors
+from .settings import parse_listen
+
+log = logging.getLogger("gwms_obs")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where spans go (export's and report --traces's flags): None falls back to the OTEL_* variables,
+    a new outbox beside the checkpoint (else a temporary one), $GWMS_OBS_TRACES_TOKEN."""
+
+    endpoint: str | None = None
+    token_file: str | None = None
+    outbox: str | None = None
+    drain_seconds: float = 30.0
+
+    def token(self) -> str | None:
+        """The exporter's own credential for the collector: the token file, else $GWMS_OBS_TRACES_TOKEN."""
+        if self.token_file:
+            return Path(self.token_file).read_text().strip()
+        return os.environ.get("GWMS_OBS_TRACES_TOKEN")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """How this run of the exporter goes: once or as a daemon, from a fresh checkpoint or not."""
+
+    once: bool = False
+    reset_checkpoint: bool = False
+    workers: int = 1
+    traces: Delivery = Delivery()
+
+
+# While the factory's log dir is not there yet, look for it this often at least (seconds).
+FACTORY_WAIT_POLL = 10.0
+
+
+def run(cfg: ExportConfig, a: Run) -> int:
+    """The exporter, once its configuration is checked and its checkpoint locked: 0, or what --once exits with."""
+    from prometheus_client import make_wsgi_app
+
+    from .ingest.checkpoint import CheckpointError
+    from .outputs import self_trace
+    from .outputs.http import MetricsServer, SharedRenders
+    from .outputs.otlp import otlp_configured, start_otlp
+    from .outputs.prometheus import exporter_registry
+    from .pipeline import Ingest
+
+    try:
+        ingest = Ingest(
+            dataclasses.replace(cfg.ingest(reset_checkpoint=a.reset_checkpoint), workers=a.workers), progress=True
+        )
+    except CheckpointError as e:  # refused rather than re-count: the message says what to do
+        log.error("%s", e)
+        return 2
+    try:
+        forwarder = span_forwarder(a.traces, cfg.checkpoint, ingest.errors, cfg.trace_spans_per_second)
+        token = a.traces.token()
+    except OSError as e:
+        log.error("span forwarder: %s", e)
+        return 2
+    # Before /metrics: its pilot histograms' exemplars name the traces built here.
+    traces = pilot_traces(cfg, ingest, forwarder) if forwarder is not None else None
+    server = None
+    if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
+        log.info("one scan of factory %s (--once: /metrics is not served)", cfg.factory_dir)
+    else:
+        stats = forwarder.stats if forwarder is not None else None
+        registry = exporter_registry(ingest, stats, traces.factory if traces is not None else None)
+        host, port = parse_listen(cfg.listen)
+        try:
+            server = MetricsServer(host, port, SharedRenders(make_wsgi_app(registry)))
+        except OSError as e:  # in use, or a host name that does not resolve here
+            log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
+            return 2
+        log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
+    log.info("readers: %s", native.describe())
+    if forwarder is not None:
+        ingest.spool_sink = forwarder
+        forwarder.start()
+    provider = start_otlp(ingest) if otlp_configured() else None
+    own_spans = self_trace.configure(token)  # the scans as spans, when OTEL_* ask for traces
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    failed = False  # what --once exits with
+    waiting: str | None = None  # why the factory dir is not ready, while the daemon waits for it
+    try:
+        while not stop.is_set():
+            # --once has checked the dir; the daemon looks before each scan (a factory not started yet)
+            pending = None if a.once else factory_pending(cfg.factory_dir)
+            if pending:
+                if pending != waiting:
+                    log.warning(
+                        "factory_dir: %s: waiting for the factory to create it (/metrics is served meanwhile)", pending
+                    )
+                waiting = pending
+                stop.wait(min(cfg.interval, FACTORY_WAIT_POLL))
+                continue
+            if waiting:
+                log.info("factory_dir %s is ready: scanning", cfg.factory_dir)
+                waiting = None
+            try:
+                with self_trace.scan_span(ingest) as traced:
+                    res = traced.result = ingest.scan()
+                if res.failed:
+                    failed = True  # counted and logged by the scan; the other sources went on
+                if res.pilots:
+                    by_source = ", ".join(f"{k} {n}" for k, n in res.by_source.items())  # StrEnum: str() is the value
+                    log.info("scan: %d pilots (%s)", res.pilots, by_source)
+            except Exception as e:  # one bad scan must not end the daemon; the next one retries
+                failed = True
+                log.error("scan failed: %s: %s", type(e).__name__, e)
+                log.debug("scan failure", exc_info=True)  # the traceback, for bug reports
+            if traces is not None:
+                traces.flush()  # the scan's last pilots, in one request
+            if a.once:
+                break
+            stop.wait(cfg.interval)
+    finally:
+        if server is not None:
+            server.close()
+        if provider is not None:
+            provider.shutdown()
+        if own_spans is not None:
+            own_spans.shutdown()  # flushes the last scans' spans (bounded by the SDK's export timeout)
+        if forwarder is not None:
+            # What is not sent stays in the outbox for the next start.
+            if not forwarder.drain(a.traces.drain_seconds if a.once else 5.0):
+                log.warning("%d span spools not yet sent, kept in %s", len(forwarder.pending()), forwarder.outbox)
+            forwarder.stop()
+    return 1 if a.once and failed else 0
+
+
+def pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
+    """A trace per counted pilot into the forwarder's outbox (``pilot_traces = false``: none)."""
+    if not cfg.pilot_traces:
+        return None
+    from .outputs.pilot_traces import PilotTraces, factory_name
+
+    name = cfg.factory_name or factory_name(ingest.cfg.monitor, ingest.errors)
+    log.info("a trace per counted pilot, factory %r in their ids", name)
+    # A pilot the factory traced live (its trace ledger) gets its log spans inside that trace.
+    traces = PilotTraces(
+        forwarder, name, rules=cfg.rules, errors=ingest.errors, ledger=forwarder.ledger, own_spans=forwarder.own_spans
+    )
+    ingest.books.trace_sink = traces
+    ingest.books.before_save.append(traces.flush)
+    return traces
+
+
+def span_forwarder(
+    a: Delivery, checkpoint: str | None, errors: ParseErrors, spans_per_second: float | None = None
+) -> Any:
+    """The SpoolForwarder for pilots' span spools and pilot traces, when a traces endpoint is configured."""
+    import tempfile
+
+    from .tracing.outbox import SPANS_PER_SECOND, SpoolForwarder, otlp_headers, traces_endpoint
+
+    endpoint = a.endpoint or traces_endpoint()
+    if not endpoint:
+        return None
+    token = a.token()
+    if a.outbox:
+        outbox = Path(a.outbox)
+    elif checkpoint:
+        outbox = Path(checkpoint + ".traces")  # survives restarts with the rest of the state
+    else:
+        outbox = Path(tempfile.mkdtemp(prefix="gwms-obs-traces-"))
+    rate = SPANS_PER_SECOND if spans_per_second is None else spans_per_second
+    fwd = SpoolForwarder(
+        endpoint, outbox, errors, token=token, headers=otlp_headers(), checkpoint=checkpoint, spans_per_second=rate
+    )
+    paced = f"at most {rate:g} spans/s" if rate else "unpaced"
+    log.info("forwarding pilots' span spools to %s (outbox %s, %s)", endpoint, outbox, paced)
+    return fwd
