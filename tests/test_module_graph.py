@@ -180,3 +180,25 @@ def test_the_controller_loads_none_of_the_exporter() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert r.stdout.strip() == "", f"the controller imports: {r.stdout.strip()}"
+
+
+# Run by alembic as a script, outside the package: the one module that names the package absolutely.
+SCRIPTS = frozenset({"gwms_obs.controller.migrations.env"})
+
+
+def test_one_import_style_inside_the_package() -> None:
+    """Modules import their siblings relatively (``from ..catalogue import``), in every package alike."""
+    absolute = []
+    for m, path in modules().items():
+        if m in SCRIPTS:
+            continue
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(n, ast.ImportFrom) and not n.level:
+                names = [n.module or ""]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            else:
+                continue
+            if any(x.split(".")[0] == PKG for x in names):
+                absolute.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    assert not absolute, f"absolute imports of gwms_obs inside it: {absolute}"

@@ -46,7 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-from gwms_obs.controller.policy import (
+from .policy import (
     DENIAL_REASONS,
     SELECTOR_FIELDS,
     Effect,
@@ -57,7 +57,7 @@ from gwms_obs.controller.policy import (
     Selector,
     Verbosity,
 )
-from gwms_obs.controller.validate import MAX_DETAIL, first_unsafe, visible
+from .validate import MAX_DETAIL, first_unsafe, visible
 
 # Alembic's script_location as a package resource: found wherever the package is installed
 MIGRATIONS = "gwms_obs.controller:migrations"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.write import (
+from ..catalogue import Source
+from .write import (
     completed_jobs,
     condor_eventlog,
     descript,

@@ -37,9 +37,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gwms_obs.simulate.plan import SimPilot, script_times
-from gwms_obs.simulate.scenario import CLIENTS, EntrySpec
-from gwms_obs.simulate.usage import HOG_CPU, HOG_MEMORY
+from .plan import SimPilot, script_times
+from .scenario import CLIENTS, EntrySpec
+from .usage import HOG_CPU, HOG_MEMORY
 
 FILE = "anomalies.json"
 VERSION = 1

@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gwms_obs.simulate import anomalies as labelling
-from gwms_obs.simulate import usage
-from gwms_obs.simulate.factory_stats import StarterStats, completed_stats, starter_stats
-from gwms_obs.simulate.formats import iso_local, time_ordered
-from gwms_obs.simulate.plan import Planner, SimPilot
-from gwms_obs.simulate.scenario import (
+from . import anomalies as labelling
+from . import usage
+from .factory_stats import StarterStats, completed_stats, starter_stats
+from .formats import iso_local, time_ordered
+from .plan import Planner, SimPilot
+from .scenario import (
     ANOMALY_ENTRIES,
     CLIENTS,
     DEFAULT_ENTRIES,
@@ -39,7 +39,7 @@ from gwms_obs.simulate.scenario import (
     GLIDEIN_NAME,
     EntrySpec,
 )
-from gwms_obs.simulate.write import (
+from .write import (
     completed_jobs,
     condor_eventlog,
     descript,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from gwms_obs.model import StatsFormat
-from gwms_obs.simulate.formats import awk_num, starterlog_time
-from gwms_obs.simulate.plan import SimPilot
+from ..model import StatsFormat
+from .formats import awk_num, starterlog_time
+from .plan import SimPilot
 
 # parse_starterlog.awk's job classes, in the order the Stats block prints them.
 JOB_CLASSES = ("goodZ", "goodNZ", "badSignal", "badOther")

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gwms_obs.model import StatsFormat
-from gwms_obs.simulate.scenario import (
+from ..model import StatsFormat
+from .scenario import (
     CLIENTS,
     FIRST_CLUSTER,
     MAX_IDLE,
@@ -28,7 +28,7 @@ from gwms_obs.simulate.scenario import (
     EntrySpec,
     client_of,
 )
-from gwms_obs.simulate.usage import Usage
+from .usage import Usage
 
 
 @dataclass(slots=True)

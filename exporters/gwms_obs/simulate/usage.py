@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gwms_obs.simulate.scenario import EntrySpec
+from .scenario import EntrySpec
 
 
 class _Job(Protocol):

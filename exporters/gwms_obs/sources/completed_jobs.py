@@ -27,10 +27,10 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
-from gwms_obs import native
-from gwms_obs.catalogue import Source
-from gwms_obs.model import CompletedJob
-from gwms_obs.parse_errors import ParseErrors
+from .. import native
+from ..catalogue import Source
+from ..model import CompletedJob
+from ..parse_errors import ParseErrors
 
 MAX_LINE = 1 << 20  # a longer line is skipped ("line_too_long"), never buffered forever
 

@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
-from gwms_obs import native
-from gwms_obs.catalogue import Source
-from gwms_obs.model import HoldInterval, PilotTimes
-from gwms_obs.parse_errors import ParseErrors
+from .. import native
+from ..catalogue import Source
+from ..model import HoldInterval, PilotTimes
+from ..parse_errors import ParseErrors
 
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
 

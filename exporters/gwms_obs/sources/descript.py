@@ -23,10 +23,10 @@ from xml.etree.ElementTree import Element, ParseError
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring
 
-from gwms_obs.catalogue import Source
-from gwms_obs.model import EntryDescript
-from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
+from ..catalogue import Source
+from ..model import EntryDescript
+from ..parse_errors import ParseErrors
+from . import files
 
 MAX_XML = 32 << 20  # real files are KB (entry) to a few MB (factory with 1000s of entries)
 

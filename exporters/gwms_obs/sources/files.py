@@ -24,8 +24,8 @@ import os
 import stat
 from types import TracebackType
 
-from gwms_obs import native
-from gwms_obs.parse_errors import ParseErrors
+from .. import native
+from ..parse_errors import ParseErrors
 
 # Reason words (the ``reason`` label of gwms_obs_parse_errors_total).
 NOT_REGULAR = "not_regular"

@@ -11,14 +11,15 @@ import re
 from operator import methodcaller
 from xml.etree.ElementTree import Element
 
-from gwms_obs import native
-from gwms_obs.catalogue import Source
-from gwms_obs.model import GlideinErr, Job, ScriptTiming
-from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import classad, condor_sections, files
-from gwms_obs.sources.budget import REASON as BUDGET
-from gwms_obs.sources.budget import Budget, BudgetExceeded
-from gwms_obs.sources.glidein_out import (
+from .. import native
+from ..catalogue import Source
+from ..model import GlideinErr, Job, ScriptTiming
+from ..parse_errors import ParseErrors
+from ..tracing import conventions as C
+from . import classad, condor_sections, files
+from .budget import REASON as BUDGET
+from .budget import Budget, BudgetExceeded
+from .glidein_out import (
     MAX_LINE,
     Scanner,
     hostile_xml,
@@ -26,7 +27,6 @@ from gwms_obs.sources.glidein_out import (
     parse_xml,
     text_of,
 )
-from gwms_obs.tracing import conventions as C
 
 HISTORY_SECTION = "StartdHistoryLog"
 MAX_LONG_XML = 8 << 20

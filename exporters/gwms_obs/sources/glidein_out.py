@@ -23,13 +23,13 @@ from xml.etree.ElementTree import Element, ParseError, XMLParser
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import fromstring as defused_fromstring
 
-from gwms_obs import native
-from gwms_obs.catalogue import Source
-from gwms_obs.model import GlideinOut, SlotStat, StatsFormat
-from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import files
-from gwms_obs.sources.budget import REASON as BUDGET
-from gwms_obs.sources.budget import Budget, BudgetExceeded
+from .. import native
+from ..catalogue import Source
+from ..model import GlideinOut, SlotStat, StatsFormat
+from ..parse_errors import ParseErrors
+from . import files
+from .budget import REASON as BUDGET
+from .budget import Budget, BudgetExceeded
 
 MAX_LINE = 64 << 10  # longer lines are never parsed
 MAX_XML = 1 << 20  # the stdout XML is ~2 KB

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from gwms_obs.catalogue import Source
+from ..catalogue import Source
 
 UNREADABLE_DIR = "unreadable_dir"
 NONCANONICAL_NAME = "noncanonical_name"

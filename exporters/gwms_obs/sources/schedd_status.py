@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from xml.etree.ElementTree import Element
 
-from gwms_obs.catalogue import Source
-from gwms_obs.model import EntryStatus, FrontendStatus
-from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources.descript import entry_from_dir, load_xml
+from ..catalogue import Source
+from ..model import EntryStatus, FrontendStatus
+from ..parse_errors import ParseErrors
+from .descript import entry_from_dir, load_xml
 
 _SRC = Source.SCHEDD_STATUS.value
 _MAX_SCHEDD_XML = 16 << 20

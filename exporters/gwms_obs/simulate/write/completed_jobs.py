@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.factory_stats import CompletedStats
-from gwms_obs.simulate.formats import completed_line, day_stamp
-from gwms_obs.simulate.plan import SimPilot
-from gwms_obs.simulate.scenario import EntrySpec
+from ...catalogue import Source
+from ..factory_stats import CompletedStats
+from ..formats import completed_line, day_stamp
+from ..plan import SimPilot
+from ..scenario import EntrySpec
 
 SOURCE = Source.COMPLETED_JOBS
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.formats import day_stamp, eventlog_time
-from gwms_obs.simulate.plan import SimPilot
-from gwms_obs.simulate.scenario import SCHEDD_ADDR, Client, EntrySpec
+from ...catalogue import Source
+from ..formats import day_stamp, eventlog_time
+from ..plan import SimPilot
+from ..scenario import SCHEDD_ADDR, Client, EntrySpec
 
 SOURCE = Source.EVENT_LOG
 _USAGE = "Usr 0 00:00:00, Sys 0 00:00:00"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.formats import updated_block, xml_attrs
-from gwms_obs.simulate.scenario import CLIENTS, FACTORY, GLIDEIN_NAME, MAX_IDLE, EntrySpec
+from ...catalogue import Source
+from ..formats import updated_block, xml_attrs
+from ..scenario import CLIENTS, FACTORY, GLIDEIN_NAME, MAX_IDLE, EntrySpec
 
 SOURCE = Source.DESCRIPT
 FILE = "descript.xml"

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gwms_obs.catalogue import Source
-from gwms_obs.model import StatsFormat
-from gwms_obs.simulate.factory_stats import StarterStats
-from gwms_obs.simulate.formats import date_cmd
-from gwms_obs.simulate.plan import SimPilot, WorkerNode, script_path, script_times
-from gwms_obs.simulate.scenario import FACTORY, GLIDEIN_NAME, MAX_IDLE, SCHEDD, SCRIPT_FAILURES, Client, EntrySpec
-from gwms_obs.simulate.write import osg_test_result, trace_spool
-from gwms_obs.sources.condor_sections import encode
-from gwms_obs.tracing import conventions as C
+from ...catalogue import Source
+from ...model import StatsFormat
+from ...sources.condor_sections import encode
+from ...tracing import conventions as C
+from ..factory_stats import StarterStats
+from ..formats import date_cmd
+from ..plan import SimPilot, WorkerNode, script_path, script_times
+from ..scenario import FACTORY, GLIDEIN_NAME, MAX_IDLE, SCHEDD, SCRIPT_FAILURES, Client, EntrySpec
+from . import osg_test_result, trace_spool
 
 SOURCE = Source.GLIDEIN_ERR
 CONFIG_DASHES = "-" * 53  # closing line of condor_startup.sh's glidein_config dump (HEAD)

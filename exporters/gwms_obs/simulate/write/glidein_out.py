@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.factory_stats import StarterStats
-from gwms_obs.simulate.formats import date_cmd
-from gwms_obs.simulate.plan import SimPilot, WorkerNode, script_path, script_times
-from gwms_obs.simulate.scenario import (
+from ...catalogue import Source
+from ..factory_stats import StarterStats
+from ..formats import date_cmd
+from ..plan import SimPilot, WorkerNode, script_path, script_times
+from ..scenario import (
     CPUS_SETUP,
     FACTORY,
     GLIDEIN_NAME,
@@ -16,7 +16,7 @@ from gwms_obs.simulate.scenario import (
     Client,
     EntrySpec,
 )
-from gwms_obs.simulate.write import osg_test_result
+from . import osg_test_result
 
 SOURCE = Source.GLIDEIN_OUT
 

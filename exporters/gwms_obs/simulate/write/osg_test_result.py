@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from gwms_obs.simulate.factory_stats import StarterStats
-from gwms_obs.simulate.formats import iso_local
-from gwms_obs.simulate.plan import SimPilot, WorkerNode, script_times
-from gwms_obs.simulate.scenario import CPUS_SETUP, MEMORY_SETUP, OS_RELEASE, SCRIPT_FAILURES, SCRIPT_METRICS, Client
-from gwms_obs.sources.condor_sections import encode
-from gwms_obs.sources.glidein_err import XML_BEGIN, XML_END
+from ...sources.condor_sections import encode
+from ...sources.glidein_err import XML_BEGIN, XML_END
+from ..factory_stats import StarterStats
+from ..formats import iso_local
+from ..plan import SimPilot, WorkerNode, script_times
+from ..scenario import CPUS_SETUP, MEMORY_SETUP, OS_RELEASE, SCRIPT_FAILURES, SCRIPT_METRICS, Client
 
 VERSION = "4.3.1"
 GLIDEIN = "glidein_startup.sh"  # id of the glidein's own result

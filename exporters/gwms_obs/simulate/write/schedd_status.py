@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.formats import updated_block, xml_attrs
-from gwms_obs.simulate.plan import FrontendReport, SimPilot
-from gwms_obs.simulate.scenario import CLIENTS, EntrySpec
+from ...catalogue import Source
+from ..formats import updated_block, xml_attrs
+from ..plan import FrontendReport, SimPilot
+from ..scenario import CLIENTS, EntrySpec
 
 SOURCE = Source.SCHEDD_STATUS
 FILE = "schedd_status.xml"

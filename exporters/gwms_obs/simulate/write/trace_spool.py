@@ -19,10 +19,10 @@ import hashlib
 import json
 from typing import Any
 
-from gwms_obs.catalogue import Source
-from gwms_obs.simulate.plan import SimPilot, WorkerNode, script_times
-from gwms_obs.simulate.scenario import FACTORY, Client, EntrySpec
-from gwms_obs.tracing import conventions as C
+from ...catalogue import Source
+from ...tracing import conventions as C
+from ..plan import SimPilot, WorkerNode, script_times
+from ..scenario import FACTORY, Client, EntrySpec
 
 SOURCE = Source.TRACE_SPOOL
 SPOOL_SHARE = 3  # one pilot in this many had no outbound network and returns its spool in the .err
