@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gwms_obs import native
 from gwms_obs.model import SlotStat, StatsFormat
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources.budget import Budget
@@ -146,6 +147,22 @@ def test_early_failure_tail() -> None:
     assert out.failure == "WN_RESOURCE"
     assert out.metrics == {"failure": "WN_RESOURCE"}
     assert (out.cluster, out.proc) == (77, 1)
+    assert out.detail == "Cannot create work dir: disk full"  # the failing test's own words, for its trace
+
+
+def test_the_detail_is_read_alike_with_and_without_the_compiled_reader(real: bytes) -> None:
+    """The compiled reader has no field for <detail>: it is read in Python for failed pilots alone,
+    as the Python reader reads it, and a pilot that did not fail keeps none."""
+    data = (FIX / "glidein_early_failure.out").read_bytes()
+    core = native.core
+    got = []
+    try:
+        for c in (core, None):
+            native.core = c
+            got.append((parse_out(data, "x.out", ParseErrors()).detail, parse_out(real, "r.out", ParseErrors()).detail))
+    finally:
+        native.core = core
+    assert got[0] == got[1] == ("Cannot create work dir: disk full", None)
 
 
 # --- hostile input -----------------------------------------------------------

@@ -18,6 +18,7 @@ from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
+from gwms_obs.simulate.write.osg_test_result import SCRIPT_FAILURES
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing.ledger import LedgerIndex
 from gwms_obs.tracing.outbox import SpoolForwarder
@@ -150,6 +151,9 @@ def test_validation_failure_is_error_naming_the_failing_test(
         assert t.failed_script and t.failed_script in v["status"]["message"]
         a = _attrs(v["attributes"])
         assert a[P.FAILED_TEST] == t.failed_script
+        # the XML's <detail>, on one line, then the failing test's metrics
+        want = " ".join(f"Validation failed in {t.failed_script}. {SCRIPT_FAILURES[t.failed_script].detail}".split())
+        assert a[P.FAILURE_DETAIL].startswith(want), a[P.FAILURE_DETAIL]
         (ev,) = v["events"]
         assert ev["name"] == P.EVENT_VALIDATION_FAILED and _attrs(ev["attributes"])[P.FAILED_TEST] == t.failed_script
         assert p.path(v) == [P.SPAN_RUNNING, C.SPAN_PILOT]

@@ -73,6 +73,7 @@ class GlideinOut:
     metrics: dict[str, str] = field(default_factory=dict)  # <OSGTestResult> <metric>s
     status: str | None = None  # <result><status>
     failure: str | None = None  # the "failure" metric (WN_RESOURCE, Config, ...)
+    detail: str | None = None  # <detail> of a failed validation: the failing test's own words (hostile)
 
 
 @dataclass(slots=True)

@@ -446,8 +446,9 @@ def _failure(acc: PilotAccount, facts: PilotFacts, sc: Scrubber) -> tuple[dict[s
         failure = out.failure
         test = out.metrics.get("TestID")
         extra = {k: v for k, v in out.metrics.items() if k not in ("TestID", "failure")}
-        if extra:
-            detail = "; ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+        parts = [" ".join(out.detail.split())] if out.detail else []  # the test's own <detail>, on one line
+        parts += [f"{k}={v}" for k, v in sorted(extra.items())]  # and the metrics it reported
+        detail = "; ".join(parts) or None
     bad = [s for s in err.scripts if not s.ok] if err is not None else []
     if test is None and bad:
         test, failure = bad[0].name, failure or bad[0].failure

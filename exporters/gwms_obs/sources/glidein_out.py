@@ -348,6 +348,27 @@ def _xml(sc: Scanner, out: GlideinOut, start: int) -> None:
     elif not hostile_xml(xml):
         out.status, out.metrics = regex_metrics(xml)
     out.failure = out.metrics.get("failure")
+    if out.failure is not None or out.status == "ERROR":  # only a failure has a detail worth keeping
+        out.detail = _regex_detail(xml)
+
+
+_RX_DETAIL = re.compile(rb"<detail>([^<]{0,%d})" % MAX_VALUE)
+
+
+def _regex_detail(xml: bytes) -> str | None:
+    d = _RX_DETAIL.search(xml)
+    return d.group(1).decode("utf-8", "replace").strip() or None if d else None
+
+
+def _failure_detail(data: bytes) -> str | None:
+    """The ``<detail>`` of a failed pilot's XML, for the compiled reader's result (which has no
+    field for it: only failed pilots have one, so it is looked for in Python, for them alone)."""
+    begin = data.find(XML_BEGIN)
+    if begin < 0:
+        return None
+    body = begin + len(XML_BEGIN)
+    end = data.find(XML_END, body, body + MAX_XML + len(XML_END))
+    return _regex_detail(data[body:end]) if end >= 0 else None
 
 
 def parse_out(data: bytes, path: str, errors: ParseErrors, *, budget: Budget | None = None) -> GlideinOut:
@@ -364,7 +385,10 @@ def parse_out(data: bytes, path: str, errors: ParseErrors, *, budget: Budget | N
     if native.core is not None and budget.allows():
         fields = native.core.parse_out(data)
         if fields is not None:
-            return _from_native(path, fields)
+            got = _from_native(path, fields)
+            if got.failure is not None or got.status == "ERROR":
+                got.detail = _failure_detail(data)
+            return got
     out = GlideinOut(path=path)
     sc = Scanner(data, path, errors, Source.GLIDEIN_OUT.value)
     try:
