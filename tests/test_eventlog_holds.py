@@ -145,13 +145,13 @@ def test_checkpoint_round_trip_and_an_old_checkpoint(tmp_path: Path) -> None:
 
     # The event-log stage's own part of the checkpoint (pilots ended, not counted yet) as well.
     stage = EventLogStage(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None))
-    stage.waiting["k"] = p
+    stage.holds.ends["k"] = p
     state = json.loads(json.dumps(stage.state()))
     stage.restore(state)
-    assert stage.waiting["k"] == p
+    assert stage.holds.ends["k"] == p
     legacy = {k: v for k, v in dataclasses.asdict(p).items() if not k.startswith(("holds", "evictions"))}
     stage.restore({"waiting": {"k": legacy}})
-    assert stage.waiting["k"].holds == ()
+    assert stage.holds.ends["k"].holds == ()
 
 
 def test_the_simulators_holds_carry_real_codes(tmp_path: Path) -> None:

@@ -288,6 +288,6 @@ def test_stage_same_with_and_without(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     def pending(ing: Ingest) -> dict[str, Any]:
         st_ = next(s for s in ing.stages if isinstance(s, stage_mod.CompletedJobsStage))
-        return {k: dataclasses.asdict(v) for k, v in st_.pending.items()}
+        return {k: dataclasses.asdict(v) for k, v in st_.holds.lines.items()}
 
     assert pending(nat) == pending(py)

@@ -123,7 +123,7 @@ class Ingest:
 
     def held(self, source: Source) -> dict[str, Any]:
         """What ``source`` holds for pilots not counted yet (a line, an event-log end)."""
-        return self.books.held.get(source, {})
+        return self.books.holds.of(source)
 
     def client_of(self, username: str) -> str | None:
         return self.books.client_of(username)

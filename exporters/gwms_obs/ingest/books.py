@@ -27,6 +27,7 @@ from ..follow import Follower
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from ..parse_errors import ParseErrors
 from ..sources import layout
+from .resolve import Holds
 
 if TYPE_CHECKING:
     from .config import IngestConfig
@@ -138,12 +139,10 @@ class Books:
         self.unmapped: set[str] = set()  # listed users with no frontend name yet (looked for in lines)
         self.evidence: dict[str, EntryEvidence] = {}  # entry -> its completed_jobs format evidence
         self.defaults: dict[str, EntryDefaults] = {}  # entry -> what its descript.xml says
-        # What each source holds for pilots not counted yet (waiting for their .out):
-        # source -> key -> its record. The event log leaves a pilot to its held
-        # completed_jobs line, and that line takes the event log's end if it holds one
-        # (docs/accounting.md, "Which source wins").
-        self.held: dict[Source, dict[str, Any]] = {}
-        # Called with the key of each pilot counted: stages drop what they held for it.
+        # What the fallback sources hold for pilots not counted yet, and which source counts
+        # each (docs/accounting.md, "Which source wins").
+        self.holds = Holds()
+        # Called with the key of each pilot counted: the pilots' files stage drops what it watched.
         self.on_counted: list[Callable[[str], object]] = []
         # Gets (span spool, .err path) of each pilot that returned its spans in its
         # stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
@@ -164,14 +163,14 @@ class Books:
             ks = key_str(k) if k is not None else None
             times = facts.times if facts is not None else None
             if times is None and ks is not None:  # the event log's times of it, before counting drops them
-                held = self.held_by(Source.EVENT_LOG, ks)
-                times = held if isinstance(held, PilotTimes) else None
+                times = self.holds.end_of(ks)
             self.ledger.add(acc, times)  # its queue time, when the event log holds it
             if ks is not None:
                 if self.trace_sink is not None:
                     traced = facts or PilotFacts(source)
                     traced.times = times
                 self.seen[ks] = self.clock()
+                self.holds.counted(ks)
                 for forget in self.on_counted:
                     forget(ks)
         res.pilots += 1
@@ -197,10 +196,6 @@ class Books:
             dirs_by_entry.setdefault(entry, []).append(d)
         self.unmapped = {user for user, _, _ in client_dirs if self.client_of(user) is None}
         return Listing(present, dirs_by_entry, [f for *_, logs in listings for f in logs])
-
-    def held_by(self, source: Source, ks: str) -> Any:
-        """What ``source`` holds for the pilot (None: nothing)."""
-        return self.held.get(source, {}).get(ks)
 
     def out_waits(self, ks: str, listing: Listing, recheck: bool) -> bool:
         """Whether the pilot's .out is there to be read (so no fallback may count it)."""

@@ -1,8 +1,9 @@
 """The factory's per-entry completed_jobs logs (``server/entry_*/completed_jobs_*.log``).
 
 Second in precedence: a line of a pilot not counted from its .out waits in
-``pending`` (checkpointed). Once every stage has read, a pending line whose
-.out is really absent (or proved unusable) counts the pilot. The lines teach
+the books' holds (:class:`~gwms_obs.ingest.resolve.Holds`; checkpointed as
+``pending``). Once every stage has read, a held line whose .out is really
+absent (or proved unusable) counts the pilot. The lines teach
 the frontend's name of each factory-side user (looked for right after the
 listing, before any pilot is read: :meth:`CompletedJobsStage.name_clients`)
 and how the entry's lines are written (raw or normalized Total).
@@ -20,7 +21,7 @@ from ..accounting import plausible
 from ..accounting.pilot import from_completed_job, line_total_is_raw
 from ..catalogue import Source
 from ..follow import READ_CHUNK
-from ..model import CompletedJob, PilotTimes
+from ..model import CompletedJob
 from ..sources import completed_jobs, files, layout
 from .books import Books, PilotFacts
 from .stage import Scan, Stage
@@ -45,9 +46,7 @@ class CompletedJobsStage(Stage):
 
     def __init__(self, books: Books) -> None:
         super().__init__(books)
-        self.pending: dict[str, CompletedJob] = {}  # lines of pilots not counted (yet)
-        books.held[Source.COMPLETED_JOBS] = self.pending
-        books.on_counted.append(lambda ks: self.pending.pop(ks, None))
+        self.holds = books.holds  # its lines of pilots not counted (yet) are books.holds.lines
 
     def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:
         b = self.books
@@ -109,7 +108,7 @@ class CompletedJobsStage(Stage):
             if kind is not None:
                 b.evidence_of(entry).note(line.cluster, raw=kind)
             with b.lock:
-                self.pending[k] = line  # waits for its .out; settle() decides
+                self.holds.lines[k] = line  # waits for its .out; settle() decides
 
     def name_clients(self, scan: Scan) -> None:
         """The names of the listed users with none yet, from the lines this scan will read.
@@ -158,22 +157,22 @@ class CompletedJobsStage(Stage):
         if listing is None:
             return  # nothing shows which .out files exist: no fallback may count a pilot
         b = self.books
-        for k, line in list(self.pending.items()):
+        holds = self.holds
+        for k, line in list(holds.lines.items()):
             if k in b.seen:
-                del self.pending[k]
+                del holds.lines[k]
                 continue
             entry = k.rsplit("/", 1)[0]
-            if b.out_waits(k, listing, recheck=True):
+            if holds.winner(k, b.out_waits(k, listing, recheck=True)) is not Source.COMPLETED_JOBS:
                 continue
             with b.lock:
-                del self.pending[k]
+                del holds.lines[k]
                 # the event log's end of the pilot, when it has one: a better end than the line's
-                times = b.held_by(Source.EVENT_LOG, k)
+                ended = holds.end_of(k)
             mode = b.cfg.completed_total
             raw = line_total_is_raw(line, b.fixed_cpus(entry))
             if raw is None:
                 raw = b.evidence_of(entry).raw_total(line.cluster) if mode == "auto" else mode == "raw"
-            ended = times if isinstance(times, PilotTimes) else None
             acc = from_completed_job(
                 line,
                 b.defaults.get(entry),
@@ -188,8 +187,7 @@ class CompletedJobsStage(Stage):
             # else: duration -1/0, the factory had no .out either; the event log decides.
 
     def state(self) -> dict[str, Any]:
-        return {"pending": {k: dataclasses.asdict(line) for k, line in self.pending.items()}}
+        return {"pending": {k: dataclasses.asdict(line) for k, line in self.holds.lines.items()}}
 
     def restore(self, data: dict[str, Any]) -> None:
-        self.pending.clear()  # the same dict: Books.held refers to it
-        self.pending.update({str(k): CompletedJob(**v) for k, v in data.get("pending", {}).items()})
+        self.holds.lines = {str(k): CompletedJob(**v) for k, v in data.get("pending", {}).items()}

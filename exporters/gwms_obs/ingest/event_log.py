@@ -1,7 +1,8 @@
 """HTCondor's job event logs of the factory's schedd (``condor_activity_*_<client>.log``).
 
 Last of the pilot sources in precedence: a pilot that ended and is not
-counted waits in ``waiting`` (checkpointed, with the open timelines). It is
+counted waits in the books' holds (:class:`~gwms_obs.ingest.resolve.Holds`;
+checkpointed as ``waiting``, with the open timelines). It is
 counted from here, as ``lost``/``unknown``, only when neither its .out nor a
 completed_jobs line could count it ``lost_after_seconds`` after its end.
 """
@@ -37,9 +38,7 @@ class EventLogStage(Stage):
     def __init__(self, books: Books) -> None:
         super().__init__(books)
         self.timeline = condor_eventlog.PilotTimeline()
-        self.waiting: dict[str, PilotTimes] = {}  # ended in the event log, not counted (yet)
-        books.held[Source.EVENT_LOG] = self.waiting
-        books.on_counted.append(lambda ks: self.waiting.pop(ks, None))
+        self.holds = books.holds  # its pilots ended, not counted (yet) are books.holds.ends
 
     def discover(self, scan: Scan) -> Sequence[layout.EventLogFile]:
         return scan.listing.logs if scan.listing is not None else []
@@ -58,7 +57,7 @@ class EventLogStage(Stage):
                         _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")
                     elif k not in b.seen:
                         t.client = f.username  # the factory-side user; named at accounting time
-                        self.waiting[k] = t
+                        self.holds.ends[k] = t
 
             try:
                 n = b.follower.read_new(
@@ -87,18 +86,17 @@ class EventLogStage(Stage):
             return  # nothing shows which .out files exist: no fallback may count a pilot
         b = self.books
         now = b.clock()
-        for k, t in list(self.waiting.items()):
+        holds = self.holds
+        for k, t in list(holds.ends.items()):
             if k in b.seen:
                 with b.lock:
-                    del self.waiting[k]
+                    del holds.ends[k]
                 continue
-            if b.held_by(Source.COMPLETED_JOBS, k) is not None:
-                continue  # its line waits for the .out: the line counts it, not the event log
-            if b.out_waits(k, listing, recheck=False):
-                continue
+            if holds.winner(k, b.out_waits(k, listing, recheck=False)) is not Source.EVENT_LOG:
+                continue  # its .out, or its line (waiting for the .out), counts it
             if t.ended is not None and now - t.ended >= b.cfg.lost_after_seconds:
                 with b.lock:
-                    del self.waiting[k]
+                    del holds.ends[k]
                 user = t.client or ""
                 t.client = b.client_of(user) or f"user_{user}"
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
@@ -107,11 +105,10 @@ class EventLogStage(Stage):
 
     def state(self) -> dict[str, Any]:
         return {
-            "waiting": {k: dataclasses.asdict(t) for k, t in self.waiting.items()},
+            "waiting": {k: dataclasses.asdict(t) for k, t in self.holds.ends.items()},
             "timeline": self.timeline.to_json(),
         }
 
     def restore(self, data: dict[str, Any]) -> None:
-        self.waiting.clear()  # the same dict: Books.held refers to it
-        self.waiting.update({str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()})
+        self.holds.ends = {str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()}
         self.timeline = condor_eventlog.PilotTimeline.from_json(data.get("timeline", {}))
