@@ -37,7 +37,7 @@ from gwms_obs.sources import (
     schedd_status,
 )
 from gwms_obs.sources.condor_sections import encode
-from tests.support.readers import completed_jobs_file, event_log_file
+from tests.support.readers import completed_jobs_file, event_log_file, read_new
 from tests.support.reference import reference_file
 
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -106,7 +106,7 @@ def test_fifo_event_log_is_refused_by_follower_and_reader(factory: Path) -> None
     fol = Follower()
 
     def follow() -> int:
-        return fol.read_new(str(fifo), lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, ParseErrors()), print)
+        return read_new(fol, str(fifo), lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, ParseErrors()), print)
 
     with pytest.raises(files.FileRefused) as exc:
         within_deadline(follow, fifo)
@@ -151,7 +151,7 @@ def test_symlink_to_dev_zero_is_refused(factory: Path) -> None:
     log = edir(factory) / "condor_activity_20220624_fe.log"
     log.symlink_to("/dev/zero")
     with pytest.raises(files.FileRefused) as exc:
-        within_deadline(lambda: Follower().read_new(str(log), lambda b, p, o: ([], len(b)), print))
+        within_deadline(lambda: read_new(Follower(), str(log), lambda b, p, o: ([], len(b)), print))
     assert exc.value.reason == files.NOT_REGULAR
 
 
@@ -229,9 +229,9 @@ def test_follower_reads_growth_next_time(tmp_path: Path) -> None:
         return buf[:end].splitlines(), end
 
     fol = Follower()
-    assert fol.read_new(str(p), parse, seen.extend, root=str(tmp_path)) == 7  # not the 5000 appended
+    assert read_new(fol, str(p), parse, seen.extend, root=str(tmp_path)) == 7  # not the 5000 appended
     assert seen == [b"line 1"]
-    assert fol.read_new(str(p), parse, seen.extend, root=str(tmp_path)) == 5000
+    assert read_new(fol, str(p), parse, seen.extend, root=str(tmp_path)) == 5000
     assert len(seen) == 1001
 
 

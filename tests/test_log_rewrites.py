@@ -24,6 +24,7 @@ from gwms_obs.ingest.books import Books
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_eventlog as el
+from tests.support.readers import read_new
 
 NEVER = 1e12  # lost_after_seconds: the event log never counts a pilot (completed_jobs lines do)
 
@@ -278,7 +279,7 @@ def test_a_cursor_moves_to_the_renamed_path_only_with_its_bytes(tmp_path: Path) 
     b = Books(IngestConfig(factory_dir=str(root)), lambda: 0.0, None)
     log = completed_logs(root)[0]
     got: list[bytes] = []
-    b.follower.read_new(str(log), lambda buf, p, o: ([buf], len(buf)), got.extend)
+    read_new(b.follower, str(log), lambda buf, p, o: ([buf], len(buf)), got.extend)
     size = log.stat().st_size
     rotated = str(log) + ".1"
     os.rename(log, rotated)
@@ -286,5 +287,5 @@ def test_a_cursor_moves_to_the_renamed_path_only_with_its_bytes(tmp_path: Path) 
         f.seek(size - 20)
         f.write(b"X" * 10)
     got.clear()
-    b.follower.read_new(rotated, lambda buf, p, o: ([buf], len(buf)), got.extend)
+    read_new(b.follower, rotated, lambda buf, p, o: ([buf], len(buf)), got.extend)
     assert sum(map(len, got)) == size  # read from its start

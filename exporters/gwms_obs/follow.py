@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import Any
 
 from .sources import files
 
-T = TypeVar("T")
-
 READ_CHUNK = 8 << 20
 FINGERPRINT_BYTES = 4096  # the bytes before a cursor that must not change: one page, one pread
-
-# parse(buf, path, base_offset) -> (records, bytes consumed)
-Parser = Callable[[bytes, str, int], tuple[list[T], int]]
 
 
 def fingerprint(window: bytes) -> str:
@@ -45,6 +41,61 @@ class Cursor:
     fp: str | None = None
 
 
+class Reading:
+    """One read of a followed log, from its cursor to the size it had when opened.
+
+    Iterating gives buffers: the bytes after the cursor, the incomplete tail of the
+    previous buffer first. The reader parses each and calls :meth:`advance` with
+    the bytes of the complete records it took; only then does the cursor move past
+    them, so a crash before re-reads them rather than losing them. What was not
+    taken comes again at the start of the next buffer (a record cut by a read).
+    """
+
+    def __init__(self, f: files.RegularFile, cursor: Cursor, tail: bytes) -> None:
+        self._f = f
+        self._cursor = cursor
+        self._tail = tail  # the bytes just before the cursor, for its fingerprint
+        self._buf = b""
+        self._used = 0
+        self.bytes_read = 0  # taken by advance(), this read
+
+    @property
+    def offset(self) -> int:
+        """Where the current buffer begins in the file."""
+        return self._cursor.offset
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            chunk = self._f.read(READ_CHUNK)
+            if not chunk:
+                return
+            pending = self._buf[self._used :]
+            self._buf = pending + chunk if pending else chunk
+            self._used = 0
+            yield self._buf
+
+    def advance(self, used: int) -> None:
+        """The first ``used`` bytes of the current buffer were taken: move the cursor past them."""
+        if not used:
+            return
+        buf, c = self._buf, self._cursor
+        # The bytes just before the new offset, for its fingerprint.
+        tail = buf[used - FINGERPRINT_BYTES : used] if used >= FINGERPRINT_BYTES else (self._tail + buf[:used])
+        self._tail = tail[-FINGERPRINT_BYTES:]
+        c.offset += used
+        c.fp = fingerprint(self._tail)
+        self._used = used
+        self.bytes_read += used
+
+    def __enter__(self) -> Reading:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._f.close()
+
+
 class Follower:
     def __init__(self, cursors: dict[str, Cursor] | None = None) -> None:
         self.cursors: dict[str, Cursor] = cursors or {}
@@ -54,11 +105,8 @@ class Follower:
         # for the rotated name the old file may be read under later in the same scan.
         self._displaced: dict[int, Cursor] = {}
 
-    def read_new(self, path: str, parse: Parser[T], sink: Callable[[list[T]], None], *, root: str | None = None) -> int:
-        """Parse what was appended to ``path`` since the last call; return bytes consumed.
-
-        ``sink`` gets each batch before the cursor moves past it, so a crash
-        between the two re-reads the batch rather than losing it.
+    def open(self, path: str, *, root: str | None = None) -> Reading:
+        """Open ``path`` to read what was appended since its cursor (see :class:`Reading`).
 
         Only a regular file is read (inside ``root``, when given), and only up
         to the size it had when opened: a FIFO or a device raises
@@ -71,37 +119,21 @@ class Follower:
         except OSError:
             self._drop(path)
             raise
-        consumed = 0
-        with f:
+        try:
             owner, start, tail, fp = self._resume(path, f)
-            old = self.cursors.get(path)
-            if old is not None and old.inode != f.st.st_ino:
-                self._displaced[old.inode] = old  # its file may be read under a rotated name next
-            if owner is not None and owner != path:
-                del self.cursors[owner]  # the file was renamed: its cursor moves with it
-            self._displaced.pop(f.st.st_ino, None)
-            c = self.cursors[path] = Cursor(f.st.st_ino, start, fp)
-            self._by_inode[c.inode] = path
-            f.seek(start)
-            pending = b""
-            while True:
-                chunk = f.read(READ_CHUNK)
-                if not chunk:
-                    break
-                buf = pending + chunk if pending else chunk
-                records, used = parse(buf, path, c.offset)
-                if used:
-                    # The bytes just before the new offset, for its fingerprint.
-                    tail = buf[used - FINGERPRINT_BYTES : used] if used >= FINGERPRINT_BYTES else (tail + buf[:used])
-                    tail = tail[-FINGERPRINT_BYTES:]
-                if records:
-                    sink(records)
-                c.offset += used
-                if used:
-                    c.fp = fingerprint(tail)
-                consumed += used
-                pending = buf[used:]
-        return consumed
+        except BaseException:
+            f.close()
+            raise
+        old = self.cursors.get(path)
+        if old is not None and old.inode != f.st.st_ino:
+            self._displaced[old.inode] = old  # its file may be read under a rotated name next
+        if owner is not None and owner != path:
+            del self.cursors[owner]  # the file was renamed: its cursor moves with it
+        self._displaced.pop(f.st.st_ino, None)
+        c = self.cursors[path] = Cursor(f.st.st_ino, start, fp)
+        self._by_inode[c.inode] = path
+        f.seek(start)
+        return Reading(f, c, tail)
 
     def resume_at(self, path: str, f: files.RegularFile) -> int:
         """Where the next read of ``path`` (open as ``f``) begins; moves nothing.

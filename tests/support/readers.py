@@ -1,6 +1,6 @@
 """Whole-file reads for the tests, through the product's one read loop (follow.Follower).
 
-The package reads appended logs only with ``Follower.read_new``; these helpers
+The package reads appended logs only with ``Follower.open``; these helpers
 read a file from its start with a fresh Follower, then treat what is left
 after the last complete record as a finished file's tail (the tests' files are
 final): a complete last line missing its newline is still a record, a cut one
@@ -9,11 +9,12 @@ is counted (``truncated_line`` / ``truncated_event``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import tzinfo
 from typing import TypeVar
 
 from gwms_obs.catalogue import Source
-from gwms_obs.follow import Follower, Parser
+from gwms_obs.follow import Follower
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import completed_jobs as cj
@@ -22,6 +23,23 @@ from gwms_obs.sources import files
 
 T = TypeVar("T")
 
+# parse(buf, path, base_offset) -> (records, bytes consumed)
+Parser = Callable[[bytes, str, int], tuple[list[T], int]]
+
+
+def read_new(
+    follower: Follower, path: str, parse: Parser[T], sink: Callable[[list[T]], None], *, root: str | None = None
+) -> int:
+    """What a stage's read does, for any parser: each buffer's records to ``sink``, then the
+    cursor past them (Follower.open, Reading.advance); the bytes taken."""
+    with follower.open(path, root=root) as log:
+        for buf in log:
+            records, used = parse(buf, path, log.offset)
+            if records:
+                sink(records)
+            log.advance(used)
+    return log.bytes_read
+
 
 def read_all(
     path: str, parse: Parser[T], errors: ParseErrors, source: str, *, root: str | None = None
@@ -29,7 +47,7 @@ def read_all(
     """(records, the bytes after the last complete one, their offset); an unreadable file is counted."""
     out: list[T] = []
     try:
-        used = Follower().read_new(path, parse, out.extend, root=root)
+        used = read_new(Follower(), path, parse, out.extend, root=root)
         with files.open_regular(path, root=root) as f:
             f.seek(used)
             rest = f.read()

@@ -12,7 +12,6 @@ and how the entry's lines are written (raw or normalized Total).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -58,21 +57,19 @@ class CompletedJobsStage(Stage):
         b.health.backlog.setdefault(Source.COMPLETED_JOBS, scan.t0)
         for entry, path in found:
             try:
-                n = b.follower.read_new(
-                    path,
-                    functools.partial(self._parse, entry=entry),
-                    functools.partial(self._hold, entry=entry, path=path),
-                    root=b.cfg.factory_dir,
-                )
+                with b.follower.open(path, root=b.cfg.factory_dir) as log:
+                    for buf in log:
+                        scanned, used = self._scan(buf, path, log.offset, entry)
+                        self._hold(scanned, entry, path)
+                        log.advance(used)  # past the lines held: a crash before reads them again
             except OSError as e:  # listed every scan: counted once
                 b.once.record(Source.COMPLETED_JOBS, files.reason_of(e), path, None, files.describe(e))
                 continue
-            b.health.bytes_read[Source.COMPLETED_JOBS] += n
+            b.health.bytes_read[Source.COMPLETED_JOBS] += log.bytes_read
         b.health.backlog.pop(Source.COMPLETED_JOBS, None)
 
-    def _parse(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[list[_Scanned], int]:
-        """The buffer's lines, with the "already counted" check done here (the follower hands
-        them to _hold right after, so checking seen here or there is the same)."""
+    def _scan(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[_Scanned, int]:
+        """The buffer's complete lines, and those of pilots not counted yet; the bytes they take."""
         seen = self.books.seen
         got = completed_jobs.scan_unseen(buf, entry, seen)  # the usual buffer, in compiled code
         if got is not None:
@@ -85,12 +82,11 @@ class CompletedJobsStage(Stage):
             scanned = _Scanned(len(lines), [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen])
         if self.books.unmapped:
             self._learn_clients(buf, used)
-        return [scanned], used
+        return scanned, used
 
-    def _hold(self, batch: list[_Scanned], entry: str, path: str) -> None:
+    def _hold(self, scanned: _Scanned, entry: str, path: str) -> None:
         """Keep the lines of pilots not counted yet; the .out of the others already counted them."""
         b = self.books
-        (scanned,) = batch
         b.health.records[Source.COMPLETED_JOBS] += scanned.lines
         bounds: plausible.Bounds | None = None
         for k, raw in scanned.unseen:

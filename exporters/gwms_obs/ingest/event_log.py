@@ -48,28 +48,17 @@ class EventLogStage(Stage):
         b.health.files[Source.EVENT_LOG] = len(found)
         b.health.backlog.setdefault(Source.EVENT_LOG, scan.t0)
         for f in found:
-
-            def hold(events: list[condor_eventlog.CondorEvent], f: layout.EventLogFile = f) -> None:
-                b.health.records[Source.EVENT_LOG] += len(events)
-                for t in self.timeline.feed(events, f.path):
-                    k = key_str((f.entry, t.cluster, t.proc))
-                    if t.ended is None:  # beyond the timeline's bound, unfinished
-                        _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")
-                    elif k not in b.seen:
-                        t.client = f.username  # the factory-side user; named at accounting time
-                        self.holds.ends[k] = t
-
             try:
-                n = b.follower.read_new(
-                    f.path,
-                    lambda buf, p, o: condor_eventlog.parse_buffer(buf, p, o, b.errors),
-                    hold,
-                    root=b.cfg.factory_dir,
-                )
+                with b.follower.open(f.path, root=b.cfg.factory_dir) as log:
+                    for buf in log:
+                        events, used = condor_eventlog.parse_buffer(buf, f.path, log.offset, b.errors)
+                        if events:
+                            self._hold(events, f)
+                        log.advance(used)  # past the events held: a crash before reads them again
             except OSError as e:  # listed every scan: counted once
                 b.once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
                 continue
-            b.health.bytes_read[Source.EVENT_LOG] += n
+            b.health.bytes_read[Source.EVENT_LOG] += log.bytes_read
         # Pilots silent for weeks of their log's own time (held forever, or their end deleted
         # with an old file) are dropped, not guessed; counted and logged.
         paths = {condor_eventlog.log_of(f.path): f.path for f in found}
@@ -78,6 +67,18 @@ class EventLogStage(Stage):
             path = paths.get((entry, client, day)) or f"entry_{entry}/condor_activity_{day}_{client}.log (gone)"
             _dropped(b, t, path, f"no event for {days:g} days of its log")
         b.health.backlog.pop(Source.EVENT_LOG, None)
+
+    def _hold(self, events: list[condor_eventlog.CondorEvent], f: layout.EventLogFile) -> None:
+        """Feed the timelines; keep the pilots that ended and are not counted yet."""
+        b = self.books
+        b.health.records[Source.EVENT_LOG] += len(events)
+        for t in self.timeline.feed(events, f.path):
+            k = key_str((f.entry, t.cluster, t.proc))
+            if t.ended is None:  # beyond the timeline's bound, unfinished
+                _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")
+            elif k not in b.seen:
+                t.client = f.username  # the factory-side user; named at accounting time
+                self.holds.ends[k] = t
 
     def settle(self, scan: Scan) -> None:
         """Count, as lost, the pilots that ended long ago and that no better source can count."""
