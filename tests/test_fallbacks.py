@@ -283,7 +283,7 @@ def test_config_sets_the_line_format_and_frontend_names(tmp_path: Path) -> None:
     from gwms_obs.config import ConfigError, from_dict
 
     cfg = from_dict({"completed_total": "raw", "clients": {"fefermilab": "fermilab_okd_gpfe01_frontend"}})
-    ic = cfg.ingest()
+    ic = cfg.ingest
     assert ic.completed_total == "raw" and ic.client_map == {"fefermilab": "fermilab_okd_gpfe01_frontend"}
     for bad in ({"completed_total": "sometimes"}, {"clients": {"u": 3}}, {"clients": "u"}):
         with pytest.raises(ConfigError):

@@ -397,8 +397,7 @@ def test_limits_are_configurable_and_checked(tmp_path: Path) -> None:
     from gwms_obs.config import ConfigError, from_dict, value_problems
 
     cfg = from_dict({"factory_dir": str(tmp_path), "limits": {"max_cpus": 256, "max_lifetime": 86400}})
-    assert (cfg.limits.max_cpus, cfg.limits.max_lifetime) == (256, 86400.0)
-    assert cfg.ingest().limits is cfg.limits
+    assert (cfg.ingest.limits.max_cpus, cfg.ingest.limits.max_lifetime) == (256, 86400.0)
     with pytest.raises(ConfigError, match="unknown limits"):
         from_dict({"limits": {"max_cpu": 2}})
     assert value_problems(from_dict({"limits": {"max_gpus": 0}})) == [

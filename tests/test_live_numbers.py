@@ -206,7 +206,7 @@ def test_make_run_table_and_metrics_agree(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     interval = 2.0
-    settle = ExportConfig().settle_seconds  # make run passes none: the exporter's default
+    settle = ExportConfig().ingest.settle_seconds  # make run passes none: the exporter's default
     cmd = [
         "make",
         "-C",

@@ -111,7 +111,7 @@ def cmd_export(a: argparse.Namespace) -> int:
     for k in ("factory_dir", "monitor_dir", "listen", "interval", "checkpoint", "settle_seconds", "lost_after_seconds"):
         v = getattr(a, k, None)
         if v is not None:
-            setattr(cfg, k, v)
+            cfg.set(k, v)
     # The daemon waits for a factory dir not created yet; one scan (--once) of nothing is a mistake.
     problems = check(cfg, wait_for_factory=not a.once)
     if problems:
@@ -119,7 +119,7 @@ def cmd_export(a: argparse.Namespace) -> int:
             log.error("config: %s", p)
         return 2
     try:  # before the checkpoint is read: one exporter per checkpoint, --once included
-        lock = acquire(cfg.checkpoint) if cfg.checkpoint else None
+        lock = acquire(cfg.ingest.checkpoint) if cfg.ingest.checkpoint else None
     except CheckpointError as e:
         log.error("%s", e)
         return 2
@@ -380,9 +380,9 @@ def _factory_name(a: argparse.Namespace, factory_dir: str | None, errors: ParseE
     cfg = load(a.config) if getattr(a, "config", None) else None
     if cfg is not None and cfg.factory_name:
         return cfg.factory_name
-    monitor = a.monitor_dir or (cfg.monitor_dir if cfg is not None else None)
+    monitor = a.monitor_dir or (cfg.ingest.monitor_dir if cfg is not None else None)
     if monitor is None:
-        where = (cfg.factory_dir if cfg is not None else None) or factory_dir
+        where = (cfg.ingest.factory_dir if cfg is not None else None) or factory_dir
         monitor = os.path.join(where, "monitor") if where else ""
     return factory_name(monitor, errors)
 

@@ -24,6 +24,7 @@ from .ingest.config import IngestConfig
 from .settings import ConfigError, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
+DEFAULT_FACTORY_DIR = "/var/log/gwms-factory"
 NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
 STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint", "factory_name")
 BOOL_KEYS = ("pilot_traces",)
@@ -33,22 +34,32 @@ COMPLETED_TOTAL = ("auto", "raw", "normalized")  # docs/accounting.md, "Known up
 FACTORY_SUBDIRS = ("client", "server")
 
 
+# The file's keys that say how the factory's files are read: each sets this field of the
+# exporter's IngestConfig (ExportConfig.ingest); every other key is the daemon's own.
+INGEST_KEYS = {
+    "factory_dir": "factory_dir",
+    "monitor_dir": "monitor_dir",
+    "checkpoint": "checkpoint",
+    "settle_seconds": "settle_seconds",
+    "lost_after_seconds": "lost_after_seconds",
+    "rules": "rules",
+    # How completed_jobs user/@duration is written where nothing shows it (docs/accounting.md).
+    "completed_total": "completed_total",
+    # [clients] username = "client_log_name", for users the completed_jobs logs do not name.
+    "clients": "client_map",
+    # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
+    "limits": "limits",
+}
+
+
 @dataclass(slots=True)
 class ExportConfig:
-    factory_dir: str = "/var/log/gwms-factory"
-    monitor_dir: str | None = None
+    # How the scans read the factory (the keys of INGEST_KEYS). Its reset_checkpoint and
+    # workers are flags for one start (daemon.Run), never keys: a key would start over on
+    # every restart.
+    ingest: IngestConfig = field(default_factory=lambda: IngestConfig(factory_dir=DEFAULT_FACTORY_DIR))
     listen: str = DEFAULT_LISTEN
     interval: float = 60.0
-    checkpoint: str | None = None
-    settle_seconds: float = 30.0
-    lost_after_seconds: float = 3600.0
-    rules: Rules = field(default_factory=Rules)
-    # How completed_jobs user/@duration is written where nothing shows it (docs/accounting.md).
-    completed_total: str = "auto"
-    # [clients] username = "client_log_name", for users the completed_jobs logs do not name.
-    clients: dict[str, str] = field(default_factory=dict)
-    # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
-    limits: Limits = field(default_factory=Limits)
     # A trace per counted pilot, built from the factory's files, wherever a traces endpoint is set
     # (docs/tracing.md, "Pilot traces from the factory's files").
     pilot_traces: bool = True
@@ -58,21 +69,20 @@ class ExportConfig:
     # default, tracing.spool.SPANS_PER_SECOND (docs/tracing.md, "Delivery").
     trace_spans_per_second: float | None = None
 
-    def ingest(self, *, reset_checkpoint: bool = False) -> IngestConfig:
-        # reset_checkpoint is a flag for one start, never a config key: a key
-        # would start over on every restart.
-        return IngestConfig(
-            factory_dir=self.factory_dir,
-            monitor_dir=self.monitor_dir,
-            checkpoint=self.checkpoint,
-            settle_seconds=self.settle_seconds,
-            lost_after_seconds=self.lost_after_seconds,
-            rules=self.rules,
-            reset_checkpoint=reset_checkpoint,
-            completed_total=self.completed_total,
-            client_map=dict(self.clients),
-            limits=self.limits,
-        )
+    def get(self, key: str) -> Any:
+        """The value of the file's ``key``, wherever it is kept."""
+        return getattr(self.ingest, INGEST_KEYS[key]) if key in INGEST_KEYS else getattr(self, key)
+
+    def set(self, key: str, value: Any) -> None:
+        """Set the file's ``key`` (a flag overriding it, too), wherever it is kept."""
+        if key in INGEST_KEYS:
+            setattr(self.ingest, INGEST_KEYS[key], value)
+        else:
+            setattr(self, key, value)
+
+
+# The file's keys: the ingest's and the daemon's own.
+KEYS = frozenset(INGEST_KEYS) | {f.name for f in fields(ExportConfig)} - {"ingest"}
 
 
 def load(path: str) -> ExportConfig:
@@ -110,38 +120,37 @@ def _number_table(raw: object, cls: type, name: str, where: str, what: str) -> d
 def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
     """An ExportConfig from a parsed file; raises ConfigError at the first key of the wrong type."""
     cfg = ExportConfig()
-    known = {f.name for f in fields(ExportConfig)}
     for k, v in raw.items():
-        if k not in known:
-            raise ConfigError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(known))})")
+        if k not in KEYS:
+            raise ConfigError(f"{where}: unknown key {k!r} (known: {', '.join(sorted(KEYS))})")
         if k == "rules":
-            cfg.rules = Rules(**_number_table(v, Rules, "rules", where, "a number of seconds"))
+            cfg.set(k, Rules(**_number_table(v, Rules, "rules", where, "a number of seconds")))
         elif k == "limits":
-            cfg.limits = Limits(**_number_table(v, Limits, "limits", where, "a number"))  # type: ignore[arg-type]
+            cfg.set(k, Limits(**_number_table(v, Limits, "limits", where, "a number")))  # type: ignore[arg-type]
         elif k == "clients":
             if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
                 raise ConfigError(f'{where}: [clients] must be a table of username = "client_log_name"')
-            cfg.clients = dict(v)
+            cfg.set(k, dict(v))
         elif k == "completed_total":
             if v not in COMPLETED_TOTAL:
                 raise ConfigError(f"{where}: completed_total must be one of {', '.join(COMPLETED_TOTAL)}, got {v!r}")
-            cfg.completed_total = v
+            cfg.set(k, v)
         elif k in BOOL_KEYS:
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}: {k} must be true or false, got {v!r}")
-            setattr(cfg, k, v)
+            cfg.set(k, v)
         elif k == "trace_spans_per_second":
             if not _is_number(v):
                 raise ConfigError(f"{where}: {k} must be a number of spans a second, got {v!r}")
-            cfg.trace_spans_per_second = float(v)
+            cfg.set(k, float(v))
         elif k in NUMBER_KEYS:
             if not _is_number(v):
                 raise ConfigError(f"{where}: {k} must be a number of seconds, got {v!r}")
-            setattr(cfg, k, float(v))
+            cfg.set(k, float(v))
         else:
             if not isinstance(v, str):
                 raise ConfigError(f"{where}: {k} must be a string, got {v!r}")
-            setattr(cfg, k, v)
+            cfg.set(k, v)
     return cfg
 
 
@@ -149,7 +158,7 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     """Values the exporter cannot run with, whatever the file system holds."""
     problems = []
     for k in STRING_KEYS:
-        v = getattr(cfg, k)
+        v = cfg.get(k)
         if v is not None and not v:
             problems.append(f"{k} must be a non-empty string")
     if cfg.listen:
@@ -161,8 +170,8 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     # and the daemon would busy-loop on wait(nan).
     if not (math.isfinite(cfg.interval) and cfg.interval > 0):
         problems.append(f"interval must be a finite number of seconds > 0, got {cfg.interval}")
-    nonneg = [(k, getattr(cfg, k)) for k in NUMBER_KEYS if k != "interval"]
-    nonneg += [(f"rules.{f.name}", getattr(cfg.rules, f.name)) for f in fields(Rules)]
+    nonneg = [(k, cfg.get(k)) for k in NUMBER_KEYS if k != "interval"]
+    nonneg += [(f"rules.{f.name}", getattr(cfg.ingest.rules, f.name)) for f in fields(Rules)]
     for k, v in nonneg:
         if not (math.isfinite(v) and v >= 0):
             problems.append(f"{k} must be a finite number of seconds >= 0, got {v}")
@@ -170,7 +179,7 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     if rate is not None and not (math.isfinite(rate) and rate >= 0):
         problems.append(f"trace_spans_per_second must be a finite number >= 0 (0: unpaced), got {rate}")
     for f in fields(Limits):
-        v = getattr(cfg.limits, f.name)
+        v = getattr(cfg.ingest.limits, f.name)
         if not (math.isfinite(v) and v > 0):
             problems.append(f"limits.{f.name} must be a finite number > 0, got {v}")
     return problems
@@ -229,11 +238,12 @@ def check(cfg: ExportConfig, *, filesystem: bool = True, wait_for_factory: bool 
     problems = value_problems(cfg)
     if not filesystem:
         return problems
-    problems += dir_problems(cfg.factory_dir, cfg.monitor_dir, wait_for_factory=wait_for_factory)
-    if cfg.checkpoint:
-        parent = os.path.dirname(os.path.abspath(cfg.checkpoint))
-        if os.path.isdir(cfg.checkpoint):
-            problems.append(f"checkpoint: {cfg.checkpoint} is a directory, not a file")
+    ic = cfg.ingest
+    problems += dir_problems(ic.factory_dir, ic.monitor_dir, wait_for_factory=wait_for_factory)
+    if ic.checkpoint:
+        parent = os.path.dirname(os.path.abspath(ic.checkpoint))
+        if os.path.isdir(ic.checkpoint):
+            problems.append(f"checkpoint: {ic.checkpoint} is a directory, not a file")
         elif not os.path.isdir(parent) or not os.access(parent, os.W_OK):
             problems.append(f"checkpoint: directory {parent} is not writable")
     return problems

@@ -70,13 +70,13 @@ def run(cfg: ExportConfig, a: Run) -> int:
 
     try:
         ingest = Ingest(
-            dataclasses.replace(cfg.ingest(reset_checkpoint=a.reset_checkpoint), workers=a.workers), progress=True
+            dataclasses.replace(cfg.ingest, reset_checkpoint=a.reset_checkpoint, workers=a.workers), progress=True
         )
     except CheckpointError as e:  # refused rather than re-count: the message says what to do
         log.error("%s", e)
         return 2
     try:
-        forwarder = span_forwarder(a.traces, cfg.checkpoint, ingest.errors, cfg.trace_spans_per_second)
+        forwarder = span_forwarder(a.traces, cfg.ingest.checkpoint, ingest.errors, cfg.trace_spans_per_second)
         token = a.traces.token()
     except OSError as e:
         log.error("span forwarder: %s", e)
@@ -85,7 +85,7 @@ def run(cfg: ExportConfig, a: Run) -> int:
     traces = pilot_traces(cfg, ingest, forwarder) if forwarder is not None else None
     server = None
     if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
-        log.info("one scan of factory %s (--once: /metrics is not served)", cfg.factory_dir)
+        log.info("one scan of factory %s (--once: /metrics is not served)", cfg.ingest.factory_dir)
     else:
         stats = forwarder.stats if forwarder is not None else None
         registry = exporter_registry(ingest, stats, traces.factory if traces is not None else None)
@@ -95,7 +95,7 @@ def run(cfg: ExportConfig, a: Run) -> int:
         except OSError as e:  # in use, or a host name that does not resolve here
             log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
             return 2
-        log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.factory_dir)
+        log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.ingest.factory_dir)
     log.info("readers: %s", native.describe())
     if forwarder is not None:
         ingest.spool_sink = forwarder
@@ -110,7 +110,7 @@ def run(cfg: ExportConfig, a: Run) -> int:
     try:
         while not stop.is_set():
             # --once has checked the dir; the daemon looks before each scan (a factory not started yet)
-            pending = None if a.once else factory_pending(cfg.factory_dir)
+            pending = None if a.once else factory_pending(cfg.ingest.factory_dir)
             if pending:
                 if pending != waiting:
                     log.warning(
@@ -120,7 +120,7 @@ def run(cfg: ExportConfig, a: Run) -> int:
                 stop.wait(min(cfg.interval, FACTORY_WAIT_POLL))
                 continue
             if waiting:
-                log.info("factory_dir %s is ready: scanning", cfg.factory_dir)
+                log.info("factory_dir %s is ready: scanning", cfg.ingest.factory_dir)
                 waiting = None
             try:
                 with self_trace.scan_span(ingest) as traced:
@@ -164,7 +164,12 @@ def pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
     log.info("a trace per counted pilot, factory %r in their ids", name)
     # A pilot the factory traced live (its trace ledger) gets its log spans inside that trace.
     traces = PilotTraces(
-        forwarder, name, rules=cfg.rules, errors=ingest.errors, ledger=forwarder.ledger, own_spans=forwarder.own_spans
+        forwarder,
+        name,
+        rules=cfg.ingest.rules,
+        errors=ingest.errors,
+        ledger=forwarder.ledger,
+        own_spans=forwarder.own_spans,
     )
     ingest.books.trace_sink = traces
     ingest.books.before_save.append(traces.flush)
