@@ -9,8 +9,9 @@ import pytest
 
 from gwms_obs.accounting.partition import Rules
 from gwms_obs.accounting.plausible import Limits
-from gwms_obs.config import ConfigError, from_dict
+from gwms_obs.config import from_dict
 from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.settings import ConfigError
 
 FILE_KEYS = (
     "checkpoint, clients, completed_total, factory_dir, factory_name, interval, limits, listen, "
