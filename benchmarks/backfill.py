@@ -121,19 +121,17 @@ def _crossing_child(path: str) -> None:
 
     from gwms_obs.ingest import pool
     from gwms_obs.ingest.books import ScanResult
-    from gwms_obs.ingest.glidein_files import MAX_CHUNK, GlideinFilesStage, _task
+    from gwms_obs.ingest.glidein_files import MAX_CHUNK, _task
     from gwms_obs.ingest.stage import Scan
     from gwms_obs.pipeline import Ingest, IngestConfig
 
     ing = Ingest(IngestConfig.one_shot(path, None, 3600.0, 1))
     b = ing.books
     scan = Scan(b.clock(), None, ScanResult())
-    for s in ing.stages:  # the entries' descript.xml: what a worker's context carries
-        if not s.reads_client_dirs:
-            found = s.discover(scan)
-            if found is not None:
-                s.read(scan, found)
-    stage = next(s for s in ing.stages if isinstance(s, GlideinFilesStage))
+    found = ing.descript.discover(scan)  # the entries' descript.xml: what a worker's context carries
+    if found is not None:
+        ing.descript.read(scan, found)
+    stage = ing.pilot_files
     pilots = list(b.list_clients().present.values())[: 4 * MAX_CHUNK]
     ctx = stage._context(b.clock(), b.defaults)
     chunks = [

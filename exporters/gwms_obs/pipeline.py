@@ -1,25 +1,30 @@
 """Sources → accounting: one incremental scan of a factory's files into a Ledger.
 
 A pilot is counted once, from its best source (docs/accounting.md, "Which
-source wins"). Each source is a stage of :mod:`gwms_obs.ingest`, and a scan
-runs them in precedence order:
+source wins"; :meth:`gwms_obs.ingest.resolve.Holds.winner`). Each source is a
+stage of :mod:`gwms_obs.ingest`; :meth:`Ingest.scan` runs them in this order,
+which is written here and nowhere else:
 
 1. entry descriptions (site, GLIDEIN_CPUS, GPUs for pilots that do not say);
-2. the pilots' own files: every ``job.C.P.out`` present is the pilot's source,
-   read once it has settled;
-3. new completed_jobs lines; a line of a pilot not yet counted waits;
-4. new event-log events; a pilot that ended and is not counted waits;
-5. entry status (schedd_status.xml).
+2. one walk of the client directories (the pilots' files, the event logs); when
+   a listed user has no frontend name yet, the completed_jobs lines this scan
+   will read are searched for it first;
+3. the pilots' own files: every ``job.C.P.out`` present is the pilot's source,
+   read once it has settled (checkpoint);
+4. new completed_jobs lines; a line of a pilot not yet counted waits. Then the
+   pilots whose frontend had no name, which these lines may have taught
+   (checkpoint);
+5. new event-log events; a pilot that ended and is not counted waits;
+6. entry status (schedd_status.xml);
+7. the fallbacks, only for pilots whose .out is really absent (or unusable):
+   the completed_jobs line first, then, ``lost_after_seconds`` after its end,
+   the event log;
+8. forget what is gone, and save the checkpoint.
 
-Then each stage settles in the same order: the fallbacks, only for pilots
-whose .out is really absent (or unusable): the completed_jobs line first,
-then, ``lost_after_seconds`` after its end, the event log. (Pilots whose
-frontend is not named yet settle right after the completed_jobs lines, which
-name it, before the event log is read.)
-
-All state is saved in one checkpoint file (:mod:`gwms_obs.ingest.checkpoint`)
-written atomically after each stage, so a restart neither re-counts nor loses
-a pilot.
+A step that fails is counted as ``scan_failed`` under its stage's first
+source, and the other steps go on. All state is saved in one checkpoint file
+(:mod:`gwms_obs.ingest.checkpoint`) written atomically, so a restart neither
+re-counts nor loses a pilot.
 """
 
 from __future__ import annotations
@@ -39,9 +44,14 @@ from opentelemetry.trace import Status, StatusCode
 from .accounting.ledger import Ledger
 from .accounting.pilot import EntryDefaults, PilotAccount
 from .catalogue import Source
-from .ingest import STAGES, checkpoint
+from .ingest import checkpoint
 from .ingest.books import Books, Health, Listing, ScanResult
+from .ingest.completed_jobs import CompletedJobsStage
 from .ingest.config import IngestConfig
+from .ingest.descript import DescriptStage
+from .ingest.entry_status import EntryStatusStage
+from .ingest.event_log import EventLogStage
+from .ingest.glidein_files import GlideinFilesStage
 from .ingest.stage import Scan, Stage
 from .parse_errors import ParseErrors
 
@@ -70,7 +80,14 @@ class Ingest:
         self.books.progress = progress
         self.books.spool_sink = spool_sink
         self.books.save = self._checkpoint
-        self.stages: list[Stage] = [stage(self.books) for stage in STAGES]
+        b = self.books
+        self.descript = DescriptStage(b)
+        self.pilot_files = GlideinFilesStage(b)
+        self.lines = CompletedJobsStage(b)
+        self.events = EventLogStage(b)
+        self.status = EntryStatusStage(b)
+        # Every stage, in precedence order (ingest.STAGES): their checkpoint parts, their prune.
+        self.stages: list[Stage] = [self.descript, self.pilot_files, self.lines, self.events, self.status]
         self.books.health.started = clock()
         data = None
         if cfg.checkpoint and not cfg.reset_checkpoint:
@@ -151,28 +168,26 @@ class Ingest:
             finally:
                 span.end()
 
-        scan = Scan(t0, None, res)
-        listed = False
-        for stage in self.stages:
-            if stage.reads_client_dirs and not listed:
-                # The client directories' walk, once, before the first stage that reads it;
-                # its failure is counted under that stage's source.
-                scan.listing = phase(stage.source, b.list_clients)
-                listed = True
-                for teacher in self.stages if b.unmapped else ():
-                    phase(teacher.source, teacher.name_clients, scan)
+        def read(stage: Stage) -> None:
             found = phase(stage.source, stage.discover, scan)
             if found is not None:
                 phase(stage.source, stage.read, scan, found)
-            for waiting in self.stages:
-                if waiting.settle_after is stage.source:
-                    phase(waiting.source, waiting.settle, scan)
-            if stage.save_after_read:
-                self._checkpoint()
-        for stage in self.stages:
-            if stage.settle_after is None:
-                phase(stage.source, stage.settle, scan)
-        if scan.listing is not None:
+
+        scan = Scan(t0, None, res)
+        read(self.descript)  # 1
+        scan.listing = phase(self.pilot_files.source, b.list_clients)  # 2
+        if b.unmapped:
+            phase(self.lines.source, self.lines.name_clients, scan)
+        read(self.pilot_files)  # 3
+        self._checkpoint()
+        read(self.lines)  # 4
+        phase(self.pilot_files.source, self.pilot_files.settle, scan)
+        self._checkpoint()
+        read(self.events)  # 5
+        read(self.status)  # 6
+        phase(self.lines.source, self.lines.settle, scan)  # 7
+        phase(self.events.source, self.events.settle, scan)
+        if scan.listing is not None:  # 8
             self._prune(scan.listing)
         now = b.clock()
         with b.lock:

@@ -40,7 +40,6 @@ class _Scanned:
 class CompletedJobsStage(Stage):
     sources = (Source.COMPLETED_JOBS,)
     precedence = 20
-    save_after_read = True
     checkpoint_keys = ("pending",)
 
     def __init__(self, books: Books) -> None:

@@ -33,7 +33,6 @@ class EventLogStage(Stage):
     sources = (Source.EVENT_LOG,)
     precedence = 30
     checkpoint_keys = ("waiting", "timeline")
-    reads_client_dirs = True
 
     def __init__(self, books: Books) -> None:
         super().__init__(books)

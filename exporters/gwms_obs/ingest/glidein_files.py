@@ -44,10 +44,6 @@ Ready = tuple[str, layout.PilotFiles, os.stat_result]  # a settled pilot to read
 class GlideinFilesStage(Stage):
     sources = (Source.GLIDEIN_OUT, Source.GLIDEIN_ERR, Source.TRACE_SPOOL)
     precedence = 10
-    reads_client_dirs = True
-    save_after_read = True
-    # Pilots of users with no frontend name yet wait for the names the completed_jobs lines teach.
-    settle_after = Source.COMPLETED_JOBS
 
     def __init__(self, books: Books) -> None:
         super().__init__(books)
@@ -71,6 +67,8 @@ class GlideinFilesStage(Stage):
         self.deferred = self._pilots(found, scan, last_call=False)
 
     def settle(self, scan: Scan) -> None:
+        """Right after the completed_jobs lines are read: the pilots whose user had no frontend
+        name, which those lines may have taught."""
         if scan.listing is None:
             return
         # Pilots whose user had no frontend name: the lines read since may have taught it.

@@ -1,20 +1,12 @@
 """The contract every factory source implements to be read by a scan.
 
-A stage owns one kind of factory file end to end: it finds its files,
-reads what is new since its cursors (the format itself is parsed by its
-reader in ``gwms_obs.sources``), hands records to the accounting through
-:class:`~gwms_obs.ingest.books.Books`, and saves its own part of the
-checkpoint. :class:`~gwms_obs.pipeline.Ingest` knows none of them by name: it
-runs every stage of :data:`gwms_obs.ingest.STAGES` in precedence order.
-
-A scan lists the client directories once; if a listed user has no frontend
-name yet, every stage's ``name_clients`` looks for it first. Then, for each
-stage in precedence order, ``read``; then, once every
-stage has read, ``settle`` in the same order (the fallbacks: what only a
-lower-precedence source can count, now that the better ones had their
-chance); then ``prune``. A stage that waits for another source's read
-(``settle_after``) settles right after that read instead. A stage's failure in any step is counted as
-``scan_failed`` under its first source and the other stages go on.
+A stage owns one kind of factory file end to end: it finds its files
+(``discover``), reads what is new since its cursors (``read``: the format
+itself is parsed by its reader in ``gwms_obs.sources``), holds what waits for
+a better source (:class:`~gwms_obs.ingest.resolve.Holds`), counts what only it
+can once the better sources had their chance (``settle``), and saves its own
+part of the checkpoint. When each of these runs is written once, in
+:meth:`gwms_obs.pipeline.Ingest.scan` (its module's docstring says the order).
 """
 
 from __future__ import annotations
@@ -41,19 +33,10 @@ class Stage:
 
     # The catalogue's sources this stage reads; the first labels its health and failures.
     sources: ClassVar[tuple[Source, ...]]
-    # Scan order, and which source's count of a pilot wins (lower first; docs/accounting.md).
+    # Which source's count of a pilot wins (lower first; docs/accounting.md), the order of ingest.STAGES.
     precedence: ClassVar[int]
     # Top-level keys this stage owns in the checkpoint file.
     checkpoint_keys: ClassVar[tuple[str, ...]] = ()
-    # Reads the walk of the client directories (``Scan.listing``), made once per scan
-    # before the first stage that sets this.
-    reads_client_dirs: ClassVar[bool] = False
-    # Settle right after this source's read, when that read is what it waits for;
-    # None: once every stage has read (the fallbacks).
-    settle_after: ClassVar[Source | None] = None
-    # Save the checkpoint right after its read (it counts pilots or holds lines);
-    # the others are saved with the scan's end.
-    save_after_read: ClassVar[bool] = False
 
     def __init__(self, books: Books) -> None:
         self.books = books
@@ -70,12 +53,8 @@ class Stage:
         """Read what is new in ``found`` since the cursors and account or hold it."""
         raise NotImplementedError
 
-    def name_clients(self, scan: Scan) -> None:
-        """Right after the listing, when some listed user has no frontend name: find the names
-        in what this source will read, so that no stage reads a pilot before its name is known."""
-
     def settle(self, scan: Scan) -> None:
-        """After every stage has read: count what only this source can (its fallbacks)."""
+        """Once the better sources have read: count what only this source can (its fallbacks)."""
 
     def prune(self, listing: Listing) -> None:
         """Forget what it holds for pilots whose files are gone."""
