@@ -66,7 +66,7 @@ def _child(kind: str, path: str, extra: str) -> None:
         ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
         # Every pilot already counted from its .out (not timed).
         errors = ParseErrors()
-        ing.books.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs_file(path, errors)}
+        ing.books.counted.seen = {f"bench/{r.cluster}.{r.proc}": 0.0 for r in completed_jobs_file(path, errors)}
         stage = next(s for s in ing.stages if Source.COMPLETED_JOBS in s.sources)
         t0 = time.perf_counter()
         res = ScanResult()

@@ -130,8 +130,8 @@ def outcome(ing: Ingest, accounts: list[PilotAccount]) -> dict[str, Any]:
     b = ing.books
     return {
         "ledger": ing.ledger.to_json(),
-        "seen": sorted(b.seen),
-        "bad_out": sorted(b.bad_out),
+        "seen": sorted(b.counted.seen),
+        "bad_out": sorted(b.counted.bad_out),
         "errors": dict(ing.errors.counts),
         "records": dict(b.health.records),
         "bytes": dict(b.health.bytes_read),
@@ -226,7 +226,7 @@ def test_a_file_that_crashes_a_worker_is_quarantined_as_by_the_serial_read(
         results.append(outcome(ing, accounts))
         assert ing.errors.counts[(Source.GLIDEIN_OUT, "quarantined")] == 1
         ks = key_str((victim.entry, victim.cluster, victim.proc))
-        assert ks in ing.books.bad_out
+        assert ks in ing.books.counted.bad_out
         (again,) = [a for a in accounts if a.key == victim.key]
         assert again.partition.accuracy is Accuracy.COMPLETED_LOG  # its completed_jobs line counted it
     assert len(pools) == 1
@@ -294,7 +294,7 @@ def test_a_kill_mid_backfill_then_a_restart_counts_every_pilot_once(
     keys2 = [key_str(a.key) for a in accounts2 if a.key is not None]
     assert not set(saved) & set(keys2)  # none counted twice
     assert sorted([*saved, *keys2]) == sorted(key_str(a.key) for a in serial["accounts"] if a.key is not None)
-    assert sorted(again.books.seen) == serial["seen"]
+    assert sorted(again.books.counted.seen) == serial["seen"]
     pilots = {tuple(r[:-1]): r[-1] for r in again.ledger.to_json()["pilots"]}
     assert pilots == {tuple(r[:-1]): r[-1] for r in serial["ledger"]["pilots"]}
     assert len(pools) == 2
@@ -373,8 +373,8 @@ def test_a_first_scan_without_clients_counts_what_one_with_them_counts(
     scan reads the pilots with their names and skips the lines of those counted from their .out,
     as a scan whose [clients] names them does: the same ledger, errors and format evidence."""
     ing, _ = run(factory, 1)
-    names = dict(ing.books.client_by_user)
-    assert len(names) == 3 and not ing.books.unmapped
+    names = dict(ing.books.names.learned)
+    assert len(names) == 3 and not ing.books.names.unmapped
     assert (Source.COMPLETED_JOBS, "implausible") not in serial["errors"]  # the forged line: not checked
     for workers in (1, 2):
         assert outcome(*run(factory, workers, clients=names)) == serial
@@ -389,9 +389,9 @@ def test_looking_for_the_names_counts_nothing_and_moves_no_cursor(factory: Path)
     ing = Ingest(IngestConfig.one_shot(str(factory), None, 3600.0, 1))
     b = ing.books
     scan = Scan(0.0, b.list_clients(), ScanResult())
-    assert len(b.unmapped) == 3
+    assert len(b.names.unmapped) == 3
     next(s for s in ing.stages if isinstance(s, CompletedJobsStage)).name_clients(scan)
-    assert not b.unmapped and len(b.client_by_user) == 3
+    assert not b.names.unmapped and len(b.names.learned) == 3
     assert b.follower.cursors == {} and not ing.errors.counts and not b.health.records
 
 

@@ -284,7 +284,7 @@ def test_stage_same_with_and_without(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert nat.health.records == py.health.records
     assert nat.errors.counts == py.errors.counts
     assert nat.ledger.pilots == py.ledger.pilots and nat.ledger.cpu == py.ledger.cpu
-    assert dict(nat.books.seen).keys() == dict(py.books.seen).keys()
+    assert dict(nat.books.counted.seen).keys() == dict(py.books.counted.seen).keys()
 
     def pending(ing: Ingest) -> dict[str, Any]:
         st_ = next(s for s in ing.stages if isinstance(s, stage_mod.CompletedJobsStage))

@@ -128,7 +128,7 @@ class Ingest:
 
     @property
     def seen(self) -> dict[str, float]:
-        return self.books.seen
+        return self.books.counted.seen
 
     @property
     def spool_sink(self) -> Callable[[bytes, str], None] | None:
@@ -143,7 +143,7 @@ class Ingest:
         return self.books.holds.of(source)
 
     def client_of(self, username: str) -> str | None:
-        return self.books.client_of(username)
+        return self.books.names.of(username)
 
     # --- one scan -------------------------------------------------------------------------------
     def scan(self) -> ScanResult:
@@ -176,7 +176,7 @@ class Ingest:
         scan = Scan(t0, None, res)
         read(self.descript)  # 1
         scan.listing = phase(self.pilot_files.source, b.list_clients)  # 2
-        if b.unmapped:
+        if b.names.unmapped:
             phase(self.lines.source, self.lines.name_clients, scan)
         read(self.pilot_files)  # 3
         self._checkpoint()
@@ -214,10 +214,7 @@ class Ingest:
                 oldest = calendar.timegm(time.strptime(min(days), "%Y%m%d"))
                 cutoff = min(cutoff, oldest - 86400.0)
         with b.lock:
-            for k in [k for k, t in b.seen.items() if t < cutoff and k not in present]:
-                del b.seen[k]
-            for k in [k for k, t in b.bad_out.items() if t < cutoff and k not in present]:
-                del b.bad_out[k]
+            b.counted.forget(cutoff, present)
             for stage in self.stages:
                 stage.prune(listing)
             b.follower.forget_missing(p for p in list(b.follower.cursors) if os.path.exists(p))

@@ -1,11 +1,14 @@
-"""What every stage of a scan shares: the ledger, the pilots counted, the cursors, health.
+"""What every stage of a scan shares, each part owned by its own module, and the one way a
+pilot gets counted (:meth:`Books.account`).
 
-One ``Books`` per :class:`~gwms_obs.pipeline.Ingest`. A stage reads its files
-and writes what they taught here (a pilot counted, a frontend's name, a
-format's evidence); which stage counts a pilot is decided by precedence
-(docs/accounting.md, "Which source wins"), never by two stages at once,
-because :meth:`Books.account` marks the pilot ``seen`` and every stage skips
-what is seen.
+One ``Books`` per :class:`~gwms_obs.pipeline.Ingest`: the ledger
+(accounting/ledger.py), the cursors of the followed logs (follow.py), the
+pilots counted and the unusable .out files (counted.py), the frontend names
+(names.py), what the fallback sources hold and which source counts a pilot
+(resolve.py), the parse errors and health. Which stage counts a pilot is decided by
+precedence (docs/accounting.md, "Which source wins"), never by two stages at
+once, because :meth:`Books.account` marks the pilot ``seen`` and every stage
+skips what is seen.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from ..follow import Follower
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from ..parse_errors import ParseErrors
 from ..sources import layout
+from .counted import Counted
+from .names import FrontendNames
 from .resolve import Holds
 
 if TYPE_CHECKING:
@@ -133,10 +138,8 @@ class Books:
         self.once = layout.OncePerPath(self.errors)  # what every scan lists again is counted once
         self.health = Health()
         self.follower = Follower()  # cursors of the followed logs (completed_jobs, event logs)
-        self.seen: dict[str, float] = {}  # key -> when counted
-        self.bad_out: dict[str, float] = {}  # key -> when its .out proved unusable (fallbacks may count it)
-        self.client_by_user: dict[str, str] = {}  # username -> client_log_name, from completed_jobs lines
-        self.unmapped: set[str] = set()  # listed users with no frontend name yet (looked for in lines)
+        self.counted = Counted()  # the pilots counted, and those whose .out proved unusable
+        self.names = FrontendNames(cfg.client_map)  # which frontend each factory-side user is
         self.evidence: dict[str, EntryEvidence] = {}  # entry -> its completed_jobs format evidence
         self.defaults: dict[str, EntryDefaults] = {}  # entry -> what its descript.xml says
         # What the fallback sources hold for pilots not counted yet, and which source counts
@@ -169,7 +172,7 @@ class Books:
                 if self.trace_sink is not None:
                     traced = facts or PilotFacts(source)
                     traced.times = times
-                self.seen[ks] = self.clock()
+                self.counted.seen[ks] = self.clock()
                 self.holds.counted(ks)
                 for forget in self.on_counted:
                     forget(ks)
@@ -194,12 +197,12 @@ class Books:
         dirs_by_entry: dict[str, list[str]] = {}
         for _, entry, d in client_dirs:
             dirs_by_entry.setdefault(entry, []).append(d)
-        self.unmapped = {user for user, _, _ in client_dirs if self.client_of(user) is None}
+        self.names.listed(user for user, _, _ in client_dirs)
         return Listing(present, dirs_by_entry, [f for *_, logs in listings for f in logs])
 
     def out_waits(self, ks: str, listing: Listing, recheck: bool) -> bool:
         """Whether the pilot's .out is there to be read (so no fallback may count it)."""
-        if ks in self.bad_out:
+        if ks in self.counted.bad_out:
             return False
         if ks in listing.present:
             return True
@@ -208,18 +211,6 @@ class Books:
         # Arrived after the listing (the factory writes a line only once the .out is in).
         entry, name = ks.rsplit("/", 1)
         return any(os.path.exists(os.path.join(d, f"job.{name}.out")) for d in listing.dirs_by_entry.get(entry, []))
-
-    def client_of(self, username: str) -> str | None:
-        """The frontend's client_log_name for a factory-side username, if the factory has shown it."""
-        return self.cfg.client_map.get(username) or self.client_by_user.get(username)
-
-    def client_label(self, username: str, source: str, path: str) -> str:
-        name = self.client_of(username)
-        if name is None:
-            # Visible fallback: one value per username, counted and logged.
-            self.errors.record(source, "unmapped_client", path, None, f"no frontend name known for user_{username}")
-            return f"user_{username}"
-        return name
 
     def bounds(self, entry: str, written: float) -> plausible.Bounds:
         # Times are bounded by the factory's clock when the file was written, or now.
@@ -237,16 +228,14 @@ class Books:
         return {
             "ledger": self.ledger.to_json(),
             "cursors": self.follower.to_json(),
-            "seen": self.seen,
-            "bad_out": self.bad_out,
-            "client_by_user": self.client_by_user,
+            **self.counted.state(),
+            "client_by_user": self.names.to_json(),
             "evidence": {e: dataclasses.asdict(ev) for e, ev in self.evidence.items()},
         }
 
     def restore(self, data: dict[str, Any]) -> None:
         self.ledger = Ledger.from_json(data.get("ledger", {}))
         self.follower = Follower.from_json(data.get("cursors", {}))
-        self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
-        self.bad_out = {str(k): float(v) for k, v in data.get("bad_out", {}).items()}
+        self.counted.restore(data)
         self.evidence = {str(e): EntryEvidence(**v) for e, v in data.get("evidence", {}).items()}
-        self.client_by_user = {str(k): str(v) for k, v in data.get("client_by_user", {}).items()}
+        self.names.restore(data.get("client_by_user", {}))

@@ -69,7 +69,7 @@ class CompletedJobsStage(Stage):
 
     def _scan(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[_Scanned, int]:
         """The buffer's complete lines, and those of pilots not counted yet; the bytes they take."""
-        seen = self.books.seen
+        seen = self.books.counted.seen
         got = completed_jobs.scan_unseen(buf, entry, seen)  # the usual buffer, in compiled code
         if got is not None:
             used, n, unseen = got
@@ -79,7 +79,7 @@ class CompletedJobsStage(Stage):
             keys = completed_jobs.line_keys(lines, entry)
             # Counted from its .out: the usual case, filtered in one comprehension, nothing converted.
             scanned = _Scanned(len(lines), [(k, raw) for k, raw in zip(keys, lines, strict=True) if k not in seen])
-        if self.books.unmapped:
+        if self.books.names.unmapped:
             self._learn_clients(buf, used)
         return scanned, used
 
@@ -124,9 +124,9 @@ class CompletedJobsStage(Stage):
                 continue  # the read says why
             with f:
                 f.seek(b.follower.resume_at(path, f))
-                while b.unmapped and (buf := f.read(READ_CHUNK)):
+                while b.names.unmapped and (buf := f.read(READ_CHUNK)):
                     self._learn_clients(buf, len(buf))
-            if not b.unmapped:
+            if not b.names.unmapped:
                 return
 
     def _learn_clients(self, buf: bytes, end: int) -> None:
@@ -136,15 +136,14 @@ class CompletedJobsStage(Stage):
         usual buffer costs nothing here.
         """
         b = self.books
-        for user in list(b.unmapped):
+        for user in list(b.names.unmapped):
             i = buf.find(b'username="' + user.encode("utf-8", "surrogateescape") + b'"', 0, end)
             if i < 0:
                 continue
             eol = buf.find(b"\n", i, end)
             m = _CLIENT_USER.search(buf, buf.rfind(b"\n", 0, i) + 1, end if eol < 0 else eol)
             if m is not None and m.group(2).decode("utf-8", "replace") == user:
-                b.client_by_user[user] = m.group(1).decode("utf-8", "replace")
-                b.unmapped.discard(user)
+                b.names.learn(user, m.group(1).decode("utf-8", "replace"))
 
     def settle(self, scan: Scan) -> None:
         """Count the pilots whose .out is absent from their line (the event log's end, if known)."""
@@ -154,7 +153,7 @@ class CompletedJobsStage(Stage):
         b = self.books
         holds = self.holds
         for k, line in list(holds.lines.items()):
-            if k in b.seen:
+            if k in b.counted.seen:
                 del holds.lines[k]
                 continue
             entry = k.rsplit("/", 1)[0]
@@ -171,7 +170,7 @@ class CompletedJobsStage(Stage):
             acc = from_completed_job(
                 line,
                 b.defaults.get(entry),
-                client=b.client_of(line.username) or line.client,
+                client=b.names.of(line.username) or line.client,
                 raw_total=raw,
                 end=ended.ended if ended is not None else None,
             )

@@ -75,7 +75,7 @@ class EventLogStage(Stage):
             k = key_str((f.entry, t.cluster, t.proc))
             if t.ended is None:  # beyond the timeline's bound, unfinished
                 _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")
-            elif k not in b.seen:
+            elif k not in b.counted.seen:
                 t.client = f.username  # the factory-side user; named at accounting time
                 self.holds.ends[k] = t
 
@@ -88,7 +88,7 @@ class EventLogStage(Stage):
         now = b.clock()
         holds = self.holds
         for k, t in list(holds.ends.items()):
-            if k in b.seen:
+            if k in b.counted.seen:
                 with b.lock:
                     del holds.ends[k]
                 continue
@@ -98,7 +98,7 @@ class EventLogStage(Stage):
                 with b.lock:
                     del holds.ends[k]
                 user = t.client or ""
-                t.client = b.client_of(user) or f"user_{user}"
+                t.client = b.names.of(user) or f"user_{user}"
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
                 if acc is not None:
                     b.account(acc, scan.result, Source.EVENT_LOG, PilotFacts(Source.EVENT_LOG, times=t))

@@ -108,7 +108,7 @@ class GlideinFilesStage(Stage):
         """Account the settled pilots; return those whose user has no frontend name yet."""
         b = self.books
         now = b.clock()
-        seen, bad = b.seen, b.bad_out
+        seen, bad = b.counted.seen, b.counted.bad_out
         todo = [(k, p) for p in pilots if (k := key_str(p.key)) not in seen and k not in bad]
         if not last_call:
             b.health.files[Source.GLIDEIN_OUT] = len(pilots)
@@ -140,7 +140,7 @@ class GlideinFilesStage(Stage):
         b = self.books
         for ks, p in todo:
             st = self._settled(p, ks, now)
-            if st is not None and b.client_of(p.username) is None:
+            if st is not None and b.names.of(p.username) is None:
                 if not last_call:
                     deferred.append(p)  # the completed_jobs lines read next may name its frontend
                     st = None
@@ -164,8 +164,8 @@ class GlideinFilesStage(Stage):
         """The .out lag: the oldest .out still waiting (to settle, or for its frontend's name)."""
         b = self.books
         with b.lock:
-            times = [sig[1] for k, (sig, _) in self.unsettled.items() if k in present and k not in b.seen]
-            times += [t for k, t in self.unmapped_since.items() if k in present and k not in b.seen]
+            times = [sig[1] for k, (sig, _) in self.unsettled.items() if k in present and k not in b.counted.seen]
+            times += [t for k, t in self.unmapped_since.items() if k in present and k not in b.counted.seen]
             if times:
                 b.health.backlog[Source.GLIDEIN_OUT] = min(times)
             else:
@@ -310,7 +310,7 @@ class GlideinFilesStage(Stage):
         if acc is None:
             self._mark_bad(ks)  # unreadable, implausible or timeless: the factory's own records count it
             return
-        acc.client = b.client_label(p.username, Source.GLIDEIN_OUT, p.out)
+        acc.client = b.names.label(p.username, b.errors, Source.GLIDEIN_OUT, p.out)
         facts = PilotFacts(Source.GLIDEIN_OUT, *r.facts) if r.facts is not None else None
         b.account(acc, scan.result, Source.GLIDEIN_OUT, facts)
 
@@ -348,10 +348,10 @@ class GlideinFilesStage(Stage):
         except OSError:
             return
         b = self.books
-        if ks and ks not in b.seen:
+        if ks and ks not in b.counted.seen:
             log.error("%s was being read when the exporter stopped: quarantined", ks)
             b.errors.record(Source.GLIDEIN_OUT, "quarantined", path, None, f"{ks} crashed the last run")
-            b.bad_out[ks] = b.clock()
+            b.counted.bad_out[ks] = b.clock()
 
     def restore(self, data: dict[str, Any]) -> None:
         self._quarantine_inflight()
@@ -359,7 +359,7 @@ class GlideinFilesStage(Stage):
     def _mark_bad(self, ks: str) -> None:
         b = self.books
         with b.lock:
-            b.bad_out[ks] = b.clock()
+            b.counted.bad_out[ks] = b.clock()
             self.unsettled.pop(ks, None)
 
 
