@@ -145,8 +145,6 @@ class Books:
         # What the fallback sources hold for pilots not counted yet, and which source counts
         # each (docs/accounting.md, "Which source wins").
         self.holds = Holds()
-        # Called with the key of each pilot counted: the pilots' files stage drops what it watched.
-        self.on_counted: list[Callable[[str], object]] = []
         # Gets (span spool, .err path) of each pilot that returned its spans in its
         # stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
         self.spool_sink: Callable[[bytes, str], None] | None = None
@@ -174,8 +172,6 @@ class Books:
                     traced.times = times
                 self.counted.seen[ks] = self.clock()
                 self.holds.counted(ks)
-                for forget in self.on_counted:
-                    forget(ks)
         res.pilots += 1
         res.by_source[source] += 1
         if self.sink is not None:

@@ -54,11 +54,6 @@ class GlideinFilesStage(Stage):
         self.deferred: list[layout.PilotFiles] = []  # settled, waiting for this scan's completed_jobs lines
         self._bar: Any = None  # the progress bar of a long scan
         self._last_save = 0.0  # when a long scan last saved the checkpoint
-        books.on_counted.append(self._forget)
-
-    def _forget(self, ks: str) -> None:
-        self.unsettled.pop(ks, None)
-        self.unmapped_since.pop(ks, None)
 
     def discover(self, scan: Scan) -> Sequence[layout.PilotFiles] | None:
         return list(scan.listing.present.values()) if scan.listing is not None else None
@@ -77,8 +72,11 @@ class GlideinFilesStage(Stage):
         self._backlog(scan.listing.present)
 
     def prune(self, listing: Listing) -> None:
-        for k in [k for k in self.unsettled if k not in listing.present]:
-            del self.unsettled[k]
+        """Forget the pilots it watched that are gone, or counted (by it or a fallback)."""
+        seen = self.books.counted.seen
+        for watched in (self.unsettled, self.unmapped_since):
+            for k in [k for k in watched if k not in listing.present or k in seen]:
+                del watched[k]
 
     # --- reading --------------------------------------------------------------------------------
     def _settled(self, p: layout.PilotFiles, ks: str, now: float) -> os.stat_result | None:
