@@ -94,6 +94,7 @@ class Reading:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._f.close()
+        self._buf = b""  # the read is done: its last buffer is not kept alive while the next file is read
 
 
 class Follower:

@@ -56,16 +56,19 @@ class CompletedJobsStage(Stage):
         b.health.backlog.setdefault(Source.COMPLETED_JOBS, scan.t0)
         for entry, path in found:
             try:
-                with b.follower.open(path, root=b.cfg.factory_dir) as log:
-                    for buf in log:
-                        scanned, used = self._scan(buf, path, log.offset, entry)
-                        self._hold(scanned, entry, path)
-                        log.advance(used)  # past the lines held: a crash before reads them again
+                b.health.bytes_read[Source.COMPLETED_JOBS] += self._follow(entry, path)
             except OSError as e:  # listed every scan: counted once
                 b.once.record(Source.COMPLETED_JOBS, files.reason_of(e), path, None, files.describe(e))
-                continue
-            b.health.bytes_read[Source.COMPLETED_JOBS] += log.bytes_read
         b.health.backlog.pop(Source.COMPLETED_JOBS, None)
+
+    def _follow(self, entry: str, path: str) -> int:
+        """Read what is new in one log since its cursor; the bytes taken."""
+        with self.books.follower.open(path, root=self.books.cfg.factory_dir) as log:
+            for buf in log:
+                scanned, used = self._scan(buf, path, log.offset, entry)
+                self._hold(scanned, entry, path)
+                log.advance(used)  # past the lines held: a crash before reads them again
+        return log.bytes_read
 
     def _scan(self, buf: bytes, path: str, offset: int, entry: str) -> tuple[_Scanned, int]:
         """The buffer's complete lines, and those of pilots not counted yet; the bytes they take."""

@@ -48,16 +48,9 @@ class EventLogStage(Stage):
         b.health.backlog.setdefault(Source.EVENT_LOG, scan.t0)
         for f in found:
             try:
-                with b.follower.open(f.path, root=b.cfg.factory_dir) as log:
-                    for buf in log:
-                        events, used = condor_eventlog.parse_buffer(buf, f.path, log.offset, b.errors)
-                        if events:
-                            self._hold(events, f)
-                        log.advance(used)  # past the events held: a crash before reads them again
+                b.health.bytes_read[Source.EVENT_LOG] += self._follow(f)
             except OSError as e:  # listed every scan: counted once
                 b.once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
-                continue
-            b.health.bytes_read[Source.EVENT_LOG] += log.bytes_read
         # Pilots silent for weeks of their log's own time (held forever, or their end deleted
         # with an old file) are dropped, not guessed; counted and logged.
         paths = {condor_eventlog.log_of(f.path): f.path for f in found}
@@ -66,6 +59,17 @@ class EventLogStage(Stage):
             path = paths.get((entry, client, day)) or f"entry_{entry}/condor_activity_{day}_{client}.log (gone)"
             _dropped(b, t, path, f"no event for {days:g} days of its log")
         b.health.backlog.pop(Source.EVENT_LOG, None)
+
+    def _follow(self, f: layout.EventLogFile) -> int:
+        """Read what is new in one log since its cursor; the bytes taken."""
+        b = self.books
+        with b.follower.open(f.path, root=b.cfg.factory_dir) as log:
+            for buf in log:
+                events, used = condor_eventlog.parse_buffer(buf, f.path, log.offset, b.errors)
+                if events:
+                    self._hold(events, f)
+                log.advance(used)  # past the events held: a crash before reads them again
+        return log.bytes_read
 
     def _hold(self, events: list[condor_eventlog.CondorEvent], f: layout.EventLogFile) -> None:
         """Feed the timelines; keep the pilots that ended and are not counted yet."""
