@@ -46,10 +46,10 @@ def _child(path: str, workers: int, eventlog_python: bool = False) -> None:
     """Runs in a subprocess: one full scan, printed as JSON."""
     from gwms_obs.ingest.glidein_files import GlideinFilesStage
     from gwms_obs.pipeline import Ingest, IngestConfig
-    from gwms_obs.sources import condor_eventlog
+    from gwms_obs.sources import condor_event_log
 
     if eventlog_python:  # the event logs' pure-Python reader, every other reader compiled
-        vars(condor_eventlog)["native"] = SimpleNamespace(core=None)
+        vars(condor_event_log)["native"] = SimpleNamespace(core=None)
 
     ing = Ingest(IngestConfig.one_shot(path, None, 3600.0, workers))
     stage = next(s for s in ing.stages if isinstance(s, GlideinFilesStage))

@@ -91,10 +91,10 @@ def _child(kind: str, path: str, extra: str) -> None:
         nbytes = os.path.getsize(path)
     elif kind == "pilots_scan":
         from gwms_obs.pipeline import Ingest, IngestConfig
-        from gwms_obs.sources import condor_eventlog
+        from gwms_obs.sources import condor_event_log
 
         if extra == "eventlog-python":  # every reader compiled but the event logs'
-            vars(condor_eventlog)["native"] = SimpleNamespace(core=None)
+            vars(condor_event_log)["native"] = SimpleNamespace(core=None)
 
         ing = Ingest(IngestConfig(factory_dir=path, settle_seconds=0.0))
         res = ing.scan()

@@ -12,7 +12,7 @@ Numbers are noisy on a shared VM: compare best-of runs made back to back.
     python benchmarks/readers.py --profile       # cProfile of the typical pilot
     python benchmarks/readers.py --eventlog [--record]   # the event logs: Python vs compiled
 
---eventlog times ``condor_eventlog.parse_buffer`` over every HTCondor-G event log
+--eventlog times ``condor_event_log.parse_buffer`` over every HTCondor-G event log
 of the cached 20k-pilot factory (benchmarks/work/, made once), the pure-Python
 reader and the compiled one interleaved in one process, in process CPU time;
 then the fold of the events into pilots (``PilotTimeline.feed``, Python either
@@ -211,7 +211,7 @@ def eventlog(repeats: int, pilots: int, seed: int, record: bool) -> int:
     from bench import record as write
     from bench import simulated_factory
     from gwms_obs import native
-    from gwms_obs.sources import condor_eventlog as el
+    from gwms_obs.sources import condor_event_log as el
 
     core = native.core
     if core is None:
@@ -257,7 +257,7 @@ def eventlog(repeats: int, pilots: int, seed: int, record: bool) -> int:
     lines = [
         f"# Event-log reader — {platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
         "",
-        f"`condor_eventlog.parse_buffer` over the {len(logs)} event logs ({mb:.1f} MB, {events:,} events) "
+        f"`condor_event_log.parse_buffer` over the {len(logs)} event logs ({mb:.1f} MB, {events:,} events) "
         f"of the simulated factory ({pilots} pilots, seed {seed}), in memory, tz=None (this host's local "
         f"time, {time.tzname[0]}), as the event-log stage calls it. Python and compiled interleaved in one "
         f"process, {repeats} repeats, process CPU time. Readers: {native.describe()}. "

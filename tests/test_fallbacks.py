@@ -201,7 +201,7 @@ def test_young_out_wins_over_its_line_and_event_log(tree: Path, tmp_path: Path) 
     first = ing.scan()
     # Nothing that has a .out was counted from a fallback (only pilots with no .out at all).
     assert first.by_source.get(Source.COMPLETED_JOBS, 0) == 0
-    assert ing.held(Source.COMPLETED_JOBS) and ing.held(Source.EVENT_LOG)
+    assert ing.held(Source.COMPLETED_JOBS) and ing.held(Source.CONDOR_EVENT_LOG)
     clock.t += 31
     ing.scan()
     report = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0, final=True))
@@ -211,7 +211,7 @@ def test_young_out_wins_over_its_line_and_event_log(tree: Path, tmp_path: Path) 
     assert a.keys() == b.keys()
     for k in a:
         assert a[k] == pytest.approx(b[k], rel=1e-9), k
-    assert not ing.held(Source.COMPLETED_JOBS) and not ing.held(Source.EVENT_LOG)
+    assert not ing.held(Source.COMPLETED_JOBS) and not ing.held(Source.CONDOR_EVENT_LOG)
     # One frontend, one label value: the completed_jobs name on every path.
     assert {k[1] for k in ing.ledger.pilots} <= {
         "CMSG-v1_0_cmspilot",

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from gwms_obs.follow import Follower
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import (
-    condor_eventlog,
+    condor_event_log,
     descript,
     files,
     glidein_err,
@@ -41,7 +41,7 @@ from tests.support.readers import completed_jobs_file, event_log_file, read_new
 from tests.support.reference import reference_file
 
 FIX = Path(__file__).resolve().parent / "fixtures"
-EVENTLOG = (FIX / "condor_eventlog_sample.log").read_bytes()
+EVENT_LOG_SAMPLE = (FIX / "condor_event_log_sample.log").read_bytes()
 DEADLINE = 10.0  # seconds; a non-blocking open and refusal takes microseconds
 
 T = TypeVar("T")
@@ -106,7 +106,7 @@ def test_fifo_event_log_is_refused_by_follower_and_reader(factory: Path) -> None
     fol = Follower()
 
     def follow() -> int:
-        return read_new(fol, str(fifo), lambda b, p, o: condor_eventlog.parse_buffer(b, p, o, ParseErrors()), print)
+        return read_new(fol, str(fifo), lambda b, p, o: condor_event_log.parse_buffer(b, p, o, ParseErrors()), print)
 
     with pytest.raises(files.FileRefused) as exc:
         within_deadline(follow, fifo)
@@ -363,7 +363,7 @@ def test_noncanonical_pilot_ids_count_once_as_errors(factory: Path) -> None:
 def test_walk_finds_every_source(factory: Path) -> None:
     d = edir(factory)
     (d / "job.7.0.out").write_bytes(b"x")
-    (d / "condor_activity_20220624_fe.log").write_bytes(EVENTLOG)
+    (d / "condor_activity_20220624_fe.log").write_bytes(EVENT_LOG_SAMPLE)
     (factory / "server" / "entry_e" / "completed_jobs_20220624.log").write_bytes(b"")
     errors = ParseErrors()
     [(user, entry, path)] = layout.entry_dirs(str(factory), errors)
@@ -380,7 +380,7 @@ def test_regular_file_reads_are_unchanged(factory: Path) -> None:
     d = edir(factory)
     (d / "job.1.0.err").write_bytes(encode("StartdHistoryLog", b"JobStartDate = 5\nCompletionDate = 9\n"))
     log = d / "condor_activity_20220624_fe.log"
-    log.write_bytes(EVENTLOG)
+    log.write_bytes(EVENT_LOG_SAMPLE)
     errors = ParseErrors()
     err = glidein_err.read_err(str(d / "job.1.0.err"), errors, root=str(factory))
     assert err is not None and err.jobs is not None and len(err.jobs) == 1

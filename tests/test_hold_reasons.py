@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from gwms_obs.sources.hold_reasons import HoldClass, classify
 
 CE = "ce01.example.org ce01.example.org:9619"

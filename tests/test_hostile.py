@@ -255,18 +255,18 @@ def test_one_failing_source_does_not_stop_the_others(
     def boom(*_: object, **__: object) -> None:
         raise RuntimeError("a reader bug")
 
-    monkeypatch.setattr("gwms_obs.sources.condor_eventlog.parse_buffer", boom)
+    monkeypatch.setattr("gwms_obs.sources.condor_event_log.parse_buffer", boom)
     ing = Ingest(IngestConfig(factory_dir=str(work), settle_seconds=0.0, final=True))
     res = ing.scan()
-    assert res.failed == [Source.EVENT_LOG.value]
-    assert ing.errors.counts[(Source.EVENT_LOG, "scan_failed")] == 1
+    assert res.failed == [Source.CONDOR_EVENT_LOG.value]
+    assert ing.errors.counts[(Source.CONDOR_EVENT_LOG, "scan_failed")] == 1
     # Every .out and the entry status still read; the event log's lag shows the failure.
     assert res.by_source[Source.GLIDEIN_OUT] == sum(
-        a.partition.accuracy is not Accuracy.EVENTLOG for a in want.values()
+        a.partition.accuracy is not Accuracy.CONDOR_EVENT_LOG for a in want.values()
     ) - sum(a.partition.accuracy is Accuracy.COMPLETED_LOG for a in want.values())
     assert ing.ledger.entries.keys() == base.ledger.entries.keys()
     assert ing.health.last_scan_end is not None
-    assert ing.health.lag(ing.clock() + 60)[Source.EVENT_LOG] >= 60
+    assert ing.health.lag(ing.clock() + 60)[Source.CONDOR_EVENT_LOG] >= 60
     # `export --once` says so in its exit code.
     rc = cli.main(["export", "--once", "--factory-dir", str(work), "--listen", f"127.0.0.1:{free_port()}"])
     assert rc == 1
@@ -444,7 +444,7 @@ def test_links_out_of_the_tree_are_refused_once(
     ing.scan()
     ing.scan()  # listed again: not counted again
     assert ing.errors.counts[(Source.GLIDEIN_OUT, "outside_tree")] == 1
-    assert ing.errors.counts[(Source.EVENT_LOG, "outside_tree")] == 1
+    assert ing.errors.counts[(Source.CONDOR_EVENT_LOG, "outside_tree")] == 1
     # nothing read through them; every real pilot counted as before
     assert ing.ledger.pilots == base.ledger.pilots
     assert per_entry(ing.ledger) == pytest.approx(per_entry(base.ledger))

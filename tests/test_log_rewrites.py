@@ -23,7 +23,7 @@ from gwms_obs.catalogue import Source
 from gwms_obs.ingest.books import Books
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from tests.support.readers import read_new
 
 NEVER = 1e12  # lost_after_seconds: the event log never counts a pilot (completed_jobs lines do)
@@ -226,7 +226,7 @@ def test_old_event_logs_read_in_two_scans_count_every_pilot(tree: Path, tmp_path
     again.scan()
     assert pilots(again) == pilots(want)
     assert_same(again, want)
-    assert "pilot_expired" not in reasons(again, Source.EVENT_LOG)
+    assert "pilot_expired" not in reasons(again, Source.CONDOR_EVENT_LOG)
 
 
 PATH = "/f/client/user_u/glidein_g/entry_E/condor_activity_20220624_fe.log"
@@ -268,7 +268,7 @@ def test_expired_pilots_are_counted_and_logged(tree: Path, tmp_path: Path, caplo
     d = daemon(tree, tmp_path / "ck.json", lost_after=0.0)
     with caplog.at_level("WARNING"):
         d.scan()
-    assert reasons(d, Source.EVENT_LOG).get("pilot_expired", 0) > 0
+    assert reasons(d, Source.CONDOR_EVENT_LOG).get("pilot_expired", 0) > 0
     assert "pilot_expired" in caplog.text and str(log) in caplog.text
 
 

@@ -44,7 +44,7 @@ def daemon(
     cp = str(tmp_path_factory.mktemp("cp") / "cp.json")
     first = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9))
     first.scan()
-    assert first.held(Source.EVENT_LOG) and not first.seen
+    assert first.held(Source.CONDOR_EVENT_LOG) and not first.seen
     box = Box()
     ing = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=0, final=True, lost_after_seconds=0))
     sink = P.PilotTraces(box, FACTORY)

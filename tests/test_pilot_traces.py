@@ -510,7 +510,7 @@ def test_a_pilot_counted_from_its_out_gets_the_event_logs_queue(
     first = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9))
     first.books.trace_sink = P.PilotTraces(box, FACTORY)
     first.scan()
-    assert first.held(Source.EVENT_LOG) and not first.seen
+    assert first.held(Source.CONDOR_EVENT_LOG) and not first.seen
     _, _, pilots = _scan(sim[0], checkpoint=cp)
     truth = {(t.entry, t.cluster, t.proc): t for t in sim[1].ground_truth or []}
     queued = 0

@@ -71,7 +71,7 @@ def test_core_seconds_sum_to_cores_times_lifetime(factory: tuple[Path, Simulatio
             else:
                 cpus = p.cpus
             expected += cpus * (p.glidein_end - p.startup)
-    got = sum(v for k, v in ing.ledger.cpu.items() if k[4] != "eventlog")
+    got = sum(v for k, v in ing.ledger.cpu.items() if k[4] != "condor_event_log")
     assert got == pytest.approx(expected, rel=1e-9)
     assert undetected > 0  # the simulator does produce such pilots
 

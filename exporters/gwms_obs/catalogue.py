@@ -53,7 +53,7 @@ class Accuracy(enum.StrEnum):
     STATS = "stats"  # the .out Stats block (job sizes assumed 1 core)
     COMPLETED_LOG = "completed_log"  # only the completed_jobs line (the .out was cleaned up)
     NONE = "none"  # condor ran jobs but no job information survived
-    EVENTLOG = "eventlog"  # only the HTCondor-G event log (no .out)
+    CONDOR_EVENT_LOG = "condor_event_log"  # only the HTCondor-G event log (no .out)
 
 
 class Outcome(enum.StrEnum):
@@ -471,7 +471,7 @@ class Source(enum.StrEnum):
     GLIDEIN_OUT = "glidein_out"
     GLIDEIN_ERR = "glidein_err"
     COMPLETED_JOBS = "completed_jobs"
-    EVENT_LOG = "condor_event_log"
+    CONDOR_EVENT_LOG = "condor_event_log"
     SCHEDD_STATUS = "schedd_status"
     DESCRIPT = "descript"
     TRACE_SPOOL = "trace_spool"

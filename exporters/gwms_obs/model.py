@@ -161,11 +161,11 @@ class PilotTimes:
     held_reason: str | None = None  # the last hold's reason
     entry: str | None = None
     client: str | None = None  # GLIDEIN_CLIENT from the file name
-    # Every hold, oldest first, at most condor_eventlog.MAX_HOLDS; the rest only counted. Tuples:
+    # Every hold, oldest first, at most condor_event_log.MAX_HOLDS; the rest only counted. Tuples:
     # most pilots have none, and the empty tuple costs an open pilot nothing.
     holds: tuple[HoldInterval, ...] = ()
     holds_dropped: int = 0
-    evictions: tuple[float, ...] = ()  # 004 times, at most condor_eventlog.MAX_EVICTIONS
+    evictions: tuple[float, ...] = ()  # 004 times, at most condor_event_log.MAX_EVICTIONS
     evictions_dropped: int = 0
     first_started: float | None = None  # first 001: the end of the queue (``started`` is the last run's)
 

@@ -47,10 +47,10 @@ from .catalogue import Source
 from .ingest import checkpoint
 from .ingest.books import Books, Health, Listing, ScanResult
 from .ingest.completed_jobs import CompletedJobsStage
+from .ingest.condor_event_log import CondorEventLogStage
 from .ingest.config import IngestConfig
 from .ingest.descript import DescriptStage
 from .ingest.entry_status import EntryStatusStage
-from .ingest.event_log import EventLogStage
 from .ingest.glidein_files import GlideinFilesStage
 from .ingest.stage import Scan, Stage
 from .parse_errors import ParseErrors
@@ -84,7 +84,7 @@ class Ingest:
         self.descript = DescriptStage(b)
         self.pilot_files = GlideinFilesStage(b)
         self.lines = CompletedJobsStage(b)
-        self.events = EventLogStage(b)
+        self.events = CondorEventLogStage(b)
         self.status = EntryStatusStage(b)
         # Every stage, in precedence order (ingest.STAGES): their checkpoint parts, their prune.
         self.stages: list[Stage] = [self.descript, self.pilot_files, self.lines, self.events, self.status]

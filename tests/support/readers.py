@@ -18,7 +18,7 @@ from gwms_obs.follow import Follower
 from gwms_obs.model import CompletedJob
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import completed_jobs as cj
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from gwms_obs.sources import files
 
 T = TypeVar("T")
@@ -94,8 +94,8 @@ def event_log_file(
 ) -> list[el.CondorEvent]:
     """Every event of one HTCondor-G event log; a cut last event is counted."""
     evs, rest, at = read_all(
-        path, lambda b, p, o: el.parse_buffer(b, p, o, errors, tz=tz), errors, Source.EVENT_LOG.value, root=root
+        path, lambda b, p, o: el.parse_buffer(b, p, o, errors, tz=tz), errors, Source.CONDOR_EVENT_LOG.value, root=root
     )
     if rest.strip():
-        errors.record(Source.EVENT_LOG.value, "truncated_event", path, at, rest[:80].decode("utf-8", "replace"))
+        errors.record(Source.CONDOR_EVENT_LOG.value, "truncated_event", path, at, rest[:80].decode("utf-8", "replace"))
     return evs

@@ -175,7 +175,7 @@ def accounting() -> Board:
     b.add(
         "timeseries",
         "CPU units by category and accuracy",
-        "The accuracy label says how each part was measured (exact, stats, completed_log, eventlog, none).",
+        "The accuracy label says how each part was measured (exact, stats, completed_log, condor_event_log, none).",
         CPU_UNITS,
         [Target(f"sum by (category, accuracy) ({N.RR_CPU_RATE}{{{SEL}}})", "{{category}} ({{accuracy}})")],
         budget=len(Category) * len(catalogue.Accuracy),

@@ -379,6 +379,6 @@ def partition_from_totals(
 
 def unknown_lifetime(u: PilotUsage) -> Partition:
     """A pilot seen only in the event log: its whole life is ``unknown``."""
-    p = Partition(accuracy=Accuracy.EVENTLOG)
+    p = Partition(accuracy=Accuracy.CONDOR_EVENT_LOG)
     _whole(p, Category.UNKNOWN, u, max(0.0, u.end - u.start))
     return p

@@ -10,9 +10,9 @@ docs/architecture.md says how to add one.
 from __future__ import annotations
 
 from .completed_jobs import CompletedJobsStage
+from .condor_event_log import CondorEventLogStage
 from .descript import DescriptStage
 from .entry_status import EntryStatusStage
-from .event_log import EventLogStage
 from .glidein_files import GlideinFilesStage
 from .stage import Stage
 
@@ -20,7 +20,7 @@ from .stage import Stage
 # then the pilot sources from the best (the pilot's own .out) to the last resort.
 STAGES: tuple[type[Stage], ...] = tuple(
     sorted(
-        (DescriptStage, GlideinFilesStage, CompletedJobsStage, EventLogStage, EntryStatusStage),
+        (DescriptStage, GlideinFilesStage, CompletedJobsStage, CondorEventLogStage, EntryStatusStage),
         key=lambda s: s.precedence,
     )
 )

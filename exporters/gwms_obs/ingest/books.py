@@ -47,7 +47,7 @@ def key_str(k: Key) -> str:
 
 
 # The sources whose input waits to be accounted (the lag metric has one series each, from the start).
-LAG_SOURCES = (Source.GLIDEIN_OUT, Source.COMPLETED_JOBS, Source.EVENT_LOG, Source.SCHEDD_STATUS)
+LAG_SOURCES = (Source.GLIDEIN_OUT, Source.COMPLETED_JOBS, Source.CONDOR_EVENT_LOG, Source.SCHEDD_STATUS)
 
 
 @dataclass

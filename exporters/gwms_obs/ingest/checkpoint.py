@@ -16,7 +16,7 @@ from typing import Any
 VERSION = 3  # 2: pending lines, format evidence, client_by_user names frontends; 3: cursors' fingerprints
 # Versions this one loads: a version 2 checkpoint's cursors have no fingerprint and are
 # trusted as they were; its timeline's open pilots, saved without their log, are put in the
-# log of their submit day (condor_eventlog.PilotTimeline.from_json).
+# log of their submit day (condor_event_log.PilotTimeline.from_json).
 READS = (2, 3)
 
 

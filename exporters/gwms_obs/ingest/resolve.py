@@ -42,7 +42,7 @@ class Holds:
         if ks in self.lines:
             return Source.COMPLETED_JOBS
         if ks in self.ends:
-            return Source.EVENT_LOG
+            return Source.CONDOR_EVENT_LOG
         return None
 
     def end_of(self, ks: str) -> PilotTimes | None:
@@ -58,6 +58,6 @@ class Holds:
         """What ``source`` holds (empty for a source that holds nothing)."""
         if source is Source.COMPLETED_JOBS:
             return self.lines
-        if source is Source.EVENT_LOG:
+        if source is Source.CONDOR_EVENT_LOG:
             return self.ends
         return {}

@@ -7,7 +7,7 @@ Spans leave through the SDK's BatchSpanProcessor, so ending one only queues it: 
 collector that is slow or away never holds a scan (a full queue drops spans).
 
 Each scan is a ``scan`` span (pilots counted, files read, parse errors, the sources that
-failed) with a child per step of each source (``glidein_out read``, ``event_log
+failed) with a child per step of each source (``glidein_out read``, ``condor_event_log
 discover``...), which ingest's pipeline opens on the current tracer provider.
 """
 

@@ -12,7 +12,7 @@ from types import ModuleType
 from ..catalogue import Source
 from .write import (
     completed_jobs,
-    condor_eventlog,
+    condor_event_log,
     descript,
     glidein_err,
     glidein_out,
@@ -26,7 +26,7 @@ WRITERS: dict[Source, ModuleType] = {
         glidein_out,
         glidein_err,
         completed_jobs,
-        condor_eventlog,
+        condor_event_log,
         schedd_status,
         descript,
         trace_spool,

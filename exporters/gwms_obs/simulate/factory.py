@@ -41,7 +41,7 @@ from .scenario import (
 )
 from .write import (
     completed_jobs,
-    condor_eventlog,
+    condor_event_log,
     descript,
     glidein_err,
     glidein_out,
@@ -180,11 +180,11 @@ def simulate(
             client_key = client_keys[p.client]
             client = CLIENTS[client_key]
             assert p.ended is not None
-            events = condor_eventlog.events(p, spec, planner.grid_job_id())
+            events = condor_event_log.events(p, spec, planner.grid_job_id())
             if p.ended > now:  # still queued or running at the snapshot
                 p.kind = "in_queue"
                 schedd_status.count_queued(queues[p.client], p, now)
-            log = dirs.clients[client_key] / condor_eventlog.file_name(p, client)
+            log = dirs.clients[client_key] / condor_event_log.file_name(p, client)
             for t, text in events:
                 if t <= now:  # the snapshot has not seen the rest yet
                     event_logs[log].append((t, seq, text))

@@ -14,7 +14,7 @@ so this parser is the only source of pilot start/end when the .out is lost.
 one (native/src/eventlog.rs, see :mod:`gwms_obs.native`): the same events, times
 bit for bit, local time included; anything it would not read exactly as the
 code below does (a parse error, a ZoneInfo ``tz``, a year out of its range) is
-read here, and this code stays the reference (tests/test_native_eventlog.py).
+read here, and this code stays the reference (tests/test_native_condor_event_log.py).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _KEPT = frozenset({SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, REL
 MAX_HOLDS = 20  # hold intervals kept per pilot; later ones are only counted
 MAX_EVICTIONS = 20  # eviction times kept per pilot; later ones are only counted
 
-_SRC = Source.EVENT_LOG.value
+_SRC = Source.CONDOR_EVENT_LOG.value
 
 _END = re.compile(rb"^\.\.\.[ \t\r]*$", re.M)
 _HEADER = re.compile(

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gwms_obs.parse_errors import ParseErrors
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from tests.support.readers import event_log_file
 
-FIXTURE = Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log"
+FIXTURE = Path(__file__).parent / "fixtures" / "condor_event_log_sample.log"
 SAMPLE = FIXTURE.read_bytes()
 PATH = (
     "/var/log/gwms-factory/client/user_fefermilab/glidein_gfactory_instance/entry_CMS_Vienna/"

@@ -9,15 +9,15 @@ import time
 from pathlib import Path
 
 from gwms_obs.ingest.books import Books
+from gwms_obs.ingest.condor_event_log import CondorEventLogStage
 from gwms_obs.ingest.config import IngestConfig
-from gwms_obs.ingest.event_log import EventLogStage
 from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from gwms_obs.sources.hold_reasons import HoldClass, classify
 
-FIXTURE = (Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log").read_bytes()
+FIXTURE = (Path(__file__).parent / "fixtures" / "condor_event_log_sample.log").read_bytes()
 PATH = "/f/client/user_fe/glidein_g/entry_E/condor_activity_20260601_fe.main.log"
 T0 = 1_780_000_000.0  # 2026-05-28
 
@@ -144,7 +144,7 @@ def test_checkpoint_round_trip_and_an_old_checkpoint(tmp_path: Path) -> None:
     assert r.held_reason == "again" and r.end_event == "held"
 
     # The event-log stage's own part of the checkpoint (pilots ended, not counted yet) as well.
-    stage = EventLogStage(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None))
+    stage = CondorEventLogStage(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None))
     stage.holds.ends["k"] = p
     state = json.loads(json.dumps(stage.state()))
     stage.restore(state)

@@ -7,7 +7,7 @@ from ..formats import day_stamp, eventlog_time
 from ..plan import SimPilot
 from ..scenario import SCHEDD_ADDR, Client, EntrySpec
 
-SOURCE = Source.EVENT_LOG
+SOURCE = Source.CONDOR_EVENT_LOG
 _USAGE = "Usr 0 00:00:00, Sys 0 00:00:00"
 # Holds of a running glidein as HTCondor writes them (JobHeldEvent: reason, "Code N Subcode M"):
 # the CE's own policy, propagated with its code (SystemPolicy 26); the gridmanager's code-0 hold

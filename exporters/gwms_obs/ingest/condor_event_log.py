@@ -16,7 +16,7 @@ from typing import Any
 from ..accounting.pilot import from_event_log
 from ..catalogue import Source
 from ..model import PilotTimes
-from ..sources import condor_eventlog, files, layout
+from ..sources import condor_event_log, files, layout
 from .books import Books, PilotFacts, key_str
 from .stage import Scan, Stage
 
@@ -26,17 +26,17 @@ EXPIRED = "pilot_expired"
 
 def _dropped(b: Books, t: PilotTimes, path: str, why: str) -> None:
     """A pilot the timeline gave up on before its end: never silent (counted, logged)."""
-    b.errors.record(Source.EVENT_LOG, EXPIRED, path, None, f"job {t.cluster}.{t.proc}: {why}; not counted")
+    b.errors.record(Source.CONDOR_EVENT_LOG, EXPIRED, path, None, f"job {t.cluster}.{t.proc}: {why}; not counted")
 
 
-class EventLogStage(Stage):
-    sources = (Source.EVENT_LOG,)
+class CondorEventLogStage(Stage):
+    sources = (Source.CONDOR_EVENT_LOG,)
     precedence = 30
     checkpoint_keys = ("waiting", "timeline")
 
     def __init__(self, books: Books) -> None:
         super().__init__(books)
-        self.timeline = condor_eventlog.PilotTimeline()
+        self.timeline = condor_event_log.PilotTimeline()
         self.holds = books.holds  # its pilots ended, not counted (yet) are books.holds.ends
 
     def discover(self, scan: Scan) -> Sequence[layout.EventLogFile]:
@@ -44,37 +44,37 @@ class EventLogStage(Stage):
 
     def read(self, scan: Scan, found: Sequence[layout.EventLogFile]) -> None:
         b = self.books
-        b.health.files[Source.EVENT_LOG] = len(found)
-        b.health.backlog.setdefault(Source.EVENT_LOG, scan.t0)
+        b.health.files[Source.CONDOR_EVENT_LOG] = len(found)
+        b.health.backlog.setdefault(Source.CONDOR_EVENT_LOG, scan.t0)
         for f in found:
             try:
-                b.health.bytes_read[Source.EVENT_LOG] += self._follow(f)
+                b.health.bytes_read[Source.CONDOR_EVENT_LOG] += self._follow(f)
             except OSError as e:  # listed every scan: counted once
-                b.once.record(Source.EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
+                b.once.record(Source.CONDOR_EVENT_LOG, files.reason_of(e), f.path, None, files.describe(e))
         # Pilots silent for weeks of their log's own time (held forever, or their end deleted
         # with an old file) are dropped, not guessed; counted and logged.
-        paths = {condor_eventlog.log_of(f.path): f.path for f in found}
+        paths = {condor_event_log.log_of(f.path): f.path for f in found}
         days = self.timeline.max_age / 86400
         for t, (entry, client, day) in self.timeline.expire():
             path = paths.get((entry, client, day)) or f"entry_{entry}/condor_activity_{day}_{client}.log (gone)"
             _dropped(b, t, path, f"no event for {days:g} days of its log")
-        b.health.backlog.pop(Source.EVENT_LOG, None)
+        b.health.backlog.pop(Source.CONDOR_EVENT_LOG, None)
 
     def _follow(self, f: layout.EventLogFile) -> int:
         """Read what is new in one log since its cursor; the bytes taken."""
         b = self.books
         with b.follower.open(f.path, root=b.cfg.factory_dir) as log:
             for buf in log:
-                events, used = condor_eventlog.parse_buffer(buf, f.path, log.offset, b.errors)
+                events, used = condor_event_log.parse_buffer(buf, f.path, log.offset, b.errors)
                 if events:
                     self._hold(events, f)
                 log.advance(used)  # past the events held: a crash before reads them again
         return log.bytes_read
 
-    def _hold(self, events: list[condor_eventlog.CondorEvent], f: layout.EventLogFile) -> None:
+    def _hold(self, events: list[condor_event_log.CondorEvent], f: layout.EventLogFile) -> None:
         """Feed the timelines; keep the pilots that ended and are not counted yet."""
         b = self.books
-        b.health.records[Source.EVENT_LOG] += len(events)
+        b.health.records[Source.CONDOR_EVENT_LOG] += len(events)
         for t in self.timeline.feed(events, f.path):
             k = key_str((f.entry, t.cluster, t.proc))
             if t.ended is None:  # beyond the timeline's bound, unfinished
@@ -96,7 +96,7 @@ class EventLogStage(Stage):
                 with b.lock:
                     del holds.ends[k]
                 continue
-            if holds.winner(k, b.out_waits(k, listing, recheck=False)) is not Source.EVENT_LOG:
+            if holds.winner(k, b.out_waits(k, listing, recheck=False)) is not Source.CONDOR_EVENT_LOG:
                 continue  # its .out, or its line (waiting for the .out), counts it
             if t.ended is not None and now - t.ended >= b.cfg.lost_after_seconds:
                 with b.lock:
@@ -105,7 +105,7 @@ class EventLogStage(Stage):
                 t.client = b.names.of(user) or f"user_{user}"
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
                 if acc is not None:
-                    b.account(acc, scan.result, Source.EVENT_LOG, PilotFacts(Source.EVENT_LOG, times=t))
+                    b.account(acc, scan.result, Source.CONDOR_EVENT_LOG, PilotFacts(Source.CONDOR_EVENT_LOG, times=t))
 
     def state(self) -> dict[str, Any]:
         return {
@@ -115,4 +115,4 @@ class EventLogStage(Stage):
 
     def restore(self, data: dict[str, Any]) -> None:
         self.holds.ends = {str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()}
-        self.timeline = condor_eventlog.PilotTimeline.from_json(data.get("timeline", {}))
+        self.timeline = condor_event_log.PilotTimeline.from_json(data.get("timeline", {}))

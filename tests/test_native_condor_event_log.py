@@ -1,5 +1,5 @@
 """The compiled event-log reader (``gwms_obs_native.parse_eventlog``) against its oracle,
-``condor_eventlog.parse_buffer`` in pure Python.
+``condor_event_log.parse_buffer`` in pure Python.
 
 For any buffer the compiled reader either declines (None: the Python reader reads
 it) or gives exactly Python's answer: the same events in the same order, times
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from gwms_obs import follow, native
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.sources import condor_eventlog as el
+from gwms_obs.sources import condor_event_log as el
 from tests.support.readers import event_log_file
 
 if native.core is None:  # absent or refused (stale ABI, GWMS_OBS_NATIVE=0): nothing to compare
@@ -39,7 +39,7 @@ if native.core is None:  # absent or refused (stale ABI, GWMS_OBS_NATIVE=0): not
     pytest.skip(f"native readers off: {native.describe()}", allow_module_level=True)
 CORE = native.core
 
-FIXTURE = (Path(__file__).parent / "fixtures" / "condor_eventlog_sample.log").read_bytes()
+FIXTURE = (Path(__file__).parent / "fixtures" / "condor_event_log_sample.log").read_bytes()
 PATH = "/f/client/user_fe/glidein_g/entry_E/condor_activity_20220624_fe.main.log"
 REF = date(2022, 6, 24)
 CET = timezone(timedelta(hours=2))
