@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gwms_obs.accounting.pilot import from_glidein
-from gwms_obs.catalogue import Category, Outcome, Source
+from gwms_obs.catalogue import Accuracy, Category, Outcome, Source
 from gwms_obs.ingest.books import PilotFacts
 from gwms_obs.model import GlideinErr, GlideinOut, HoldInterval, Job, PilotTimes
 from gwms_obs.outputs import pilot_traces as P
@@ -193,6 +193,7 @@ def test_job_spans_add_up_to_the_accounted_cpu_seconds(
             if k.startswith(P.CPU_SECONDS) and k != P.CPU_SECONDS + Category.OVERHEAD.value
         }
         assert per_cat == pytest.approx(accounted), (t.entry, t.cluster, t.proc)
+        assert root[P.ACCURACY] == Accuracy.EXACT.value  # per-job ads: the root says its seconds are exact
         checked += 1
     assert checked >= 10
 

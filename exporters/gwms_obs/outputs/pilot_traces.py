@@ -72,6 +72,7 @@ TRACE_SOURCE: Final = C.LOG_TRACE_SOURCE
 OUTCOME: Final = C.LOG_OUTCOME
 CPU_SECONDS: Final = C.LOG_CPU_SECONDS
 GPU_SECONDS: Final = C.LOG_GPU_SECONDS
+ACCURACY: Final = C.LOG_ACCURACY
 JOB_ID: Final = C.LOG_JOB_ID
 JOB_CATEGORY: Final = C.LOG_JOB_CATEGORY
 JOB_CPUS: Final = C.LOG_JOB_CPUS
@@ -252,7 +253,7 @@ def build(
     if times is not None and facts.source != "condor_event_log":
         sources.append("condor_event_log")
 
-    root_attrs: dict[str, object] = {OUTCOME: acc.outcome.value}
+    root_attrs: dict[str, object] = {OUTCOME: acc.outcome.value, ACCURACY: acc.partition.accuracy.value}
     for cat, v in sorted(acc.partition.cpu.items()):
         root_attrs[CPU_SECONDS + cat.value] = float(v)
     for cat, v in sorted(acc.partition.gpu.items()):

@@ -143,6 +143,7 @@ LOG_TRACE_SOURCE: Final = "gwms.trace.source"  # resource: the sources that buil
 LOG_OUTCOME: Final = "gwms.pilot.outcome"  # root: catalogue.Outcome
 LOG_CPU_SECONDS: Final = "gwms.cpu_seconds."  # root, + category: the pilot's canonical CPU unit-seconds
 LOG_GPU_SECONDS: Final = "gwms.gpu_seconds."  # root, + category: GPU-seconds
+LOG_ACCURACY: Final = "gwms.accounting.accuracy"  # root: how those seconds were measured (catalogue.Accuracy)
 LOG_JOB_ID: Final = "gwms.job.id"  # the job's GlobalJobId on the VO schedd (never its owner)
 LOG_JOB_CATEGORY: Final = "gwms.job.category"
 LOG_JOB_CPUS: Final = "gwms.job.cpus"  # requested (the slot's cores)
