@@ -59,13 +59,11 @@ FACTORY_WAIT_POLL = 10.0
 
 def run(cfg: ExportConfig, a: Run) -> int:
     """The exporter, once its configuration is checked and its checkpoint locked: 0, or what --once exits with."""
-    from prometheus_client import make_wsgi_app
-
     from .ingest.checkpoint import CheckpointError
     from .outputs import self_trace
-    from .outputs.http import MetricsServer, SharedRenders
+    from .outputs.http import MetricsServer, SharedRenders, exposition_app
     from .outputs.otlp import otlp_configured, start_otlp
-    from .outputs.prometheus import exporter_registry
+    from .outputs.prometheus import Exposition
     from .pipeline import Ingest
 
     try:
@@ -83,18 +81,20 @@ def run(cfg: ExportConfig, a: Run) -> int:
         return 2
     # Before /metrics: its pilot histograms' exemplars name the traces built here.
     traces = pilot_traces(cfg, ingest, forwarder) if forwarder is not None else None
-    server = None
+    server = exposition = None
     if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
         log.info("one scan of factory %s (--once: /metrics is not served)", cfg.ingest.factory_dir)
     else:
         stats = forwarder.stats if forwarder is not None else None
-        registry = exporter_registry(ingest, stats, traces.factory if traces is not None else None)
+        # The ledger's families rendered once per change (the restored checkpoint's first), served as bytes.
+        exposition = Exposition(ingest, stats, traces.factory if traces is not None else None)
         host, port = parse_listen(cfg.listen)
         try:
-            server = MetricsServer(host, port, SharedRenders(make_wsgi_app(registry)))
+            server = MetricsServer(host, port, SharedRenders(exposition_app(exposition)))
         except OSError as e:  # in use, or a host name that does not resolve here
             log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
             return 2
+        exposition.start()
         log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.ingest.factory_dir)
     log.info("readers: %s", native.describe())
     if forwarder is not None:
@@ -136,12 +136,16 @@ def run(cfg: ExportConfig, a: Run) -> int:
                 log.debug("scan failure", exc_info=True)  # the traceback, for bug reports
             if traces is not None:
                 traces.flush()  # the scan's last pilots, in one request
+            if exposition is not None:
+                exposition.changed()  # the scan's counts on /metrics now, not after the renderer's gap
             if a.once:
                 break
             stop.wait(cfg.interval)
     finally:
         if server is not None:
             server.close()
+        if exposition is not None:
+            exposition.stop()
         if provider is not None:
             provider.shutdown()
         if own_spans is not None:

@@ -117,11 +117,15 @@ class Ledger:
     budget: LabelBudget = field(default_factory=LabelBudget)
     # (entry, client, site) -> its admitted labels, when none overflowed (derived: not saved)
     _pools: dict[Labels, Labels] = field(default_factory=dict, repr=False, compare=False)
+    # Bumped by every add and entry update: /metrics re-renders when it moved (outputs/prometheus.py
+    # Exposition), instead of building every family on every scrape. Not saved.
+    version: int = field(default=0, repr=False, compare=False)
 
     def add(self, a: PilotAccount, times: PilotTimes | None = None) -> None:
         """Count one pilot; ``times``: the event log's view of it, when it holds the pilot (its queue time)."""
         # Runs in the parent for every pilot of a backfill, which the pool's workers wait
         # for: enum values from a dict and the histograms (4x faster than plain).
+        self.version += 1
         pool = self._pools.get((a.entry, a.client, a.site))
         if pool is None:
             pool = self._admit(a.entry, a.client, a.site)
@@ -180,6 +184,7 @@ class Ledger:
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
+        self.version += 1  # also when refused: the label overflow it counts is served
         if self.budget.admit("entry", status.entry) == catalogue.OVERFLOW:
             return  # an entry's gauges cannot be summed into another's
         site = self.budget.admit("site", site)

@@ -14,10 +14,12 @@ with no timeout: 100 concurrent scrapes waited seconds in SYN retries, and
 * a fixed pool of :data:`WORKERS` threads answers complete requests with the
   same WSGI app as before (``make_wsgi_app``: gzip, OpenMetrics negotiation,
   ``name[]`` filtering, every path), each send bounded by :data:`IO_TIMEOUT`;
-* :class:`SharedRenders`: scrapes that arrive while the same exposition is
-  being rendered wait for that render and share it (a render costs ~25 ms of
-  CPU for a small factory, under the ingest lock: 100 at once, one by one,
-  would take seconds).
+* :class:`SharedRenders`: scrapes that arrive while the same answer is
+  being made wait for it and share it;
+* :func:`exposition_app`: the exporter's app, which serves
+  outputs/prometheus.py's :class:`Exposition` (the ledger's families rendered
+  once per change, as bytes) and builds only the health and process families
+  per scrape, so a scrape neither takes the ingest lock nor waits for a scan.
 
 Why not a WSGI server library (waitress, the usual pure-Python one): its
 channel timeout counts inactivity, so a client trickling a byte every few
@@ -38,12 +40,13 @@ import socket
 import threading
 import time
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 log = logging.getLogger("gwms_obs.http")
 
 BACKLOG = 128  # connections the kernel queues before we accept them (socketserver's default: 5)
-WORKERS = 4  # threads answering requests; a scrape holds the ingest lock anyway, so more would wait there
+WORKERS = 4  # threads answering requests (a scrape is ms of CPU: more would only share the GIL)
 HEAD_TIMEOUT = 10.0  # seconds a connection has to send its whole request head
 IO_TIMEOUT = 10.0  # seconds for each send of an answer (and a read of a body, which /metrics never needs)
 MAX_CONNECTIONS = 256  # connections waiting for their head or an answer; well under the usual 1024 fds
@@ -108,6 +111,30 @@ class SharedRenders:
         status, headers, body = render.answer
         start_response(status, list(headers))
         return [body]
+
+
+def exposition_app(exposition: Any) -> Any:
+    """A WSGI app answering as prometheus_client's ``make_wsgi_app`` does (OPTIONS, 405, the empty
+    favicon, any other path the metrics; Accept, gzip and ``name[]`` negotiated alike), its body
+    from ``exposition`` (outputs.prometheus.Exposition)."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        method = environ.get("REQUEST_METHOD")
+        if method == "OPTIONS":
+            start_response("200 OK", [("Allow", "OPTIONS,GET")])
+            return [b""]
+        if method != "GET":
+            start_response("405 Method Not Allowed", [("Allow", "OPTIONS,GET")])
+            return [f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode()]
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start_response("200 OK", [])
+            return [b""]
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        headers, body = exposition.answer(environ.get("HTTP_ACCEPT"), environ.get("HTTP_ACCEPT_ENCODING"), names)
+        start_response("200 OK", headers)
+        return [body]
+
+    return app
 
 
 class _Server(WSGIServer):

@@ -1,8 +1,14 @@
-"""Serve the ledger as Prometheus metrics: a custom collector over catalogue.py.
+"""Serve the ledger as Prometheus metrics: families built from catalogue.py's definitions.
 
-Nothing is kept in prometheus_client objects: each scrape reads the ledger
-under the ingest lock and builds metric families from the catalogue's
-definitions, so names, help, units and labels come from one place.
+Names, help, units and labels come from the catalogue. The ledger's families
+(40,000 samples at 500 entries) change only when the ledger does, so
+:class:`Exposition` renders them then, text and OpenMetrics, and a scrape
+serves those bytes followed by the few families that must be read when served
+(the scan's health: lag and last scan move with the clock; the forwarder's
+counters; build info; process and runtime). A scrape takes no lock and does no
+accounting work; it never waits for a scan or a render (it gets the last one
+finished). :class:`FactoryCollector` still builds everything on each collect,
+under the ingest lock: OTLP's push reads it, and the tests compare with it.
 
 The pilot histograms carry exemplars when the exporter builds pilot traces:
 each bucket's last pilot, labelled with its trace id
@@ -14,12 +20,19 @@ chooses it from the scraper's Accept header.
 from __future__ import annotations
 
 import functools
+import gzip
+import logging
 import platform
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
@@ -31,6 +44,8 @@ from .pilot_traces import pilot_trace_id
 if TYPE_CHECKING:
     from ..pipeline import Ingest
     from ..tracing.outbox import ForwarderStats
+
+log = logging.getLogger("gwms_obs.metrics")
 
 # schedd_status attribute -> label value; Idle is the sum of the first four and is left out.
 STATUS_STATES = {
@@ -125,77 +140,105 @@ def _hist(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, Histogram]], fact
     return fam
 
 
+def ledger_families(led: L.Ledger, factory: str | None = None) -> list[Metric]:
+    """The families read from the ledger alone, in the order served: what changes only when it does."""
+    out: list[Metric] = [_values(t.metric, t.read(led).items()) for t in L.COUNTERS]
+    out += [_hist(t.metric, t.read(led).items(), factory) for t in L.HISTOGRAMS]
+    out += [_values(t.metric, t.read(led).items()) for t in L.GAUGES]
+    out += _entries(led)
+    out += [_values(t.metric, t.read(led).items()) for t in L.ENTRY_COUNTERS]
+    return out
+
+
+def _entries(led: L.Ledger) -> list[Metric]:
+    fams = {m.name: _family(m) for m in ENTRY_GAUGES}
+
+    def put(m: catalogue.MetricDef, labels: list[str], v: float) -> None:
+        fams[m.name].add_metric(labels, v)
+
+    for entry, (st, site) in sorted(led.entries.items()):
+        put(catalogue.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
+        if st.updated is not None:
+            put(catalogue.ENTRY_UPDATED, [entry, site], st.updated)
+        for client, fs in sorted(st.frontends.items()):
+            pool = [entry, client, site]
+            for attrs, metric, src in (
+                (STATUS_STATES, catalogue.ENTRY_GLIDEINS, fs.status),
+                (REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, fs.requested),
+                (USER_JOB_STATES, catalogue.ENTRY_USER_JOBS, fs.client_monitor),
+                (VO_GLIDEIN_STATES, catalogue.ENTRY_VO_GLIDEINS, fs.client_monitor),
+                (VO_CORE_STATES, catalogue.ENTRY_VO_CORES, fs.client_monitor),
+            ):
+                for attr, label in attrs.items():
+                    if attr in src:
+                        put(metric, [*pool, label], src[attr])
+            if "InfoAge" in fs.client_monitor:
+                put(catalogue.ENTRY_INFO_AGE, pool, fs.client_monitor["InfoAge"])
+            b, d = bottleneck(fs)
+            put(catalogue.ENTRY_BOTTLENECK, pool, b)
+            put(catalogue.ENTRY_INSUFFICIENT_DEMAND, pool, d)
+    return list(fams.values())
+
+
+def health_families(ing: Ingest) -> list[Metric]:
+    """The scan's health, read when served: the lag and the last scan move with the clock.
+
+    Each table is copied first (dict() of a dict is one step under the GIL), so this
+    needs no lock: a scrape never waits for a scan's checkpoint, or for a render.
+    """
+    h = ing.health
+    over = dict(ing.ledger.budget.overflow)
+    last_end, duration = h.last_scan_end, h.last_scan_duration
+    return [
+        _values(catalogue.PARSE_ERRORS, dict(ing.errors.counts).items()),
+        _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS)),
+        _values(catalogue.RECORDS, (((s,), float(n)) for s, n in dict(h.records).items())),
+        _values(catalogue.BYTES_READ, (((s,), float(n)) for s, n in dict(h.bytes_read).items())),
+        _values(catalogue.FILES_TRACKED, (((s,), float(n)) for s, n in dict(h.files).items())),
+        _values(catalogue.LAG, (((s,), v) for s, v in h.lag(ing.clock()).items())),
+        # From the start: a first scan that never ends must trip the stalled alert too.
+        _values(catalogue.LAST_SCAN, [((), last_end if last_end is not None else h.started)]),
+        _values(catalogue.SCAN_DURATION, [((), duration)] if duration is not None else []),
+    ]
+
+
 class FactoryCollector(Collector):
-    """The ledger's metrics. ``factory``: the name in the pilots' trace ids, when pilot traces are
-    built (cli.py's _pilot_traces); None serves no exemplar (no trace they could name)."""
+    """The ledger's metrics and the scan's health, built on every collect under the ingest lock
+    (OTLP's path, and the reference /metrics's cached exposition is compared with).
+    ``factory``: the name in the pilots' trace ids, when pilot traces are built (daemon.py's
+    pilot_traces); None serves no exemplar (no trace they could name)."""
 
     def __init__(self, ingest: Ingest, factory: str | None = None) -> None:
         self.ingest = ingest
         self.factory = factory
 
     def describe(self) -> list[Metric]:
-        served = (*L.COUNTERS, *L.HISTOGRAMS, *L.GAUGES, *L.ENTRY_COUNTERS)
-        return _described([*(t.metric for t in served), *ENTRY_GAUGES, *HEALTH])
+        return _described([*_LEDGER_DEFS, *HEALTH])
 
     def collect(self) -> Iterator[Metric]:
-        ing = self.ingest
-        with ing.lock:
-            led = ing.ledger
-            for t in L.COUNTERS:
-                yield _values(t.metric, t.read(led).items())
-            for t in L.HISTOGRAMS:
-                yield _hist(t.metric, t.read(led).items(), self.factory)
-            for t in L.GAUGES:
-                yield _values(t.metric, t.read(led).items())
-            yield from self._entries()
-            for t in L.ENTRY_COUNTERS:
-                yield _values(t.metric, t.read(led).items())
-            yield from self._health()
+        with self.ingest.lock:
+            yield from ledger_families(self.ingest.ledger, self.factory)
+            yield from health_families(self.ingest)
 
-    def _entries(self) -> Iterator[Metric]:
-        led = self.ingest.ledger
-        fams = {m.name: _family(m) for m in ENTRY_GAUGES}
 
-        def put(m: catalogue.MetricDef, labels: list[str], v: float) -> None:
-            fams[m.name].add_metric(labels, v)
+_LEDGER_DEFS = (
+    *(t.metric for t in (*L.COUNTERS, *L.HISTOGRAMS, *L.GAUGES)),
+    *ENTRY_GAUGES,
+    *(t.metric for t in L.ENTRY_COUNTERS),
+)
 
-        for entry, (st, site) in sorted(led.entries.items()):
-            put(catalogue.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
-            if st.updated is not None:
-                put(catalogue.ENTRY_UPDATED, [entry, site], st.updated)
-            for client, fs in sorted(st.frontends.items()):
-                pool = [entry, client, site]
-                for attrs, metric, src in (
-                    (STATUS_STATES, catalogue.ENTRY_GLIDEINS, fs.status),
-                    (REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, fs.requested),
-                    (USER_JOB_STATES, catalogue.ENTRY_USER_JOBS, fs.client_monitor),
-                    (VO_GLIDEIN_STATES, catalogue.ENTRY_VO_GLIDEINS, fs.client_monitor),
-                    (VO_CORE_STATES, catalogue.ENTRY_VO_CORES, fs.client_monitor),
-                ):
-                    for attr, label in attrs.items():
-                        if attr in src:
-                            put(metric, [*pool, label], src[attr])
-                if "InfoAge" in fs.client_monitor:
-                    put(catalogue.ENTRY_INFO_AGE, pool, fs.client_monitor["InfoAge"])
-                b, d = bottleneck(fs)
-                put(catalogue.ENTRY_BOTTLENECK, pool, b)
-                put(catalogue.ENTRY_INSUFFICIENT_DEMAND, pool, d)
-        yield from fams.values()
 
-    def _health(self) -> Iterator[Metric]:
-        ing = self.ingest
-        h = ing.health
-        yield _values(catalogue.PARSE_ERRORS, ing.errors.counts.items())
-        over = ing.ledger.budget.overflow
-        yield _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS))
-        yield _values(catalogue.RECORDS, (((s,), float(n)) for s, n in h.records.items()))
-        yield _values(catalogue.BYTES_READ, (((s,), float(n)) for s, n in h.bytes_read.items()))
-        yield _values(catalogue.FILES_TRACKED, (((s,), float(n)) for s, n in h.files.items()))
-        now = ing.clock()
-        yield _values(catalogue.LAG, (((s,), v) for s, v in h.lag(now).items()))
-        # From the start: a first scan that never ends must trip the stalled alert too.
-        yield _values(catalogue.LAST_SCAN, [((), h.last_scan_end if h.last_scan_end is not None else h.started)])
-        yield _values(catalogue.SCAN_DURATION, [((), h.last_scan_duration)] if h.last_scan_duration is not None else [])
+class HealthCollector(Collector):
+    """The scan's health alone (:func:`health_families`): the per-scrape part of the cached /metrics."""
+
+    def __init__(self, ingest: Ingest) -> None:
+        self.ingest = ingest
+
+    def describe(self) -> list[Metric]:
+        return _described(HEALTH)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from health_families(self.ingest)
 
 
 class ForwarderCollector(Collector):
@@ -255,3 +298,240 @@ def exporter_registry(
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     return registry
+
+
+def scrape_registry(ingest: Ingest, stats: ForwarderStats | None = None) -> CollectorRegistry:
+    """What :class:`Exposition` builds on every scrape, after the ledger's cached families: in the
+    order of :func:`exporter_registry` (the health closes FactoryCollector's families), so the two
+    together are its exposition byte for byte."""
+    registry = CollectorRegistry()
+    registry.register(HealthCollector(ingest))
+    if stats is not None:
+        registry.register(ForwarderCollector(stats))
+    registry.register(BuildInfoCollector())
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+# --- /metrics rendered once per change -----------------------------------------------------------
+# The ledger's families are rendered when it changes (a render of 500 entries is ~40,000 samples,
+# ~20 us each) and served as bytes; the health and process families are built per scrape (a
+# few dozen samples). Renders come from a thread of their own; their gap bounds their CPU.
+MIN_GAP = 1.0  # seconds between two renders that no scan's end asked for (the ledger moving mid-scan)
+RENDER_SHARE = 0.1  # ... and at most this share of the time spent rendering: a backfill keeps its CPU
+POLL = 1.0  # seconds between two looks at the ledger's version while nothing wakes the renderer
+MAX_VARIANTS = 8  # encodings kept rendered (text, OpenMetrics, their escapings); others per scrape
+GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
+_OM_EOF = b"# EOF\n"
+
+Encoder = Callable[[Any], bytes]
+
+
+def _variant(encoder: Encoder) -> tuple[Any, ...]:
+    """What makes two of choose_encoder's encoders write the same bytes."""
+    if isinstance(encoder, functools.partial):
+        return (encoder.func, tuple(sorted(encoder.keywords.items())))
+    return (encoder, ())
+
+
+class _Families:
+    """A fixed list of families, as an encoder reads a registry."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+    def describe(self) -> list[Metric]:  # the names a restricted registry (name[]) selects by
+        return self.families
+
+
+class _Body:
+    """One encoding of one render; its gzip stream is kept open so a scrape only compresses its tail."""
+
+    __slots__ = ("data", "lock", "zobj", "zprefix")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.lock = threading.Lock()
+        self.zobj: zlib._Compress | None = None
+        self.zprefix = b""
+
+    def gzipped(self, tail: bytes) -> bytes:
+        with self.lock:
+            if self.zobj is None:
+                self.zobj = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # a gzip member
+                self.zprefix = self.zobj.compress(self.data)
+            z = self.zobj.copy()  # the stream so far, finished below with this scrape's tail
+        return self.zprefix + z.compress(tail) + z.flush()
+
+
+@dataclass(slots=True)
+class _Rendered:
+    ledger: L.Ledger  # the object rendered: a restored checkpoint is a new one
+    version: int
+    families: list[Metric]
+    bodies: dict[tuple[Any, ...], _Body]
+
+
+def _snapshot(led: L.Ledger) -> L.Ledger:
+    """A copy of what :func:`ledger_families` reads, taken under the ingest lock (a few ms at 500
+    entries) so the families are built and rendered outside it while the scan goes on."""
+    snap = L.Ledger()
+    for t in (*L.COUNTERS, *L.GAUGES, *L.ENTRY_COUNTERS):
+        t.read(snap).update(t.read(led))
+    for t in L.HISTOGRAMS:
+        t.read(snap).update(
+            (k, Histogram(h.bounds, h.counts[:], h.total, h.exemplars[:] if h.exemplars is not None else None))
+            for k, h in t.read(led).items()
+        )
+    snap.entries = dict(led.entries)  # a status is replaced by update_entry, never changed in place
+    return snap
+
+
+class Exposition:
+    """/metrics as bytes: the ledger's families rendered once per change, the rest per scrape.
+
+    :meth:`refresh` renders when the ledger's version (or the ledger itself) moved;
+    :meth:`start` runs it in a thread of its own, at once when :meth:`changed` is
+    called (the end of a scan) and otherwise at most every max(MIN_GAP, a share of
+    RENDER_SHARE) while a long scan changes the ledger. A scrape (:meth:`answer`)
+    takes the last finished render, so one that arrives during a render or a scan
+    gets the previous bytes at once, never waiting for either.
+    """
+
+    def __init__(
+        self,
+        ingest: Ingest,
+        stats: ForwarderStats | None = None,
+        factory: str | None = None,
+        *,
+        min_gap: float = MIN_GAP,
+        poll: float = POLL,
+    ) -> None:
+        self.ingest = ingest
+        self.factory = factory
+        self.per_scrape = scrape_registry(ingest, stats)
+        self.min_gap = min_gap
+        self.poll = poll
+        self.renders = 0
+        self.last_render_seconds = 0.0
+        text, _ = choose_encoder("")
+        om, _ = choose_encoder("application/openmetrics-text")
+        # Encodings rendered with every change -> whether their gzip stream is, too.
+        self._wanted: dict[tuple[Any, ...], tuple[Encoder, bool]] = {
+            _variant(text): (text, False),
+            _variant(om): (om, False),
+        }
+        self._current: _Rendered | None = None
+        self._render_lock = threading.Lock()  # one render at a time
+        self._lock = threading.Lock()  # _wanted
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._last_end = 0.0
+        self._thread: threading.Thread | None = None
+
+    # --- rendering -----------------------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Render the ledger's families if it changed since the last render; True if it did."""
+        with self._render_lock:
+            cur = self._current
+            ing = self.ingest
+            with ing.lock:
+                led = ing.ledger
+                if cur is not None and cur.ledger is led and cur.version == led.version:
+                    return False
+                version = led.version
+                snap = _snapshot(led)
+            t0 = time.perf_counter()
+            families = ledger_families(snap, self.factory)
+            with self._lock:
+                wanted = list(self._wanted.items())
+            bodies = {}
+            for key, (encoder, gz) in wanted:
+                body = bodies[key] = _Body(_encode(encoder, families))
+                if gz:
+                    body.gzipped(b"")
+            self._current = _Rendered(led, version, families, bodies)  # one store: scrapes see old or new
+            self.renders += 1
+            self.last_render_seconds = time.perf_counter() - t0
+            self._last_end = time.monotonic()
+            return True
+
+    def changed(self) -> None:
+        """The ledger may have changed (a scan ended): render now, not after the gap."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Render now, then keep rendering in a thread of its own until :meth:`stop`."""
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="metrics-render", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            woken = self._wake.wait(self.poll)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            gap = max(self.min_gap, self.last_render_seconds * (1 / RENDER_SHARE - 1))
+            if not woken and time.monotonic() - self._last_end < gap:
+                continue
+            try:
+                self.refresh()
+            except Exception:  # /metrics keeps its last render; the next change retries
+                log.exception("/metrics: rendering the ledger's families failed")
+
+    # --- serving -------------------------------------------------------------------------------
+    def answer(
+        self, accept: str | None, accept_encoding: str | None, names: list[str] | None = None
+    ) -> tuple[list[tuple[str, str]], bytes]:
+        """(headers, body) of a scrape, as prometheus_client's WSGI app negotiates them."""
+        encoder, content_type = choose_encoder(accept or "")
+        headers = [("Content-Type", content_type)]
+        gz = gzip_accepted(accept_encoding or "")
+        cur = self._current
+        if cur is None:  # before start(): a render of its own
+            self.refresh()
+            cur = self._current
+            assert cur is not None
+        if names:  # name[]: a few families chosen by the scraper, formatted for it (rare: no cache)
+            registry = CollectorRegistry()
+            registry.register(_Families(cur.families))
+            registry.register(_Families(list(self.per_scrape.collect())))
+            data = encoder(registry.restricted_registry(names))
+            body = gzip.compress(data, GZIP_LEVEL) if gz else data
+        else:
+            key = _variant(encoder)
+            cached = cur.bodies.get(key)
+            if cached is None:  # an encoding not asked for before: rendered once for this change
+                cached = cur.bodies.setdefault(key, _Body(_encode(encoder, cur.families)))
+            self._want(key, encoder, gz)
+            tail = encoder(self.per_scrape)
+            body = cached.gzipped(tail) if gz else cached.data + tail
+        if gz:
+            headers.append(("Content-Encoding", "gzip"))
+        return headers, body
+
+    def _want(self, key: tuple[Any, ...], encoder: Encoder, gz: bool) -> None:
+        with self._lock:
+            had = self._wanted.get(key)
+            if had is None and len(self._wanted) < MAX_VARIANTS:
+                self._wanted[key] = (encoder, gz)
+            elif had is not None and gz and not had[1]:
+                self._wanted[key] = (encoder, True)
+
+
+def _encode(encoder: Encoder, families: list[Metric]) -> bytes:
+    """The families' exposition, without OpenMetrics' closing line (the per-scrape part ends it)."""
+    data = encoder(_Families(families))
+    return data[: -len(_OM_EOF)] if data.endswith(_OM_EOF) else data
