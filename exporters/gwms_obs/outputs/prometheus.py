@@ -19,6 +19,7 @@ chooses it from the scraper's Accept header.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import logging
@@ -189,13 +190,15 @@ def health_families(ing: Ingest) -> list[Metric]:
     h = ing.health
     over = dict(ing.ledger.budget.overflow)
     last_end, duration = h.last_scan_end, h.last_scan_duration
+    # lag() looks a source up after asking if it is there: on a copy, a scan dropping it meanwhile is harmless.
+    lag = dataclasses.replace(h, backlog=dict(h.backlog)).lag(ing.clock())
     return [
         _values(catalogue.PARSE_ERRORS, dict(ing.errors.counts).items()),
         _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS)),
         _values(catalogue.RECORDS, (((s,), float(n)) for s, n in dict(h.records).items())),
         _values(catalogue.BYTES_READ, (((s,), float(n)) for s, n in dict(h.bytes_read).items())),
         _values(catalogue.FILES_TRACKED, (((s,), float(n)) for s, n in dict(h.files).items())),
-        _values(catalogue.LAG, (((s,), v) for s, v in h.lag(ing.clock()).items())),
+        _values(catalogue.LAG, (((s,), v) for s, v in lag.items())),
         # From the start: a first scan that never ends must trip the stalled alert too.
         _values(catalogue.LAST_SCAN, [((), last_end if last_end is not None else h.started)]),
         _values(catalogue.SCAN_DURATION, [((), duration)] if duration is not None else []),
@@ -373,8 +376,12 @@ class _Body:
 class _Rendered:
     ledger: L.Ledger  # the object rendered: a restored checkpoint is a new one
     version: int
-    families: list[Metric]
+    snapshot: L.Ledger  # its copy (a fraction of the families' size): name[] and new encodings build from it
+    factory: str | None
     bodies: dict[tuple[Any, ...], _Body]
+
+    def families(self) -> list[Metric]:
+        return ledger_families(self.snapshot, self.factory)
 
 
 def _snapshot(led: L.Ledger) -> L.Ledger:
@@ -455,7 +462,7 @@ class Exposition:
                 body = bodies[key] = _Body(_encode(encoder, families))
                 if gz:
                     body.gzipped(b"")
-            self._current = _Rendered(led, version, families, bodies)  # one store: scrapes see old or new
+            self._current = _Rendered(led, version, snap, self.factory, bodies)  # one store: scrapes see old or new
             self.renders += 1
             self.last_render_seconds = time.perf_counter() - t0
             self._last_end = time.monotonic()
@@ -506,7 +513,7 @@ class Exposition:
             assert cur is not None
         if names:  # name[]: a few families chosen by the scraper, formatted for it (rare: no cache)
             registry = CollectorRegistry()
-            registry.register(_Families(cur.families))
+            registry.register(_Families(cur.families()))
             registry.register(_Families(list(self.per_scrape.collect())))
             data = encoder(registry.restricted_registry(names))
             body = gzip.compress(data, GZIP_LEVEL) if gz else data
@@ -514,7 +521,7 @@ class Exposition:
             key = _variant(encoder)
             cached = cur.bodies.get(key)
             if cached is None:  # an encoding not asked for before: rendered once for this change
-                cached = cur.bodies.setdefault(key, _Body(_encode(encoder, cur.families)))
+                cached = cur.bodies.setdefault(key, _Body(_encode(encoder, cur.families())))
             self._want(key, encoder, gz)
             tail = encoder(self.per_scrape)
             body = cached.gzipped(tail) if gz else cached.data + tail
