@@ -428,10 +428,11 @@ class Exposition:
         self.last_render_seconds = 0.0
         text, _ = choose_encoder("")
         om, _ = choose_encoder("application/openmetrics-text")
-        # Encodings rendered with every change -> whether their gzip stream is, too.
+        # Encodings rendered with every change -> whether their gzip stream is, too: Prometheus asks for
+        # OpenMetrics, gzipped; others join once asked for (their first scrape after a change renders them).
         self._wanted: dict[tuple[Any, ...], tuple[Encoder, bool]] = {
             _variant(text): (text, False),
-            _variant(om): (om, False),
+            _variant(om): (om, True),
         }
         self._current: _Rendered | None = None
         self._render_lock = threading.Lock()  # one render at a time
