@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "prereqs.sh"
 EVERY_PACKAGE = (
     "prometheus prometheus-alertmanager systemd-container debootstrap dpkg-dev shellcheck curl docker.io"
-    " chromium chromium-driver postgresql python3-venv"
+    " chromium chromium-driver postgresql rrdtool python3-venv"
 )
 INSTALL = f"sudo apt-get install -y --no-install-recommends {EVERY_PACKAGE}\n"
 

@@ -22,6 +22,7 @@ PREREQS=(
   chromium:chromium                               # the controller's web page tests drive a headless Chromium
   chromedriver:chromium-driver                    # ...through Selenium and Debian's matching driver
   postgres:postgresql                             # the controller's PostgreSQL tests run a throwaway cluster (tools/postgres.py)
+  rrdtool:rrdtool                                 # gwms-obs import-rrd reads GlideinWMS's RRDs with rrdtool dump
 )
 
 # Where to look: PATH plus the sbin dirs a non-root PATH lacks (debootstrap is

@@ -459,9 +459,28 @@ CONTROLLER_METRICS: Final[tuple[MetricDef, ...]] = (
     CONTROLLER_JAEGER,
 )
 
+# --- GlideinWMS's RRD history with no meaning of ours (gwms-obs import-rrd, docs/migration.md) ---
+# Imported, never served by `gwms-obs export`: the rates rrdtool stored for ABSOLUTE data
+# sources (pilots per second in the step), kept under GlideinWMS's own bucket names.
+LEGACY_WASTE_TIME = MetricDef(
+    "gwms_legacy_completed_wastetime_rate",
+    "gauge",
+    "GlideinWMS Log_Completed_WasteTime RRD: completed glideins per second whose per-mille waste of the given "
+    "kind (validation, idle, nosuccess, badput) fell in the given range, as rrdtool averaged it.",
+    (*POOL, "kind", "range"),
+)
+LEGACY_COMPLETED_STATS = MetricDef(
+    "gwms_legacy_completed_stats_rate",
+    "gauge",
+    "GlideinWMS Log_Completed_Stats RRD: completed glideins per second by its Lasted_, JobsLasted_ and JobsNr_ "
+    "buckets (stat = the data source name), as rrdtool averaged it.",
+    (*POOL, "stat"),
+)
+LEGACY_METRICS: Final[tuple[MetricDef, ...]] = (LEGACY_WASTE_TIME, LEGACY_COMPLETED_STATS)
+
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 # What `gwms-obs export` serves (the controller's are served by `gwms-obs controller`).
-EXPORTER_METRICS: tuple[MetricDef, ...] = tuple(m for m in ALL if m not in CONTROLLER_METRICS)
+EXPORTER_METRICS: tuple[MetricDef, ...] = tuple(m for m in ALL if m not in CONTROLLER_METRICS + LEGACY_METRICS)
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in ALL}
 
 
@@ -475,6 +494,7 @@ class Source(enum.StrEnum):
     SCHEDD_STATUS = "schedd_status"
     DESCRIPT = "descript"
     TRACE_SPOOL = "trace_spool"
+    RRD = "rrd"  # gwms-obs import-rrd
 
 
 def exposition_names(m: MetricDef) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -153,6 +154,29 @@ def _factory_window_ok(a: argparse.Namespace) -> bool:
             log.error("--plot needs matplotlib, which is not installed: pip install 'gwms-obs[plot]'")
             return False
     return True
+
+
+def cmd_import_rrd(a: argparse.Namespace) -> int:
+    """A factory's RRD history, before the cutover, as OpenMetrics for promtool's backfill."""
+    from .outputs.rrd_history import RrdHistory
+
+    monitor = Path(a.monitor_dir)
+    if not monitor.is_dir():
+        log.error("%s: not a directory (the factory's monitor dir, with its entry_* subdirectories)", monitor)
+        return 2
+    if shutil.which("rrdtool") is None:
+        log.error("rrdtool not found: import-rrd reads the RRDs with `rrdtool dump` (Debian package rrdtool)")
+        return 2
+    h = RrdHistory(cutover=a.cutover, sites=dict(a.site or ()))
+    h.add_tree(monitor)
+    text = h.to_openmetrics()
+    if a.output:
+        Path(a.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    bad = h.errors.total()
+    log.info("import-rrd: %d RRD files read, %d bad pieces of input skipped", h.files, bad)
+    return 1 if h.files == 0 else 0
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -572,6 +596,14 @@ def _trace_names(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _entry_site(s: str) -> tuple[str, str]:
+    """ENTRY=SITE, for import-rrd."""
+    entry, sep, site = s.partition("=")
+    if not sep or not entry:
+        raise argparse.ArgumentTypeError(f"expected ENTRY=SITE, got {s!r}")
+    return entry, site
+
+
 def _cell(s: str) -> tuple[str, Category]:
     """ENTRY:CATEGORY, one cell of report's table."""
     entry, sep, cat = s.rpartition(":")
@@ -689,6 +721,30 @@ def parser() -> argparse.ArgumentParser:
         "(default 300; 0: unpaced)",
     )
     r.set_defaults(func=cmd_report)
+
+    ir = _sub(
+        sub,
+        "import-rrd",
+        "a factory's GlideinWMS RRD history, before a cutover, as OpenMetrics for promtool's backfill",
+        "gwms-obs import-rrd /var/lib/gwms-factory/web-area/monitor --cutover 2026-11-01T00:00 -o rrd.om\n"
+        "  promtool tsdb create-blocks-from openmetrics rrd.om /var/lib/prometheus/data",
+    )
+    ir.add_argument("monitor_dir", help="the factory's monitor dir (entry_*/frontend_*/*.rrd)")
+    ir.add_argument(
+        "--cutover",
+        type=_time,
+        required=True,
+        help="no sample at or after this instant (ISO 8601 or epoch): when the live exporter's data begins",
+    )
+    ir.add_argument(
+        "--site",
+        type=_entry_site,
+        action="append",
+        metavar="ENTRY=SITE",
+        help="the site label of an entry's series, as the exporter reads it from descript (repeatable; default empty)",
+    )
+    ir.add_argument("--output", "-o", help="write here instead of stdout")
+    ir.set_defaults(func=cmd_import_rrd)
 
     i = _sub(
         sub,

@@ -1,0 +1,193 @@
+"""gwms-obs import-rrd on RRDs GlideinWMS's own writer made (tools/glideinwms_rrd_fixtures.py).
+
+Every imported sample is checked against the values that were fed to
+``MonitoringConfig.write_rrd_multi``: a 5-minute row is the one update that
+ended it, an hourly row the mean of the updates in its hour (rrdtool's AVERAGE);
+an ABSOLUTE data source is stored as that value per second since the last update.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from gwms_obs import catalogue
+from gwms_obs.outputs.prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
+from gwms_obs.parse_errors import ParseErrors
+from gwms_obs.sources import rrd
+from tests.support.servers import prom_query, prometheus
+from tools.glideinwms_rrd_fixtures import CLIENT, ENTRY, FILES, START, STEP, UPDATES, fed, update_time
+
+pytestmark = pytest.mark.skipif(shutil.which("rrdtool") is None, reason="Debian rrdtool not installed")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "glideinwms_rrd"
+SITE = "US_Example"
+# GlideinWMS's MonitoringConfig.rrd_archives: the 5-minute archive keeps 740 rows, the hourly one 12 steps a row.
+FINE_ROWS, HOUR = 740, 12 * STEP
+LAST = update_time(UPDATES - 1)
+FINE_FROM = LAST - (FINE_ROWS - 1) * STEP  # the oldest 5-minute row
+CUTOVER = update_time(UPDATES - 100)  # the last 100 updates are "live": none imported
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+Series = dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]
+
+
+def parse(text: str) -> dict[str, Series]:
+    out: dict[str, Series] = defaultdict(lambda: defaultdict(list))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        head, value, ts = line.rsplit(" ", 2)
+        name, _, labels = head.partition("{")
+        out[name][tuple(sorted(LABEL.findall(labels)))].append((int(float(ts)), float(value)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("rrd") / "rrd.om"
+    cmd = [sys.executable, "-m", "gwms_obs.cli", "import-rrd", str(FIXTURES), "--cutover", str(CUTOVER)]
+    subprocess.run([*cmd, "--site", f"{ENTRY}={SITE}", "-o", str(out)], check=True, timeout=120)
+    return out.read_text()
+
+
+def expected(t: int, ds_type: str, ds: str) -> float:
+    """What the RRD row ending at ``t`` holds for what was fed: the mean over its updates.
+
+    Update 0 only opens the file: its 5 minutes are all but one second from before the file
+    existed, which rrdtool leaves unknown (the factory's first cycle shows nothing either).
+    """
+    if t >= FINE_FROM:
+        end, width = t, STEP
+    else:  # an hourly row, written at every 5 minutes of its hour
+        end, width = -(-t // HOUR) * HOUR, HOUR
+    ks = [k for k in range(1, UPDATES) if end - width < update_time(k) <= end]
+    per = [fed(k, ds) / (STEP if ds_type == "ABSOLUTE" else 1) for k in ks]
+    return sum(per) / len(per)
+
+
+def where(ds: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The metric and labels a Status_Attributes data source goes to."""
+    pool = {"entry": ENTRY, "client": CLIENT, "site": SITE}
+    for prefix, words, metric, label in (
+        ("Status", STATUS_STATES, catalogue.ENTRY_GLIDEINS, "state"),
+        ("Req", REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, "kind"),
+        ("Client", USER_JOB_STATES, catalogue.ENTRY_USER_JOBS, "state"),
+        ("Client", VO_GLIDEIN_STATES, catalogue.ENTRY_VO_GLIDEINS, "state"),
+    ):
+        word = words.get(ds.removeprefix(prefix)) if ds.startswith(prefix) else None
+        if word:
+            return metric.name, tuple(sorted({**pool, label: word}.items()))
+    return "", ()
+
+
+def test_every_sample_is_what_was_fed_within_the_rrds_consolidation(text: str) -> None:
+    got = parse(text)
+    ds_type, names = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/Status_Attributes"]
+    mapped = 0
+    for ds in names:
+        name, labels = where(ds)
+        if not name:
+            continue  # StatusIdle, ...Cores, ClientInfoAge, ClientGlideTotal: no exporter series
+        mapped += 1
+        points = got[name][labels]
+        for t, v in points:
+            assert v == pytest.approx(expected(t, ds_type, ds), rel=1e-9), (ds, t)
+        times = [t for t, _ in points]
+        # Every 5-minute update before the cutover once, then, before the 5-minute archive reaches,
+        # the hourly rows, each at every 5 minutes of its hour, back to the hour of the first known
+        # update: the finest archive covering each period, every step once.
+        fine = [update_time(k) for k in range(UPDATES) if FINE_FROM <= update_time(k) < CUTOVER]
+        hours = list(range((update_time(1) // HOUR) * HOUR + STEP, FINE_FROM, STEP))
+        assert times == hours + fine, ds
+    assert mapped == len(STATUS_STATES) + len(REQUESTED_KINDS) + len(USER_JOB_STATES) + len(VO_GLIDEIN_STATES)
+
+    waste_type, waste = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_WasteTime"]
+    fam = got[catalogue.LEGACY_WASTE_TIME.name]
+    assert len(fam) == len(waste)
+    for ds in waste:
+        kind, _, rng = ds.partition("_")
+        labels = tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, "kind": kind, "range": rng}.items()))
+        points = fam[labels]
+        assert [t for t, _ in points] == [t for t, _ in got[catalogue.ENTRY_GLIDEINS.name][where("StatusHeld")[1]]]
+        for t, v in points:
+            assert v == pytest.approx(expected(t, waste_type, ds), rel=1e-9), (ds, t)
+
+
+def test_nothing_at_or_after_the_cutover_and_no_total(text: str) -> None:
+    got = parse(text)
+    assert got, "nothing imported"
+    for series in got.values():
+        for labels, points in series.items():
+            assert max(t for t, _ in points) < CUTOVER
+            assert dict(labels)["client"] == CLIENT  # entry_*/total/ is the clients' sum: never imported
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian prometheus not installed")
+def test_the_blocks_load_in_a_real_prometheus(text: str, tmp_path: Path) -> None:
+    (tmp_path / "rrd.om").write_text(text)
+    data = tmp_path / "prom" / "data"
+    r = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "rrd.om"), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    # The fixtures' history is months old: keep it past the default 15 days.
+    with prometheus(tmp_path / "prom", "global: {}\n", ["--storage.tsdb.retention.time=100y"]) as url:
+        for ds, t in (("StatusHeld", FINE_FROM + 10 * STEP), ("ReqMaxGlideins", (START // HOUR + 5) * HOUR + 7 * STEP)):
+            name, labels = where(ds)
+            sel = ",".join(f'{k}="{v}"' for k, v in labels)
+            res = prom_query(url, f"{name}{{{sel}}} @ {t}")
+            assert len(res) == 1, (name, sel, t, res)
+            assert float(res[0]["value"][1]) == pytest.approx(expected(t, "GAUGE", ds), rel=1e-9)
+        last = prom_query(url, f'max_over_time(gwms_entry_glideins{{state="held"}}[1h] @ {CUTOVER + 1800})')
+        assert last and float(last[0]["value"][1]) <= 52  # what is there comes from before the cutover
+        after = prom_query(url, f'gwms_entry_glideins{{state="held"}} @ {CUTOVER + STEP}')
+        assert after == []  # the last imported sample (cutover - 5 min) is over 5 min old: live data's place
+
+
+def test_bad_input_is_counted_and_the_rest_kept(tmp_path: Path) -> None:
+    errors = ParseErrors()
+    assert rrd.parse(b"<html>not an rrd</html>", "x.rrd", errors) is None
+    assert rrd.parse(b"\x00\x01garbage", "y.rrd", errors) is None
+    assert errors.counts[(rrd.SOURCE, "not_an_rrd")] == 2
+    good = rrd.dump(str(FIXTURES / f"entry_{ENTRY}" / f"frontend_{CLIENT}" / "Status_Attributes.rrd"))
+    # One row loses a value: it becomes a gap; the rows around it stay, at their times.
+    row = re.search(rb"<row>(<v>[^<]*</v>)", good)
+    assert row
+    broken = good[: row.start(1)] + good[row.end(1) :]
+    parsed = rrd.parse(broken, "z.rrd", errors)
+    assert parsed is not None
+    assert errors.counts[(rrd.SOURCE, "bad_row")] == 1
+    whole = rrd.series(rrd.parse(good, "ok.rrd", ParseErrors()) or parsed)
+    cut = rrd.series(parsed)
+    for ds, pts in whole.items():
+        assert len(pts) - len(cut[ds]) <= 1 and cut[ds][-1] == pts[-1]
+
+
+def test_the_cli_wants_a_cutover_and_a_monitor_dir(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "gwms_obs.cli", "import-rrd"]
+    r = subprocess.run([*base, str(FIXTURES)], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "--cutover" in r.stderr
+    r = subprocess.run(
+        [*base, str(tmp_path / "nope"), "--cutover", "2026-01-01"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "not a directory" in r.stderr
+    (tmp_path / "entry_x" / "frontend_y").mkdir(parents=True)
+    (tmp_path / "entry_x" / "frontend_y" / "Status_Attributes.rrd").write_bytes(b"not an rrd")
+    r = subprocess.run(
+        [*base, str(tmp_path), "--cutover", "2026-01-01"], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 1 and "Status_Attributes.rrd" in r.stderr  # named, counted, nothing imported
