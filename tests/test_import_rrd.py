@@ -21,6 +21,7 @@ from gwms_obs import catalogue
 from gwms_obs.outputs.prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import rrd
+from gwms_obs.sources.schedd_status import read_schedd_status
 from tests.support.servers import prom_query, prometheus
 from tools.glideinwms_rrd_fixtures import CLIENT, ENTRY, FILES, START, STEP, UPDATES, fed, update_time
 
@@ -191,3 +192,20 @@ def test_the_cli_wants_a_cutover_and_a_monitor_dir(tmp_path: Path) -> None:
         [*base, str(tmp_path), "--cutover", "2026-01-01"], check=False, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 1 and "Status_Attributes.rrd" in r.stderr  # named, counted, nothing imported
+
+
+def test_the_schedd_status_glideinwms_wrote_last_reads_as_the_last_update() -> None:
+    """The same cycle's schedd_status.xml, which the live exporter reads: the import's last
+    5-minute values continue into what export serves."""
+    st = read_schedd_status(str(FIXTURES / f"entry_{ENTRY}" / "schedd_status.xml"), ParseErrors())
+    assert st is not None and st.updated == LAST and st.entry == ENTRY
+    fe = st.frontends[CLIENT]
+    k = UPDATES - 1
+    for prefix, got, words in (
+        ("Status", fe.status, STATUS_STATES),
+        ("Req", fe.requested, REQUESTED_KINDS),
+        ("Client", fe.client_monitor, {**USER_JOB_STATES, **VO_GLIDEIN_STATES}),
+    ):
+        for attr in words:
+            assert got[attr] == fed(k, prefix + attr), attr
+    assert fe.status["Idle"] == sum(fe.status[a] for a in ("Wait", "Pending", "StageIn", "IdleOther"))

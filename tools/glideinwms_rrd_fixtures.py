@@ -10,17 +10,22 @@ module; the project's venv does not. The checkout is imported at run time,
 unmodified, through a temporary directory in which ``glideinwms`` is a symlink
 to it; nothing of GlideinWMS is copied here.
 
-What is written: ``factory/glideFactoryMonitoring.MonitoringConfig`` with its
-default step (300 s), heartbeat and archives (5 min x 740, 1 h x 740,
-12 h x 740), whose ``write_rrd_multi`` creates and updates the files exactly as
-the factory's ``condorQStats.write_file`` (Status_Attributes, GAUGE, data
-sources named ``Status<attr>``, ``Req<attr>``, ``Client<attr>``) and
-``condorLogSummary.write_file`` (Log_Completed_WasteTime, ABSOLUTE, ``<kind>_<range>``)
-do, under ``entry_<name>/frontend_<client>/`` and ``entry_<name>/total/``.
-The values are :func:`fed` of the update's index and the data source, so the
-test recomputes what was fed without a second copy of it. ``UPDATES`` updates
-5 minutes apart (four days) reach past the finest archive's 2.5 days, so the
-import must take the oldest period from the hourly archive.
+What is written, one factory cycle per update, at the update's time (the
+writers read the wall clock; here it reads the update's time):
+``factory/glideFactoryMonitoring.condorQStats`` is given the schedd's counts
+(``logSchedd``, by HTCondor/GlideinWMS status code), the frontend's request
+(``logRequest``) and its ClientMonitor report (``logClientMonitor``), then
+``write_file`` writes schedd_status.xml and, through ``MonitoringConfig`` with
+its default step (300 s), heartbeat and archives (5 min x 740, 1 h x 740,
+12 h x 740), ``entry_<name>/{total,frontend_<client>}/Status_Attributes.rrd``
+with its own data source names. Log_Completed_WasteTime.rrd is written with
+``MonitoringConfig.write_rrd_multi`` (ABSOLUTE, ``<kind>_<range>``) as
+``condorLogSummary.write_file`` calls it: driving that class needs parsed
+glidein logs, and the RRD call is the same. Every value is :func:`fed` of the
+update's index and the RRD data source it lands in, so the test recomputes
+what was fed without a second copy of it. ``UPDATES`` updates 5 minutes apart
+(four days) reach past the finest archive's 2.5 days, so the import must take
+the oldest period from the hourly archive.
 
 RRD files are in the host's byte order and word size: these were written on
 x86_64 Linux and are read by ``rrdtool dump`` on the same kind of host.
@@ -44,14 +49,33 @@ UPDATES = 4 * 288  # four days of 5-minute updates
 START = 1_780_000_200  # a multiple of 300: updates land on step boundaries, so a 5-minute row is one update
 ENTRY = "CMS_T2_US_Example_ce01"
 CLIENT = "vo1_frontend.main"
-# condorQStats.attributes, as write_file names them in the RRD.
-STATUS = ("Idle", "Running", "Held", "Wait", "Pending", "StageIn", "IdleOther", "StageOut", "RunningCores")
-REQUESTED = ("Idle", "AdjustedIdle", "MaxGlideins", "IdleCores", "MaxCores")
-CLIENT_MONITOR = ("InfoAge", "JobsIdle", "JobsRunning", "JobsRunHere", "GlideIdle", "GlideRunning", "GlideTotal")
+# What condorQStats is fed, keyed by the attribute write_file names its data source after
+# (Status<attr>, Req<attr>, Client<attr>): HTCondor/GlideinWMS status codes (aggregateStates),
+# the request's and the ClientMonitor's keys (logRequest, logClientMonitor).
+STATUS_CODES = {
+    "Idle": 1,  # the sum of the four below, not fed on its own
+    "Running": 2,
+    "Held": 5,
+    "Wait": 1001,
+    "Pending": 1002,
+    "StageIn": 1010,
+    "IdleOther": 1100,
+    "StageOut": 4010,
+}
+IDLE_CODES = (1001, 1002, 1010, 1100)
+REQUEST_ARGS = {"Idle": "IdleGlideins", "AdjustedIdle": "AdjIdleGlideins", "MaxGlideins": "MaxGlideins"}
+MONITOR_ARGS = {
+    "JobsIdle": "Idle",
+    "JobsRunning": "Running",
+    "JobsRunHere": "RunningHere",
+    "GlideIdle": "GlideinsIdle",
+    "GlideRunning": "GlideinsRunning",
+    "GlideTotal": "GlideinsTotal",
+}
 STATUS_DS = (
-    tuple(f"Status{a}" for a in STATUS)
-    + tuple(f"Req{a}" for a in REQUESTED)
-    + tuple(f"Client{a}" for a in CLIENT_MONITOR)
+    tuple(f"Status{a}" for a in STATUS_CODES)
+    + tuple(f"Req{a}" for a in REQUEST_ARGS)
+    + tuple(f"Client{a}" for a in MONITOR_ARGS)
 )
 # A few of summarize_completed_stats' WasteTime keys (kind_range), per-mille of wall time.
 WASTE_DS = tuple(f"{w}_{p}" for w in ("validation", "idle", "nosuccess", "badput") for p in ("0m", "10m", "25m"))
@@ -89,19 +113,32 @@ def main(argv: list[str] | None = None) -> int:
     if rrdSupport.rrdSupport().isDummy():
         ap.error("GlideinWMS found no rrdtool binding: run with a Python that has it (/usr/bin/python3 on Debian)")
     out: Path = a.out
+    entry_dir = out / f"entry_{ENTRY}"
     for rel in FILES:
         rrd = out / (rel + ".rrd")
         if rrd.exists():
-            rrd.unlink()  # write_rrd_multi creates only missing files; start over
-    # rrdSupport.create_rrd_multi starts a file at the wall clock's now, as a factory's
-    # first update does; the fixtures' history is fixed, so its clock reads just before it.
-    time.time = lambda: float(START - 1)
+            rrd.unlink()  # the writers create only missing files; start over
+    entry_dir.mkdir(parents=True, exist_ok=True)
     cfg = gfm.MonitoringConfig(log=logging.getLogger("glideinwms"))  # its default logger is unset outside a factory
-    cfg.monitor_dir = str(out)
+    cfg.monitor_dir = str(entry_dir)  # a factory's entry process points it at its entry's monitor dir
+    waste_rel, (waste_type, waste_ds) = next((r, f) for r, f in FILES.items() if r.endswith("WasteTime"))
     for k in range(UPDATES):
-        for rel, (ds_type, names) in FILES.items():
-            os.makedirs(out / os.path.dirname(rel), exist_ok=True)
-            cfg.write_rrd_multi(rel, ds_type, update_time(k), {n: fed(k, n) for n in names})
+        now = float(update_time(k))
+        time.time = lambda now=now: now  # type: ignore[misc]  # the cycle's clock, read by the writers
+        qc = gfm.condorQStats(log=cfg.log)  # a new one each cycle, as glideFactoryEntry makes it
+        counts = {code: fed(k, f"Status{a}") for a, code in STATUS_CODES.items()}
+        counts[1] = sum(counts[c] for c in IDLE_CODES)  # as glideFactoryLib counts it: every idle glidein
+        qc.logSchedd(CLIENT, counts, {})
+        qc.logRequest(CLIENT, {arg: fed(k, f"Req{a}") for a, arg in REQUEST_ARGS.items()})
+        qc.logClientMonitor(
+            CLIENT, {arg: fed(k, f"Client{a}") for a, arg in MONITOR_ARGS.items()}, {"LastHeardFrom": now - 60}
+        )
+        qc.finalizeClientMonitor()
+        qc.write_file(monitoringConfig=cfg)
+        rel = os.path.relpath(out / waste_rel, entry_dir)
+        cfg.write_rrd_multi(rel, waste_type, update_time(k), {n: fed(k, n) for n in waste_ds})
+    # file_tmp2final keeps the previous cycle's schedd_status.xml as a backup: not a fixture.
+    (entry_dir / "schedd_status.xml~").unlink(missing_ok=True)
     print(f"wrote {len(FILES)} RRDs, {UPDATES} updates each, under {out}")
     return 0
 
