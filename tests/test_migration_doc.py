@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dashboards.gen.board import HISTORY_IMPORTED, HISTORY_NONE, HISTORY_PARTLY
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "migration.md"
 GRAFANA = ROOT / "dashboards" / "grafana"
@@ -74,3 +76,37 @@ def test_a_page_without_a_panel_says_why() -> None:
 
 def test_the_dashboards_readme_links_it() -> None:
     assert "../docs/migration.md" in (ROOT / "dashboards" / "README.md").read_text()
+
+
+def panels() -> dict[tuple[str, str], dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for board in GRAFANA.glob("gwms-*.json"):
+        stack = list(json.loads(board.read_text())["panels"])
+        while stack:
+            p = stack.pop()
+            stack.extend(p.get("panels", []))
+            out[(board.stem, p.get("title", ""))] = p
+    return out
+
+
+def test_a_panel_over_time_says_whether_it_has_the_rrd_history() -> None:
+    """Each panel over time of the factory's series says if import-rrd fills its past, and the
+    pages' table agrees: a page whose history is imported names panels that show it, and a page
+    whose history is not, none that claim it."""
+    notes = (HISTORY_IMPORTED, HISTORY_NONE, HISTORY_PARTLY.split("{")[0])
+    every = panels()
+    over_time = [p for p in every.values() if p["type"] in ("timeseries", "heatmap", "state-timeline")]
+    said = [p for p in over_time if any(n in p.get("description", "") for n in notes)]
+    assert len(said) > 30
+    for p in over_time:
+        if "gwms_entry_glideins" in json.dumps(p.get("targets")):
+            assert HISTORY_NONE not in p["description"], p["title"]
+    for _, _, named, history, _ in rows():
+        for board, title in PANEL.findall(named):
+            p = every[(board, title)]
+            if p["type"] != "timeseries":
+                continue
+            if history.startswith("yes"):
+                assert HISTORY_NONE not in p["description"], (board, title)
+            elif history.startswith(("no", "legacy")):
+                assert HISTORY_IMPORTED not in p["description"], (board, title)

@@ -15,6 +15,7 @@ legends as sortable tables.
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -347,6 +348,34 @@ def _legend() -> common.VizLegendOptions:
     )
 
 
+# What a panel over time says of the years before gwms-obs (issue 35, docs/migration.md).
+HISTORY_KINDS = ("timeseries", "heatmap", "statetimeline")
+HISTORY_IMPORTED = " Before the cutover: GlideinWMS's own RRD history (gwms-obs import-rrd, docs/migration.md)."
+HISTORY_PARTLY = (
+    " Only its {names} lines have GlideinWMS RRD history before the cutover (gwms-obs import-rrd); "
+    "the rest has no RRD counterpart (docs/migration.md)."
+)
+HISTORY_NONE = " No GlideinWMS RRD counterpart: it starts with gwms-obs's own data (docs/migration.md)."
+_OWN = ("gwms_obs_", "gwms_controller_", "gwms:obs_")
+_SERIES = re.compile(r"\bgwms[_:][A-Za-z0-9_:]+")
+
+
+def history_note(spec: PanelSpec) -> str:
+    """Whether a panel over time can show the GlideinWMS pages' imported history, said in its description."""
+    if spec.kind not in HISTORY_KINDS:
+        return ""
+    # The factory's series: not the exporter's or the controller's own health, which GlideinWMS never had.
+    used = {n for t in spec.targets for n in _SERIES.findall(t.expr) if not n.startswith(_OWN)}
+    imported = {m.name for m in catalogue.RRD_IMPORTED}
+    if not used:
+        return ""
+    if used <= imported:
+        return HISTORY_IMPORTED
+    if used & imported:
+        return HISTORY_PARTLY.format(names=", ".join(sorted(used & imported)))
+    return HISTORY_NONE
+
+
 Built = timeseries.Panel | stat.Panel | table.Panel | bargauge.Panel | statetimeline.Panel | heatmap.Panel
 
 
@@ -380,7 +409,8 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
             mode = StackingMode.PERCENT if spec.percent else StackingMode.NORMAL
             ts = ts.stacking(common.StackingConfig().mode(mode)).fill_opacity(60)
         p = ts
-    p = p.id(pid).title(spec.title).description(spec.description).datasource(DS).unit(spec.unit).grid_pos(pos)
+    desc = spec.description + history_note(spec)
+    p = p.id(pid).title(spec.title).description(desc).datasource(DS).unit(spec.unit).grid_pos(pos)
     if spec.states:
         p = p.mappings(
             [

@@ -477,6 +477,9 @@ LEGACY_COMPLETED_STATS = MetricDef(
     (*POOL, "stat"),
 )
 LEGACY_METRICS: Final[tuple[MetricDef, ...]] = (LEGACY_WASTE_TIME, LEGACY_COMPLETED_STATS)
+# What import-rrd brings from GlideinWMS's Status_Attributes RRDs under our own names: the
+# panels drawing only these show the pages' history before the cutover (dashboards/gen/board.py).
+RRD_IMPORTED: Final[tuple[MetricDef, ...]] = (ENTRY_GLIDEINS, ENTRY_REQUESTED, ENTRY_USER_JOBS, ENTRY_VO_GLIDEINS)
 
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 # What `gwms-obs export` serves (the controller's are served by `gwms-obs controller`).
