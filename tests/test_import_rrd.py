@@ -19,6 +19,7 @@ import pytest
 
 from gwms_obs import catalogue
 from gwms_obs.outputs.prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
+from gwms_obs.outputs.rrd_history import STATUS_ATTRIBUTES
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import rrd
 from gwms_obs.sources.schedd_status import read_schedd_status
@@ -209,3 +210,8 @@ def test_the_schedd_status_glideinwms_wrote_last_reads_as_the_last_update() -> N
         for attr in words:
             assert got[attr] == fed(k, prefix + attr), attr
     assert fe.status["Idle"] == sum(fe.status[a] for a in ("Wait", "Pending", "StageIn", "IdleOther"))
+
+
+def test_what_is_imported_under_our_names_is_what_the_panels_say() -> None:
+    """The dashboards' history notes (catalogue.RRD_IMPORTED) and the import's mapping are one set."""
+    assert {m for m, _ in STATUS_ATTRIBUTES.values()} == set(catalogue.RRD_IMPORTED)
