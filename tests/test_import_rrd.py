@@ -109,16 +109,24 @@ def test_every_sample_is_what_was_fed_within_the_rrds_consolidation(text: str) -
         assert times == hours + fine, ds
     assert mapped == len(STATUS_STATES) + len(REQUESTED_KINDS) + len(USER_JOB_STATES) + len(VO_GLIDEIN_STATES)
 
-    waste_type, waste = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_WasteTime"]
-    fam = got[catalogue.LEGACY_WASTE_TIME.name]
-    assert len(fam) == len(waste)
-    for ds in waste:
-        kind, _, rng = ds.partition("_")
-        labels = tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, "kind": kind, "range": rng}.items()))
-        points = fam[labels]
-        assert [t for t, _ in points] == [t for t, _ in got[catalogue.ENTRY_GLIDEINS.name][where("StatusHeld")[1]]]
-        for t, v in points:
-            assert v == pytest.approx(expected(t, waste_type, ds), rel=1e-9), (ds, t)
+    held = [t for t, _ in got[catalogue.ENTRY_GLIDEINS.name][where("StatusHeld")[1]]]
+    for rrd_name, metric in (
+        ("Log_Completed_WasteTime", catalogue.LEGACY_WASTE_TIME),
+        ("Log_Completed_Stats", catalogue.LEGACY_COMPLETED_STATS),
+    ):
+        ds_type, names = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/{rrd_name}"]
+        fam = got[metric.name]
+        assert len(fam) == len(names)
+        for ds in names:
+            if metric is catalogue.LEGACY_WASTE_TIME:
+                kind, _, rng = ds.partition("_")
+                extra = {"kind": kind, "range": rng}
+            else:
+                extra = {"stat": ds}
+            points = fam[tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, **extra}.items()))]
+            assert [t for t, _ in points] == held, ds
+            for t, v in points:
+                assert v == pytest.approx(expected(t, ds_type, ds), rel=1e-9), (ds, t)
 
 
 def test_nothing_at_or_after_the_cutover_and_no_total(text: str) -> None:

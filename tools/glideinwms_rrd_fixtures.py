@@ -18,8 +18,10 @@ writers read the wall clock; here it reads the update's time):
 ``write_file`` writes schedd_status.xml and, through ``MonitoringConfig`` with
 its default step (300 s), heartbeat and archives (5 min x 740, 1 h x 740,
 12 h x 740), ``entry_<name>/{total,frontend_<client>}/Status_Attributes.rrd``
-with its own data source names. Log_Completed_WasteTime.rrd is written with
-``MonitoringConfig.write_rrd_multi`` (ABSOLUTE, ``<kind>_<range>``) as
+with its own data source names. Log_Completed_WasteTime.rrd
+(``<kind>_<range>``) and Log_Completed_Stats.rrd (``Lasted_*``,
+``JobsLasted_*``, ``JobsNr_*``) are written with
+``MonitoringConfig.write_rrd_multi`` (ABSOLUTE) as
 ``condorLogSummary.write_file`` calls it: driving that class needs parsed
 glidein logs, and the RRD call is the same. Every value is :func:`fed` of the
 update's index and the RRD data source it lands in, so the test recomputes
@@ -79,10 +81,13 @@ STATUS_DS = (
 )
 # A few of summarize_completed_stats' WasteTime keys (kind_range), per-mille of wall time.
 WASTE_DS = tuple(f"{w}_{p}" for w in ("validation", "idle", "nosuccess", "badput") for p in ("0m", "10m", "25m"))
+# A few of its Lasted_, JobsLasted_ and JobsNr_ buckets.
+STATS_DS = ("Lasted_5m", "Lasted_2hours", "JobsLasted_5m", "JobsLasted_2hours", "JobsNr_None", "JobsNr_1", "JobsNr_11")
 FILES = {
     f"entry_{ENTRY}/frontend_{CLIENT}/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/total/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_WasteTime": ("ABSOLUTE", WASTE_DS),
+    f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_Stats": ("ABSOLUTE", STATS_DS),
 }
 
 
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     entry_dir.mkdir(parents=True, exist_ok=True)
     cfg = gfm.MonitoringConfig(log=logging.getLogger("glideinwms"))  # its default logger is unset outside a factory
     cfg.monitor_dir = str(entry_dir)  # a factory's entry process points it at its entry's monitor dir
-    waste_rel, (waste_type, waste_ds) = next((r, f) for r, f in FILES.items() if r.endswith("WasteTime"))
+    # The condorLogSummary files, written with the call its write_file makes (ABSOLUTE).
+    logs = [(r, f) for r, f in FILES.items() if not r.endswith("Status_Attributes")]
     for k in range(UPDATES):
         now = float(update_time(k))
         time.time = lambda now=now: now  # type: ignore[misc]  # the cycle's clock, read by the writers
@@ -135,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         qc.finalizeClientMonitor()
         qc.write_file(monitoringConfig=cfg)
-        rel = os.path.relpath(out / waste_rel, entry_dir)
-        cfg.write_rrd_multi(rel, waste_type, update_time(k), {n: fed(k, n) for n in waste_ds})
+        for rel, (ds_type, names) in logs:
+            cfg.write_rrd_multi(
+                os.path.relpath(out / rel, entry_dir), ds_type, update_time(k), {n: fed(k, n) for n in names}
+            )
     # file_tmp2final keeps the previous cycle's schedd_status.xml as a backup: not a fixture.
     (entry_dir / "schedd_status.xml~").unlink(missing_ok=True)
     print(f"wrote {len(FILES)} RRDs, {UPDATES} updates each, under {out}")
