@@ -8,7 +8,7 @@ rendered once per change, served as bytes), both behind the daemon's MetricsServ
 alternate old/new, one at a time, over HTTP on 127.0.0.1, as Prometheus asks (OpenMetrics,
 gzip) and in the classic text; first idle, then while the daemon's scan runs back to back
 in a thread (steady state: the same tree walked and stat-ed, the GIL shared). Each
-scrape is timed from connect to its last byte.
+scrape is timed from connect to its last byte, by a client process of its own.
 
     .venv/bin/python benchmarks/metrics_render.py [--entries 500] [--scrapes 40]
 
@@ -172,8 +172,6 @@ def main() -> int:
             old.close()
             new.close()
             expo.stop()
-        body = b""
-        samples = size = 0
     load = os.getloadavg()
     lines = [
         "# /metrics rendered once per change",
@@ -187,7 +185,8 @@ def main() -> int:
         "under the ingest lock on each scrape) and the new one (the ledger rendered once per change, "
         f"first render {first_render * 1e3:,.0f} ms, {expo.renders} render(s) in all) serve the same Ingest "
         "in one process, each behind the daemon's MetricsServer; scrapes alternate old, new, one at a time, "
-        'timed from connect to the last byte. "During scans": the daemon\'s scan of the same tree runs back '
+        "from a client process of its own, timed from connect to the last byte. "
+        '"During scans": the daemon\'s scan of the same tree runs back '
         f"to back in a thread ({len(scans)} scans, median {statistics.median(scans) if scans else 0:.2f} s).",
         "",
         "| phase | scrape | old p50 | old p99 | new p50 | new p99 | new max | p50 old/new |",
