@@ -181,3 +181,15 @@ def test_openmetrics_is_negotiated_with_its_exemplars(served: tuple[Ingest, Expo
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.headers["Content-Encoding"] == "gzip"
         assert _steady(gzip.decompress(r.read())) == _steady(om)
+
+
+def test_a_change_nobody_announced_is_rendered_after_the_gap(served: tuple[Ingest, Exposition, str]) -> None:
+    """A stage that moves the ledger mid-scan says nothing: the renderer's own look at the version finds it."""
+    ing, expo, url = served
+    renders = expo.renders
+    ing.scan()  # no changed(): only the renderer's poll can see it
+    deadline = time.monotonic() + 30
+    while b"gwms_pilots_total{" not in _get(url)[2]:
+        assert time.monotonic() < deadline, "the ledger's change was never rendered"
+        time.sleep(0.05)  # polling for the condition, bounded above
+    assert expo.renders > renders
