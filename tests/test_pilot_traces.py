@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections import Counter, defaultdict
@@ -35,6 +36,8 @@ class Box:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.ledger = LedgerIndex()
+        self.spans_per_second = 0.0  # unpaced: requests are bounded by pilots alone
+        self.burst = 1
 
     def own_spans(self, log_dir: str, cluster: int, proc: int) -> dict[str, str] | None:
         return None
@@ -575,3 +578,18 @@ def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
     assert odd and len(ing.seen) > 100  # every pilot counted
     assert ing.errors.counts[("trace_spool", "pilot_trace_failed")] == len(odd)
     assert sink.built == len(ing.seen) - len(odd)
+
+
+def test_requests_fit_the_paced_forwarders_bucket(sim: tuple[Path, SimulationSummary]) -> None:
+    """With batch_spans (a paced forwarder's bucket), no request holds more spans than that unless one
+    pilot alone does: the forwarder then posts each whole, with no JSON decode and encode to cut it."""
+    box = Box()
+    ing = Ingest(IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0))
+    sink = P.PilotTraces(box, FACTORY, batch_spans=60)
+    ing.books.trace_sink = sink
+    ing.scan()
+    sink.flush()
+    sizes = [[sum(len(ss["spans"]) for ss in rs["scopeSpans"]) for rs in r["resourceSpans"]] for r in box.requests]
+    assert len(sizes) > 3 and sum(map(sum, sizes)) == sink.spans
+    assert all(sum(s) <= 60 or len(s) == 1 for s in sizes), sizes
+    assert all(sum(s) + nxt[0] > 60 for s, nxt in itertools.pairwise(sizes))  # none cut short

@@ -169,13 +169,13 @@ def cmd_import_rrd(a: argparse.Namespace) -> int:
         return 2
     h = RrdHistory(cutover=a.cutover, sites=dict(a.site or ()))
     h.add_tree(monitor)
-    text = h.to_openmetrics()
     if a.output:
-        Path(a.output).write_text(text)
+        with open(a.output, "w", encoding="utf-8") as out:
+            h.write(out)
     else:
-        sys.stdout.write(text)
+        h.write(sys.stdout)
     bad = h.errors.total()
-    log.info("import-rrd: %d RRD files read, %d bad pieces of input skipped", h.files, bad)
+    log.info("import-rrd: %d RRD files read, %d samples, %d bad pieces of input skipped", h.files, h.samples, bad)
     return 1 if h.files == 0 else 0
 
 
@@ -219,7 +219,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, Any] | None:
     """``report --traces``: a trace per pilot that ended in the window, built as export builds it
     (the same ids: sending a window again, or one the daemon sent, adds nothing to Jaeger)."""
-    from .daemon import span_forwarder
+    from .daemon import request_spans, span_forwarder
     from .outputs.pilot_traces import PilotTraces
 
     try:
@@ -233,7 +233,14 @@ def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, A
         )
         return None
     name = _factory_name(a, a.factory_dir, ingest.errors)
-    traces = PilotTraces(forwarder, name, errors=ingest.errors, ledger=forwarder.ledger, own_spans=forwarder.own_spans)
+    traces = PilotTraces(
+        forwarder,
+        name,
+        errors=ingest.errors,
+        ledger=forwarder.ledger,
+        own_spans=forwarder.own_spans,
+        batch_spans=request_spans(forwarder),
+    )
 
     def in_window(acc: Any, facts: Any) -> None:
         if rep.wants(acc):

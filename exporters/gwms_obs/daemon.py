@@ -174,10 +174,16 @@ def pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
         errors=ingest.errors,
         ledger=forwarder.ledger,
         own_spans=forwarder.own_spans,
+        batch_spans=request_spans(forwarder),
     )
     ingest.books.trace_sink = traces
     ingest.books.before_save.append(traces.flush)
     return traces
+
+
+def request_spans(forwarder: Any) -> int | None:
+    """The most spans a pilot-trace request should hold: a paced forwarder's bucket, so it is sent whole."""
+    return int(forwarder.burst) if forwarder.spans_per_second > 0 else None
 
 
 def span_forwarder(

@@ -580,8 +580,9 @@ class PilotTraces:
     """``Books.trace_sink``: each counted pilot's trace, batched into the span outbox.
 
     Called by the scan with the lock held; it only builds dicts and, every
-    ``batch`` pilots and at :meth:`flush`, writes one file: the network is the
-    forwarder's thread's. A failure is logged and counted, never raised.
+    ``batch`` pilots (or before ``batch_spans`` spans) and at :meth:`flush`,
+    writes one file: the network is the forwarder's thread's. A failure is
+    logged and counted, never raised.
     """
 
     def __init__(
@@ -592,6 +593,7 @@ class PilotTraces:
         rules: Rules = DEFAULT_RULES,
         max_job_spans: int = MAX_JOB_SPANS,
         batch: int = BATCH_PILOTS,
+        batch_spans: int | None = None,
         errors: ParseErrors | None = None,
         ledger: LedgerIndex | None = None,
         own_spans: OwnSpans | None = None,
@@ -606,6 +608,10 @@ class PilotTraces:
         self.rules = rules
         self.max_job_spans = max_job_spans
         self.batch = batch
+        # At most this many spans a request (the paced forwarder's bucket): a larger one is cut
+        # into pieces at send time, which costs a JSON decode and encode of it (~45 us a span,
+        # twice the trace's own cost); None: pilots alone bound a request.
+        self.batch_spans = batch_spans
         self.errors = errors
         self._lock = threading.Lock()
         self._pending: list[str] = []  # each pilot's ResourceSpans, encoded
@@ -636,6 +642,8 @@ class PilotTraces:
         if rs is None:
             return
         encoded, n = rs
+        if self.batch_spans is not None and self._pending and self._spans + n > self.batch_spans:
+            self.flush()  # the request so far fits the bucket: sent whole
         with self._lock:
             self._pending.append(encoded)
             self._spans += n
