@@ -181,15 +181,20 @@ def _entries(led: L.Ledger) -> list[Metric]:
     return list(fams.values())
 
 
-def health_families(ing: Ingest) -> list[Metric]:
+ScanEnd = tuple[float | None, float | None]  # the last scan's end and duration
+
+
+def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
     """The scan's health, read when served: the lag and the last scan move with the clock.
 
     Each table is copied first (dict() of a dict is one step under the GIL), so this
     needs no lock: a scrape never waits for a scan's checkpoint, or for a render.
+    ``scan``: the last scan as the cached ledger families saw it (:class:`Exposition`),
+    so a scrape never says a scan ended whose pilots it does not show yet.
     """
     h = ing.health
     over = dict(ing.ledger.budget.overflow)
-    last_end, duration = h.last_scan_end, h.last_scan_duration
+    last_end, duration = scan if scan is not None else (h.last_scan_end, h.last_scan_duration)
     # lag() looks a source up after asking if it is there: on a copy, a scan dropping it meanwhile is harmless.
     lag = dataclasses.replace(h, backlog=dict(h.backlog)).lag(ing.clock())
     return [
@@ -234,14 +239,15 @@ _LEDGER_DEFS = (
 class HealthCollector(Collector):
     """The scan's health alone (:func:`health_families`): the per-scrape part of the cached /metrics."""
 
-    def __init__(self, ingest: Ingest) -> None:
+    def __init__(self, ingest: Ingest, scan: Callable[[], ScanEnd | None] | None = None) -> None:
         self.ingest = ingest
+        self.scan = scan
 
     def describe(self) -> list[Metric]:
         return _described(HEALTH)
 
     def collect(self) -> Iterator[Metric]:
-        yield from health_families(self.ingest)
+        yield from health_families(self.ingest, self.scan() if self.scan is not None else None)
 
 
 class ForwarderCollector(Collector):
@@ -303,12 +309,14 @@ def exporter_registry(
     return registry
 
 
-def scrape_registry(ingest: Ingest, stats: ForwarderStats | None = None) -> CollectorRegistry:
+def scrape_registry(
+    ingest: Ingest, stats: ForwarderStats | None = None, scan: Callable[[], ScanEnd | None] | None = None
+) -> CollectorRegistry:
     """What :class:`Exposition` builds on every scrape, after the ledger's cached families: in the
     order of :func:`exporter_registry` (the health closes FactoryCollector's families), so the two
     together are its exposition byte for byte."""
     registry = CollectorRegistry()
-    registry.register(HealthCollector(ingest))
+    registry.register(HealthCollector(ingest, scan))
     if stats is not None:
         registry.register(ForwarderCollector(stats))
     registry.register(BuildInfoCollector())
@@ -379,6 +387,7 @@ class _Rendered:
     snapshot: L.Ledger  # its copy (a fraction of the families' size): name[] and new encodings build from it
     factory: str | None
     bodies: dict[tuple[Any, ...], _Body]
+    scan: ScanEnd  # the last scan's end and duration when the snapshot was taken
 
     def families(self) -> list[Metric]:
         return ledger_families(self.snapshot, self.factory)
@@ -421,7 +430,7 @@ class Exposition:
     ) -> None:
         self.ingest = ingest
         self.factory = factory
-        self.per_scrape = scrape_registry(ingest, stats)
+        self.per_scrape = scrape_registry(ingest, stats, self._scan)
         self.min_gap = min_gap
         self.poll = poll
         self.renders = 0
@@ -450,7 +459,10 @@ class Exposition:
             ing = self.ingest
             with ing.lock:
                 led = ing.ledger
+                scan = (ing.health.last_scan_end, ing.health.last_scan_duration)
                 if cur is not None and cur.ledger is led and cur.version == led.version:
+                    if cur.scan != scan:  # a scan that changed nothing: its end is served at once
+                        self._current = dataclasses.replace(cur, scan=scan)
                     return False
                 version = led.version
                 snap = _snapshot(led)
@@ -463,11 +475,16 @@ class Exposition:
                 body = bodies[key] = _Body(_encode(encoder, families))
                 if gz:
                     body.gzipped(b"")
-            self._current = _Rendered(led, version, snap, self.factory, bodies)  # one store: scrapes see old or new
+            self._current = _Rendered(led, version, snap, self.factory, bodies, scan)  # one store: old or new
             self.renders += 1
             self.last_render_seconds = time.perf_counter() - t0
             self._last_end = time.monotonic()
             return True
+
+    def _scan(self) -> ScanEnd | None:
+        """The last scan as the served ledger families saw it (None before the first render)."""
+        cur = self._current
+        return cur.scan if cur is not None else None
 
     def changed(self) -> None:
         """The ledger may have changed (a scan ended): render now, not after the gap."""
