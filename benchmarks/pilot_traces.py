@@ -286,10 +286,16 @@ def sustained(a: argparse.Namespace, work: Path) -> str:
     rate = a.per_day / 86400.0
     duration = a.minutes * 60.0
     need = int(rate * duration * 1.3) + 50  # pilots with no .out (queued, lost) are not moved
-    simulate(stage, need, seed=3, end=time.time())
+    summary = simulate(stage, need, seed=3, end=time.time(), ground_truth=True)
     pairs = _trickle_factory(stage, factory)
     ck = work / "state" / "checkpoint.json"
     ck.parent.mkdir(parents=True)
+    # The factory names a user's frontend only in its completed_jobs lines, which are left out here
+    # (they would count pilots before their .out arrives): without [clients] every pilot waits
+    # lost_after_seconds for its frontend's name, as a factory with no completed_jobs line yet does.
+    clients = {p.username: p.client for p in summary.ground_truth or []}
+    cfg = work / "exporter.toml"
+    cfg.write_text("[clients]\n" + "".join(f'{u} = "{c}"\n' for u, c in sorted(clients.items())))
     outbox = Path(f"{ck}.traces")
     port = TB.free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -299,7 +305,7 @@ def sustained(a: argparse.Namespace, work: Path) -> str:
         token = work / "token"
         token.write_text(ccfg.token)
         cmd = [
-            *GWMS_OBS, "export", "--factory-dir", str(factory), "--checkpoint", str(ck),
+            *GWMS_OBS, "export", "--config", str(cfg), "--factory-dir", str(factory), "--checkpoint", str(ck),
             "--listen", f"127.0.0.1:{port}", "--interval", "60", "--lost-after-seconds", "1000000000",
             "--traces-endpoint", ccfg.traces_url, "--traces-token-file", str(token),
         ]  # fmt: skip
