@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--glideinwms", default=os.environ.get("GLIDEINWMS_SRC"), help="a GlideinWMS source tree")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--updates", type=int, default=UPDATES, help="cycles to write (a year, 105120, to measure an import)"
+    )
     a = ap.parse_args(argv)
     if not a.glideinwms or not (Path(a.glideinwms) / "factory" / "glideFactoryMonitoring.py").is_file():
         ap.error("--glideinwms (or $GLIDEINWMS_SRC) must name a GlideinWMS source tree")
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.monitor_dir = str(entry_dir)  # a factory's entry process points it at its entry's monitor dir
     # The condorLogSummary files, written with the call its write_file makes (ABSOLUTE).
     logs = [(r, f) for r, f in FILES.items() if not r.endswith("Status_Attributes")]
-    for k in range(UPDATES):
+    for k in range(a.updates):
         now = float(update_time(k))
         time.time = lambda now=now: now  # type: ignore[misc]  # the cycle's clock, read by the writers
         qc = gfm.condorQStats(log=cfg.log)  # a new one each cycle, as glideFactoryEntry makes it
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     # file_tmp2final keeps the previous cycle's schedd_status.xml as a backup: not a fixture.
     (entry_dir / "schedd_status.xml~").unlink(missing_ok=True)
-    print(f"wrote {len(FILES)} RRDs, {UPDATES} updates each, under {out}")
+    print(f"wrote {len(FILES)} RRDs, {a.updates} updates each, under {out}")
     return 0
 
 

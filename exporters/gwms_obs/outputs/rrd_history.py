@@ -27,15 +27,14 @@ the cutover and the two never overlap.
 
 from __future__ import annotations
 
+import io
 import logging
+import shutil
 import subprocess
-from collections.abc import Iterator
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.openmetrics.exposition import generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
+from typing import IO
 
 from .. import catalogue
 from ..catalogue import MetricDef
@@ -57,13 +56,19 @@ Labels = tuple[str, ...]
 
 @dataclass
 class RrdHistory:
-    """Samples per metric and label set, gathered file by file."""
+    """Samples per metric, spooled file by file to a temporary file per family.
+
+    OpenMetrics wants a family's series together; each series comes from one RRD, so a
+    family is the concatenation of what each file gave it, and only one data source's
+    samples are ever in memory (a factory's year of RRDs is gigabytes of text).
+    """
 
     cutover: float
     sites: dict[str, str] = field(default_factory=dict)  # entry -> site label
     errors: ParseErrors = field(default_factory=ParseErrors)
-    samples: dict[MetricDef, dict[Labels, list[tuple[int, float]]]] = field(default_factory=dict)
     files: int = 0
+    samples: int = 0
+    _spools: dict[MetricDef, IO[str]] = field(default_factory=dict)
 
     def add_tree(self, monitor: Path) -> None:
         """Every entry's per-client RRDs under a factory's monitor dir."""
@@ -89,12 +94,21 @@ class RrdHistory:
             return
         self.files += 1
         pool = (entry, client, self.sites.get(entry, ""))
-        for ds, points in rrd.series(parsed, until=self.cutover).items():
+        for i, (ds, _) in enumerate(parsed.ds):
             target = self._target(kind, ds)
-            if target is None or not points:
+            if target is None:
                 continue
             metric, extra = target
-            self.samples.setdefault(metric, {}).setdefault((*pool, *extra), []).extend(points)
+            pts = rrd.points(parsed, i, until=self.cutover)
+            if not pts:
+                continue
+            spool = self._spools.get(metric)
+            if spool is None:
+                # Closed by write(); unlinked from the start, so nothing is left if it never runs.
+                spool = self._spools[metric] = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+            head = metric.name + _labels(metric.labels, (*pool, *extra))
+            spool.writelines(f"{head} {v!r} {t}\n" for t, v in pts)  # repr: the shortest exact float
+            self.samples += len(pts)
 
     @staticmethod
     def _target(kind: str, ds: str) -> tuple[MetricDef, Labels] | None:
@@ -106,24 +120,27 @@ class RrdHistory:
             return (catalogue.LEGACY_WASTE_TIME, (w, r)) if sep else None
         return catalogue.LEGACY_COMPLETED_STATS, (ds,)
 
-    def families(self) -> Iterator[Metric]:
-        for metric in sorted(self.samples, key=lambda m: m.name):
-            fam = GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
-            for labels, points in sorted(self.samples[metric].items()):
-                for t, v in sorted(points):
-                    fam.add_metric(list(labels), v, timestamp=t)
-            yield fam
+    def write(self, out: IO[str]) -> None:
+        """The OpenMetrics file, ``# EOF`` ended, for promtool's backfill; the spools are closed."""
+        for metric in sorted(self._spools, key=lambda m: m.name):
+            spool = self._spools.pop(metric)
+            out.write(f"# HELP {metric.name} {_escape(metric.help)}\n# TYPE {metric.name} gauge\n")
+            spool.seek(0)
+            shutil.copyfileobj(spool, out)
+            spool.close()
+        out.write("# EOF\n")
 
     def to_openmetrics(self) -> str:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Families(self))
-        body: bytes = generate_latest(registry)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
-        return body.decode()
+        buf = io.StringIO()
+        self.write(buf)
+        return buf.getvalue()
 
 
-class _Families(Collector):
-    def __init__(self, history: RrdHistory) -> None:
-        self.history = history
+def _escape(s: str) -> str:
+    """OpenMetrics escaping of HELP text and label values (a directory name may hold anything)."""
+    return s.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
-    def collect(self) -> Iterator[Metric]:
-        yield from self.history.families()
+
+def _labels(names: tuple[str, ...], values: Labels) -> str:
+    """``{a="x",...}`` sorted by name, as prometheus_client writes them."""
+    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in sorted(zip(names, values, strict=True))) + "}"

@@ -114,32 +114,36 @@ def parse(xml: bytes, path: str, errors: ParseErrors) -> Rrd | None:
     return Rrd(step, last, ds, tuple(archives))
 
 
-def series(rrd: Rrd, until: float | None = None) -> dict[str, list[tuple[int, float]]]:
-    """Each data source's known values, time-ordered, from the finest archive covering each period.
+def points(rrd: Rrd, ds: int, until: float | None = None) -> list[tuple[int, float]]:
+    """One data source's known values, time-ordered, from the finest archive covering each period.
 
-    ``until``: the cutover; no sample at or after it.
+    ``until``: the cutover; no sample at or after it. One data source at a time: a year of
+    12-hour rows written every 5 minutes is ~105,000 samples, and a file has dozens.
     """
-    out: dict[str, list[tuple[int, float]]] = {name: [] for name, _ in rrd.ds}
+    out: list[tuple[int, float]] = []
     covered_from: float = math.inf  # the oldest row time a finer archive already gave
     for arc in sorted(rrd.archives, key=lambda a: a.pdp_per_row):
         width = rrd.step * arc.pdp_per_row
         newest = (rrd.last_update // width) * width
         n = len(arc.rows)
         oldest = newest - (n - 1) * width
+        end = min(covered_from, math.inf if until is None else until)
         for i, vals in enumerate(arc.rows):
             t = oldest + i * width
             # A coarse row stands for its whole period, as on GlideinWMS's graphs: one sample
             # per base step, so Prometheus's 5-minute lookback draws it without holes; the
             # row a finer archive begins inside gives only the steps before that.
-            end = min(covered_from, math.inf if until is None else until)
             steps = [s for s in range(t - width + rrd.step, t + 1, rrd.step) if s < end]
             if not steps:
                 break
-            for (name, _), v in zip(rrd.ds, vals, strict=True):
-                if not math.isnan(v):
-                    out[name].extend((s, v) for s in steps)
+            if not math.isnan(v := vals[ds]):
+                out.extend((s, v) for s in steps)
         if n:
             covered_from = min(covered_from, oldest)
-    for pts in out.values():
-        pts.sort()
+    out.sort()
     return out
+
+
+def series(rrd: Rrd, until: float | None = None) -> dict[str, list[tuple[int, float]]]:
+    """:func:`points` of every data source, by name."""
+    return {name: points(rrd, i, until) for i, (name, _) in enumerate(rrd.ds)}
