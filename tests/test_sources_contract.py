@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gwms_obs.catalogue import Source
+from gwms_obs.catalogue import ONE_SHOT_SOURCES, SCANNED_SOURCES, Source
 from gwms_obs.ingest import STAGES
 from gwms_obs.ingest.books import Books
 from gwms_obs.ingest.stage import Stage
@@ -20,7 +20,7 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
 def test_every_source_is_read_by_exactly_one_stage() -> None:
     read = [s for stage in STAGES for s in stage.sources]
-    assert sorted(read) == sorted(Source), "a Source of the catalogue no stage reads, or one read twice"
+    assert sorted(read) == sorted(SCANNED_SOURCES), "a Source of the catalogue no stage reads, or one read twice"
 
 
 def test_stages_run_in_precedence_order_and_implement_the_contract(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_checkpoint_keys_are_owned_once(tmp_path: Path) -> None:
     assert set(state) == {"version", "factory_dir"} | books_keys | set(owned)
 
 
-@pytest.mark.parametrize("source", list(Source), ids=str)
+@pytest.mark.parametrize("source", SCANNED_SOURCES, ids=str)
 def test_every_source_has_a_simulator_writer(source: Source) -> None:
     assert source in WRITERS, f"gwms-obs simulate writes no {source.value} files"
 
@@ -52,6 +52,10 @@ def test_every_source_has_a_simulator_writer(source: Source) -> None:
 @pytest.mark.parametrize("source", list(Source), ids=str)
 def test_every_source_is_in_the_architecture_table(source: Source) -> None:
     rows = [line for line in ARCHITECTURE.read_text().splitlines() if line.startswith("| `")]
+    if source in ONE_SHOT_SOURCES:  # its row names its reader and the command that reads it
+        reader = f"sources/{source.value}.py"
+        assert any(f"`{source.value}`" in row and reader in row and "gwms-obs " in row for row in rows), source
+        return
     stage = next(cls for cls in STAGES if source in cls.sources)
     module = stage.__module__.rsplit(".", 1)[1]
     assert any(re.search(rf"`{source.value}`", row) and f"ingest/{module}.py" in row for row in rows), (

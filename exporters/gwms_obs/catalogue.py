@@ -500,6 +500,12 @@ class Source(enum.StrEnum):
     RRD = "rrd"  # gwms-obs import-rrd
 
 
+# Inputs a one-shot command reads, not a scan: no stage, no simulator writer (import-rrd's
+# fixtures are written by GlideinWMS's own RRD writers, tools/glideinwms_rrd_fixtures.py).
+ONE_SHOT_SOURCES: Final[frozenset[Source]] = frozenset({Source.RRD})
+SCANNED_SOURCES: Final[tuple[Source, ...]] = tuple(s for s in Source if s not in ONE_SHOT_SOURCES)
+
+
 def exposition_names(m: MetricDef) -> tuple[str, ...]:
     """Every series name a metric produces in the text exposition."""
     if m.type == "histogram":
