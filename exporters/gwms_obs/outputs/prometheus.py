@@ -298,15 +298,7 @@ def exporter_registry(
     registered here explicitly instead (names in ``catalogue.RUNTIME_NAMES``).
     ``factory``: the factory name of the pilots' trace ids, for the exemplars.
     """
-    registry = CollectorRegistry()
-    registry.register(FactoryCollector(ingest, factory))
-    if stats is not None:
-        registry.register(ForwarderCollector(stats))
-    registry.register(BuildInfoCollector())
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
+    return _registry(FactoryCollector(ingest, factory), stats)
 
 
 def scrape_registry(
@@ -315,8 +307,14 @@ def scrape_registry(
     """What :class:`Exposition` builds on every scrape, after the ledger's cached families: in the
     order of :func:`exporter_registry` (the health closes FactoryCollector's families), so the two
     together are its exposition byte for byte."""
+    return _registry(HealthCollector(ingest, scan), stats)
+
+
+def _registry(first: Collector, stats: ForwarderStats | None) -> CollectorRegistry:
+    """``first`` (the accounting's families), then the forwarder's, the build's and the runtime's,
+    in the one order both /metrics paths serve."""
     registry = CollectorRegistry()
-    registry.register(HealthCollector(ingest, scan))
+    registry.register(first)
     if stats is not None:
         registry.register(ForwarderCollector(stats))
     registry.register(BuildInfoCollector())
