@@ -208,6 +208,26 @@ def test_hold_codes_and_evictions_both_readers() -> None:
     assert [(e.reason_code, e.reason_subcode) for e in fixture if e.code == el.HELD] == [(12, 2)]
 
 
+# GridResourceDownEvent / GridResourceUpEvent::formatBody (src/condor_utils/condor_event.cpp): the
+# gridmanager's word that the CE is unreachable, and back (issue 33), kept by both readers.
+GRID = (
+    b"026 (4246.000.000) 2026-06-01 11:00:00 Detected Down Grid Resource\n"
+    b"    GridResource: condor ce.example.org ce.example.org:9619\n...\n"
+    b"025 (4246.000.000) 2026-06-01 12:00:00 Grid Resource Back Up\n"
+    b"    GridResource: condor ce.example.org ce.example.org:9619\n...\n"
+)
+
+
+def test_grid_resource_down_and_up_both_readers() -> None:
+    for tz in (None, CET):
+        assert check(GRID, tz)
+    got = CORE.parse_eventlog(GRID, el.CondorEvent, 0, (2026, 6, 1), el.MAX_EVENT)[0]
+    assert [(e.code, e.time - got[0].time) for e in got] == [
+        (el.GRID_RESOURCE_DOWN, 0.0),
+        (el.GRID_RESOURCE_UP, 3600.0),
+    ]
+
+
 def test_other_zones_are_pythons() -> None:
     # a ZoneInfo, a sub-second offset: only the Python reader reads them
     assert not check(FIXTURE, ZoneInfo("Europe/Berlin"))

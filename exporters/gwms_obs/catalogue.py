@@ -303,6 +303,74 @@ ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
     rate_unit="suffix: cores",
 )
 
+
+# --- the factory operator's day (issue 33): holds, CE unreachable, time in queue ---------------------
+
+
+class HoldClass(enum.StrEnum):
+    """Why a glidein was held: the only values the ``class`` label takes (sources/hold_reasons.py
+    says how a hold's code and text map to one, from HTCondor's documented codes and texts)."""
+
+    CE_REFUSED = "ce_refused"  # the CE's schedd refused the job (submit requirements, job limits)
+    CE_UNREACHABLE = "ce_unreachable"  # the CE could not be reached (connect failed, timed out)
+    AUTH_FAILED = "auth_failed"  # the CE refused the factory's credentials (authentication, authorization)
+    TOKEN_EXPIRED = "token_expired"  # the SciToken/IDTOKEN presented had expired
+    PROXY_EXPIRED = "proxy_expired"  # the X.509 proxy expired or is invalid (code 4)
+    PERIODIC_HOLD = "periodic_hold"  # a job or system policy expression held it (the factory's or the CE's)
+    TRANSFER_FAILED = "transfer_failed"  # the input or output sandbox transfer failed
+    USER = "user"  # condor_hold by a person, or submitted on hold
+    OTHER = "other"  # any other code or text: never a new label value
+
+
+HOLDS = MetricDef(
+    "gwms_glidein_holds_total",
+    "counter",
+    "Holds of the entry's glideins (the schedd's 012 events, of glideins still queued too), by the class of"
+    " the hold's reason (HoldReasonCode, SubCode and text; unknown ones are 'other'). The reason's text is"
+    " never a label: the exporter logs the newest, redacted, per entry.",
+    (*POOL, "class"),
+)
+HELD_GLIDEINS = MetricDef(
+    "gwms_entry_held_glideins",
+    "gauge",
+    "Glideins held now (a 012 not released, removed or ended yet), by the class of their newest hold.",
+    (*POOL, "class"),
+)
+HELD_SECONDS = MetricDef(
+    "gwms_glidein_held_seconds_total",
+    "counter",
+    "Seconds the entry's glideins spent held, counted when a hold ends (released, removed or terminated).",
+    POOL,
+    "seconds",
+    "s",
+    rate_unit="suffix: glideins",  # glidein-seconds held per second: glideins held on average
+)
+PILOT_GRID_QUEUE_TIME = MetricDef(
+    "gwms_pilot_grid_queue_seconds",
+    "histogram",
+    "Time completed pilots waited in the CE's queue, from the CE accepting the job (the 027 grid submit event)"
+    " to their first execute; pilots without a 027 are not observed.",
+    POOL,
+    "seconds",
+    "s",
+    _QUEUE_BUCKETS,
+)
+ENTRY_CE_DOWN = MetricDef(
+    "gwms_entry_ce_down",
+    "gauge",
+    "1 while the entry's CE is unreachable: the gridmanager's newest event for it is 026 'Detected Down Grid"
+    " Resource', not yet followed by 025 'Grid Resource Back Up'; 0 once seen up.",
+    ENTRY,
+)
+ENTRY_CE_DOWN_SINCE = MetricDef(
+    "gwms_entry_ce_down_since_timestamp_seconds",
+    "gauge",
+    "While the entry's CE is down: the time of the first 026 event of this outage.",
+    ENTRY,
+    "seconds",
+    "dateTimeAsIso",
+)
+
 # The exporter's own health.
 LABEL_OVERFLOW = MetricDef(
     "gwms_obs_label_overflow_total",

@@ -26,7 +26,12 @@ const TERMINATED: u32 = 5;
 const ABORTED: u32 = 9;
 const HELD: u32 = 12;
 const RELEASED: u32 = 13;
+const GRID_RESOURCE_UP: u32 = 25;
+const GRID_RESOURCE_DOWN: u32 = 26;
 const GRID_SUBMITTED: u32 = 27;
+/// `condor_event_log._KEPT`: 025 and 026 are the gridmanager's grid resource up and down.
+const KEPT: [u32; 10] =
+    [SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_RESOURCE_UP, GRID_RESOURCE_DOWN, GRID_SUBMITTED];
 const REASON_CHARS: usize = 500;
 const NORMAL: &[u8] = b"(1) Normal termination (return value ";
 const ABNORMAL: &[u8] = b"(0) Abnormal termination (signal ";
@@ -234,7 +239,7 @@ fn header(s: &[u8]) -> Option<Header> {
 /// code the reader skips, Fallback for anything it records.
 fn event(piece: &[u8], base: usize, ref_day: (i64, i64, i64), clock: &mut Clock) -> R<Option<Event>> {
     let h = header(piece).ok_or(Fallback)?;
-    if !matches!(h.code, SUBMITTED | EXECUTING | EVICTED | TERMINATED | ABORTED | HELD | RELEASED | GRID_SUBMITTED) {
+    if !KEPT.contains(&h.code) {
         return Ok(None);
     }
     let time = epoch(&h, ref_day, clock).ok_or(Fallback)?;

@@ -109,6 +109,18 @@ class Ledger:
     lifetime: dict[Labels, Histogram] = field(default_factory=dict)  # (entry, client, site)
     validation: dict[Labels, Histogram] = field(default_factory=dict)
     queue: dict[Labels, Histogram] = field(default_factory=dict)  # submit -> first execute (event log)
+    grid_queue: dict[Labels, Histogram] = field(default_factory=dict)  # 027 grid submit -> first execute
+    # Holds, from the event log as it is read (pilots still queued too): (entry, client, site, class).
+    holds: dict[Labels, int] = field(default_factory=dict)
+    held_seconds: dict[Labels, float] = field(default_factory=dict)  # (entry, client, site)
+    # Glideins held now, by their newest hold's class: replaced whole after each read of the event
+    # logs (ingest/condor_event_log.py, from the open timelines the checkpoint keeps); not saved.
+    held_now: dict[Labels, int] = field(default_factory=dict)
+    # The CE of each entry, from the gridmanager's 025/026 events: entry -> [site, down since (None:
+    # up), newest 025 time, newest 026 time]; ce_down and ce_down_since are what is served.
+    ce: dict[str, list[Any]] = field(default_factory=dict)
+    ce_down: dict[Labels, float] = field(default_factory=dict)  # (entry, site) -> 1/0
+    ce_down_since: dict[Labels, float] = field(default_factory=dict)  # (entry, site) -> since, while down
     last_completed: dict[Labels, float] = field(default_factory=dict)
     # Entry status: the latest file per entry, and the integrals over time.
     entries: dict[str, tuple[EntryStatus, str]] = field(default_factory=dict)  # entry -> (status, site)
@@ -171,6 +183,12 @@ class Ledger:
             if h is None:
                 h = self.queue[pool] = Histogram.empty(catalogue.PILOT_QUEUE_TIME.buckets)
             h.observe(max(0.0, times.started - times.submitted), a)
+            first = times.first_started if times.first_started is not None else times.started
+            if times.grid_submitted is not None:  # the CE accepted it: its time in the CE's queue
+                h = self.grid_queue.get(pool)
+                if h is None:
+                    h = self.grid_queue[pool] = Histogram.empty(catalogue.PILOT_GRID_QUEUE_TIME.buckets)
+                h.observe(max(0.0, first - times.grid_submitted), a)
         last = self.last_completed.get(pool, 0.0)
         self.last_completed[pool] = a.end if a.end > last else last  # max(last, end)
 
@@ -181,6 +199,56 @@ class Ledger:
         if catalogue.OVERFLOW not in pool:
             self._pools[(entry, client, site)] = pool
         return pool
+
+    def add_hold(self, entry: str, client: str, site: str, cls: str) -> None:
+        """One hold begun (a 012), of a glidein queued or ended."""
+        self.version += 1
+        k = (*self._admit(entry, client, site), cls)
+        self.holds[k] = self.holds.get(k, 0) + 1
+        self.held_seconds.setdefault(k[:3], 0.0)  # at 0 from the entry's first hold: increase() sees the first
+
+    def add_held_seconds(self, entry: str, client: str, site: str, seconds: float) -> None:
+        """A hold ended (released, removed, terminated) after ``seconds``."""
+        self.version += 1
+        pool = self._admit(entry, client, site)
+        self.held_seconds[pool] = self.held_seconds.get(pool, 0.0) + seconds
+
+    def set_held_now(self, held: dict[tuple[str, str, str, str], int]) -> None:
+        """The glideins held now, (entry, client, site, class) -> count; replaces the last."""
+        now: dict[Labels, int] = {}
+        for (entry, client, site, cls), n in held.items():
+            k = (*self._admit(entry, client, site), cls)
+            now[k] = now.get(k, 0) + n
+        if now != self.held_now:
+            self.version += 1
+            self.held_now = now
+
+    def grid_resource(self, entry: str, site: str, down: bool, t: float) -> None:
+        """A 026 (``down``) or 025 of the entry's CE at ``t``. The logs of an entry's clients are read one
+        after the other, so events come out of order: the newest of each kind decides."""
+        if self.budget.admit("entry", entry) == catalogue.OVERFLOW:
+            return
+        site = self.budget.admit("site", site)
+        st = self.ce.get(entry)
+        if st is None:
+            st = self.ce[entry] = [site, None, float("-inf"), float("-inf")]
+        st[0] = site
+        if down:
+            if t > st[2] and (st[1] is None or t < st[1]):  # the first 026 after the newest 025
+                st[1] = t
+            st[3] = max(st[3], t)
+        else:
+            st[2] = max(st[2], t)
+            if st[1] is not None and st[3] <= t:
+                st[1] = None  # back up: no 026 after this 025
+            elif st[1] is not None and st[1] <= t:
+                st[1] = st[3]  # a 026 came after: down again since then (the earliest of those unknown)
+        self.version += 1
+        self._ce_served()
+
+    def _ce_served(self) -> None:
+        self.ce_down = {(e, st[0]): 0.0 if st[1] is None else 1.0 for e, st in self.ce.items()}
+        self.ce_down_since = {(e, st[0]): st[1] for e, st in self.ce.items() if st[1] is not None}
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
@@ -227,6 +295,13 @@ class Ledger:
             "lifetime": hrows(self.lifetime),
             "validation": hrows(self.validation),
             "queue": hrows(self.queue),
+            "grid_queue": hrows(self.grid_queue),
+            "holds": rows(self.holds),
+            "held_seconds": rows(self.held_seconds),
+            # -inf is not JSON: no event of that kind yet
+            "ce": {
+                e: [st[0], st[1], *(v if v != float("-inf") else None for v in st[2:])] for e, st in self.ce.items()
+            },
             "last_completed": rows(self.last_completed),
             "bottleneck_seconds": rows(self.bottleneck_seconds),
             "demand_seconds": rows(self.demand_seconds),
@@ -255,8 +330,17 @@ class Ledger:
         led.lifetime = hload("lifetime", catalogue.PILOT_LIFETIME.buckets)
         led.validation = hload("validation", catalogue.PILOT_VALIDATION.buckets)
         led.queue = hload("queue", catalogue.PILOT_QUEUE_TIME.buckets)
+        led.grid_queue = hload("grid_queue", catalogue.PILOT_GRID_QUEUE_TIME.buckets)
+        led.holds, led.held_seconds = load("holds", 4), load("held_seconds", 3)
+        for e, (site, since, up, down) in data.get("ce", {}).items():
+            led.ce[str(e)] = [
+                str(site),
+                None if since is None else float(since),
+                *(float("-inf") if v is None else float(v) for v in (up, down)),
+            ]
+        led._ce_served()
         # The values already in series keep their place under the budget.
-        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds):
+        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds, *led.holds):
             led.budget.known.setdefault("entry", set()).add(k[0])
             led.budget.known.setdefault("client", set()).add(k[1])
             led.budget.known.setdefault("site", set()).add(k[2])
@@ -286,13 +370,21 @@ COUNTERS: tuple[Served, ...] = (
     Served(catalogue.USER_JOBS, lambda led: led.user_jobs),
     Served(catalogue.USER_JOBS_OVERUSING, lambda led: led.overusing),
     Served(catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
+    Served(catalogue.HOLDS, lambda led: led.holds, from_accounts=False),
+    Served(catalogue.HELD_SECONDS, lambda led: led.held_seconds, from_accounts=False),
 )
 HISTOGRAMS: tuple[Served, ...] = (
     Served(catalogue.PILOT_LIFETIME, lambda led: led.lifetime),
     Served(catalogue.PILOT_VALIDATION, lambda led: led.validation),
     Served(catalogue.PILOT_QUEUE_TIME, lambda led: led.queue, from_accounts=False),
+    Served(catalogue.PILOT_GRID_QUEUE_TIME, lambda led: led.grid_queue, from_accounts=False),
 )
-GAUGES: tuple[Served, ...] = (Served(catalogue.PILOT_LAST_COMPLETED, lambda led: led.last_completed),)
+GAUGES: tuple[Served, ...] = (
+    Served(catalogue.PILOT_LAST_COMPLETED, lambda led: led.last_completed),
+    Served(catalogue.HELD_GLIDEINS, lambda led: led.held_now, from_accounts=False),
+    Served(catalogue.ENTRY_CE_DOWN, lambda led: led.ce_down, from_accounts=False),
+    Served(catalogue.ENTRY_CE_DOWN_SINCE, lambda led: led.ce_down_since, from_accounts=False),
+)
 # The entry status's counters (the per-entry gauges are built from Ledger.entries itself).
 ENTRY_COUNTERS: tuple[Served, ...] = (
     Served(catalogue.ENTRY_BOTTLENECK_SECONDS, lambda led: led.bottleneck_seconds, from_accounts=False),

@@ -10,18 +10,35 @@ completed_jobs line could count it ``lost_after_seconds`` after its end.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..accounting.pilot import from_event_log
-from ..catalogue import Source
+from ..accounting.pilot import UNKNOWN_LABEL, from_event_log
+from ..catalogue import HoldClass, Source
 from ..model import PilotTimes
 from ..sources import condor_event_log, files, layout
+from ..sources.hold_reasons import classify
+from ..tracing.redact import mask_text
 from .books import Books, PilotFacts, key_str
 from .stage import Scan, Stage
 
+log = logging.getLogger("gwms_obs.holds")
+
 # Parse-error reason of a pilot forgotten by the timeline before its end.
 EXPIRED = "pilot_expired"
+# A hold's reason in a log line: secrets masked (tracing/redact.py), control characters out, this long at most.
+REASON_CHARS = 200
+# An entry's newest hold is logged when its class changes, else at most this often.
+LOG_EVERY = 600.0
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def example(reason: str | None) -> str:
+    """A hold's reason as a log line may carry it: redacted, one line, bounded."""
+    text = _CONTROL.sub(" ", mask_text((reason or "")[: 4 * REASON_CHARS]))
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
 
 
 def _dropped(b: Books, t: PilotTimes, path: str, why: str) -> None:
@@ -38,6 +55,8 @@ class CondorEventLogStage(Stage):
         super().__init__(books)
         self.timeline = condor_event_log.PilotTimeline()
         self.holds = books.holds  # its pilots ended, not counted (yet) are books.holds.ends
+        self._users: dict[condor_event_log.LogKey, str] = {}  # each log's factory-side user (its client)
+        self._logged: dict[str, tuple[str, float]] = {}  # entry -> (class, when) of its hold last logged
 
     def discover(self, scan: Scan) -> Sequence[layout.EventLogFile]:
         return scan.listing.logs if scan.listing is not None else []
@@ -46,6 +65,7 @@ class CondorEventLogStage(Stage):
         b = self.books
         b.health.files[Source.CONDOR_EVENT_LOG] = len(found)
         b.health.backlog.setdefault(Source.CONDOR_EVENT_LOG, scan.t0)
+        self._users = {condor_event_log.log_of(f.path): f.username for f in found}  # the logs listed now
         for f in found:
             try:
                 b.health.bytes_read[Source.CONDOR_EVENT_LOG] += self._follow(f)
@@ -58,7 +78,66 @@ class CondorEventLogStage(Stage):
         for t, (entry, client, day) in self.timeline.expire():
             path = paths.get((entry, client, day)) or f"entry_{entry}/condor_activity_{day}_{client}.log (gone)"
             _dropped(b, t, path, f"no event for {days:g} days of its log")
+        self._held_now()
         b.health.backlog.pop(Source.CONDOR_EVENT_LOG, None)
+
+    def _pool(self, log_key: condor_event_log.LogKey) -> tuple[str, str, str]:
+        """(entry, client, site) of a log: the client is its user's frontend name, as accounting names it."""
+        entry, client, _ = log_key
+        user = self._users.get(log_key)
+        name = (self.books.names.of(user) or f"user_{user}") if user is not None else client
+        e = entry or UNKNOWN_LABEL
+        d = self.books.defaults.get(e)
+        return e, name or UNKNOWN_LABEL, (d.site if d is not None and d.site else UNKNOWN_LABEL)
+
+    def _held_now(self) -> None:
+        """The glideins held now, by their newest hold's class, from the open timelines."""
+        now: dict[tuple[str, str, str, str], int] = {}
+        for log_key, h, p in self.timeline.held_now():
+            cls = classify(h.code, h.subcode, h.reason) if h is not None else classify(None, None, p.held_reason)
+            k = (*self._pool(log_key), cls.value)
+            now[k] = now.get(k, 0) + 1
+        with self.books.lock:
+            self.books.ledger.set_held_now(now)
+
+    def _count(self, f: layout.EventLogFile) -> None:
+        """Count what the last feed saw besides ends: holds begun and ended, the CE down or up."""
+        b = self.books
+        begun, ended, grid = self.timeline.drain()
+        if not (begun or ended or grid):
+            return
+        with b.lock:
+            for log_key, e in begun:
+                cls = classify(e.reason_code, e.reason_subcode, e.reason)
+                entry, client, site = self._pool(log_key)
+                b.ledger.add_hold(entry, client, site, cls.value)
+                self._note(entry, client, cls, e, f.path)
+            for log_key, seconds in ended:
+                b.ledger.add_held_seconds(*self._pool(log_key), seconds)
+            for log_key, code, t in grid:
+                entry, _, site = self._pool(log_key)
+                b.ledger.grid_resource(entry, site, code == condor_event_log.GRID_RESOURCE_DOWN, t)
+
+    def _note(self, entry: str, client: str, cls: HoldClass, e: condor_event_log.CondorEvent, path: str) -> None:
+        """Log an entry's newest hold (its reason never becomes a label): when its class changes, else
+        every LOG_EVERY seconds of the log's time at most, so a CE refusing every glidein logs a line, not
+        a line a glidein."""
+        last = self._logged.get(entry)
+        if last is not None and last[0] == cls.value and e.time - last[1] < LOG_EVERY:
+            return
+        self._logged[entry] = (cls.value, e.time)
+        codes = f"{e.reason_code}/{e.reason_subcode}" if e.reason_code is not None else "none"
+        log.warning(
+            "hold at entry %s (client %s, class %s, code/subcode %s, job %d.%d, %s): %s",
+            entry,
+            client,
+            cls.value,
+            codes,
+            e.cluster,
+            e.proc,
+            path,
+            example(e.reason),
+        )
 
     def _follow(self, f: layout.EventLogFile) -> int:
         """Read what is new in one log since its cursor; the bytes taken."""
@@ -75,7 +154,9 @@ class CondorEventLogStage(Stage):
         """Feed the timelines; keep the pilots that ended and are not counted yet."""
         b = self.books
         b.health.records[Source.CONDOR_EVENT_LOG] += len(events)
-        for t in self.timeline.feed(events, f.path):
+        done = self.timeline.feed(events, f.path)
+        self._count(f)
+        for t in done:
             k = key_str((f.entry, t.cluster, t.proc))
             if t.ended is None:  # beyond the timeline's bound, unfinished
                 _dropped(b, t, f.path, f"more than {self.timeline.max_pilots} pilots open")

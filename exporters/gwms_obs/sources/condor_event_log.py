@@ -35,7 +35,24 @@ from ..parse_errors import ParseErrors
 MAX_EVENT = 1 << 20  # an event (header + body) longer than this is skipped ("line_too_long")
 
 SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED = 0, 1, 4, 5, 9, 12, 13, 27
-_KEPT = frozenset({SUBMITTED, EXECUTING, EVICTED, TERMINATED, ABORTED, HELD, RELEASED, GRID_SUBMITTED})
+# The gridmanager's view of the CE (the manual's event table; condor_event.cpp GridResourceUpEvent and
+# GridResourceDownEvent write "Grid Resource Back Up" / "Detected Down Grid Resource", then
+# "    GridResource: <resource>"), one event per job of that resource.
+GRID_RESOURCE_UP, GRID_RESOURCE_DOWN = 25, 26
+_KEPT = frozenset(
+    {
+        SUBMITTED,
+        EXECUTING,
+        EVICTED,
+        TERMINATED,
+        ABORTED,
+        HELD,
+        RELEASED,
+        GRID_RESOURCE_UP,
+        GRID_RESOURCE_DOWN,
+        GRID_SUBMITTED,
+    }
+)
 MAX_HOLDS = 20  # hold intervals kept per pilot; later ones are only counted
 MAX_EVICTIONS = 20  # eviction times kept per pilot; later ones are only counted
 
@@ -60,7 +77,8 @@ _ENTRY_DIR = re.compile(r"entry_(.+)")
 class CondorEvent:
     cluster: int
     proc: int
-    code: int  # 0 submitted, 1 executing, 4 evicted, 5 terminated, 9 aborted, 12 held, 13 released, 27 grid submitted
+    code: int  # 0 submitted, 1 executing, 4 evicted, 5 terminated, 9 aborted, 12 held, 13 released,
+    # 25 grid resource up, 26 grid resource down, 27 grid submitted
     time: float
     return_value: int | None = None  # 005 normal termination
     reason: str | None = None  # 012 hold reason, 009 first body line, 005 "signal N"
@@ -188,7 +206,7 @@ def parse_buffer(
 ) -> tuple[list[CondorEvent], int]:
     """Parse every complete event (ending with a ``...`` line) of ``buf``.
 
-    Returns the kept events (codes 000/001/004/005/009/012/013/027) and the bytes
+    Returns the kept events (codes 000/001/004/005/009/012/013/025/026/027) and the bytes
     consumed; an unterminated last event is left for the next call unless it
     is already longer than ``MAX_EVENT``. ``tz`` is the factory's zone
     (None: this host's local zone); ``ref_day`` anchors year-less dates and
@@ -273,6 +291,14 @@ class PilotTimeline:
         self._newest: dict[LogKey, float] = {}
         # Late stray events of an ended pilot must not resurrect it.
         self._ended: OrderedDict[tuple[str | None, str | None, int, int], None] = OrderedDict()
+        # The open pilots held now (a subset of _open): what held_now() walks.
+        self._held: set[tuple[str | None, str | None, int, int]] = set()
+        # What the last feed() saw besides pilots' ends, for its caller to take (drain()):
+        # holds begun (a 012 of a pilot not held), the seconds of holds ended, and the
+        # gridmanager's 025/026 events (log, code, time).
+        self.holds_begun: list[tuple[LogKey, CondorEvent]] = []
+        self.holds_ended: list[tuple[LogKey, float]] = []
+        self.grid_resource: list[tuple[LogKey, int, float]] = []
 
     def __len__(self) -> int:
         return len(self._open)
@@ -287,6 +313,9 @@ class PilotTimeline:
         for e in events:
             if newest is None or e.time > newest:
                 newest = e.time
+            if e.code in (GRID_RESOURCE_DOWN, GRID_RESOURCE_UP):  # the CE's, not the pilot's
+                self.grid_resource.append((log, e.code, e.time))
+                continue
             key = (entry, client, e.cluster, e.proc)
             if key in self._ended:
                 continue
@@ -302,16 +331,21 @@ class PilotTimeline:
                 if p.first_started is None:
                     p.first_started = e.time
             elif e.code == HELD:
+                if key not in self._held:  # a second 012 while held adds nothing
+                    self.holds_begun.append((log, e))
+                    self._held.add(key)
                 p.ended, p.end_event, p.held_reason = e.time, "held", e.reason
-                if not p.holds or p.holds[-1].released is not None:  # a second 012 while held adds nothing
+                if not p.holds or p.holds[-1].released is not None:
                     if len(p.holds) < MAX_HOLDS:
                         p.holds += (HoldInterval(e.time, None, e.reason_code, e.reason_subcode, e.reason),)
                     else:
                         p.holds_dropped += 1
             elif e.code == RELEASED:
+                self._held.discard(key)
                 if p.end_event == "held":
                     p.ended = p.end_event = None
                 if p.holds and p.holds[-1].released is None:  # else it released a hold only counted
+                    self.holds_ended.append((log, max(0.0, e.time - p.holds[-1].held)))
                     p.holds = (*p.holds[:-1], p.holds[-1]._replace(released=e.time))
             elif e.code == EVICTED:
                 if len(p.evictions) < MAX_EVICTIONS:
@@ -319,6 +353,10 @@ class PilotTimeline:
                 else:
                     p.evictions_dropped += 1
             elif e.code in (TERMINATED, ABORTED):
+                if key in self._held:  # removed (or ended) while held: the hold ends here
+                    self._held.discard(key)
+                    if p.holds and p.holds[-1].released is None:
+                        self.holds_ended.append((log, max(0.0, e.time - p.holds[-1].held)))
                 p.ended = e.time
                 p.end_event = "terminated" if e.code == TERMINATED else "aborted"
                 if e.code == TERMINATED:
@@ -333,8 +371,27 @@ class PilotTimeline:
         if newest is not None:
             self._newest[log] = newest
         while len(self._open) > self.max_pilots:
-            done.append(self._open.popitem(last=False)[1][0])
+            k, (p, _, _) = self._open.popitem(last=False)
+            self._held.discard(k)
+            done.append(p)
         return done
+
+    def drain(
+        self,
+    ) -> tuple[list[tuple[LogKey, CondorEvent]], list[tuple[LogKey, float]], list[tuple[LogKey, int, float]]]:
+        """Take what the feeds since the last drain saw: (holds begun, seconds of holds ended, 025/026 events)."""
+        out = (self.holds_begun, self.holds_ended, self.grid_resource)
+        self.holds_begun, self.holds_ended, self.grid_resource = [], [], []
+        return out
+
+    def held_now(self) -> list[tuple[LogKey, HoldInterval | None, PilotTimes]]:
+        """The open pilots held now, each with its newest hold (None: a hold beyond MAX_HOLDS, only counted)."""
+        out = []
+        for k in self._held:
+            p, _, log = self._open[k]
+            h = p.holds[-1] if p.holds and p.holds[-1].released is None else None
+            out.append((log, h, p))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe state for the exporter's checkpoint."""
@@ -363,6 +420,7 @@ class PilotTimeline:
             tl._newest[(entry, client, day)] = float(t)
         for entry, client, cluster, proc in data.get("ended", []):
             tl._ended[(entry, client, int(cluster), int(proc))] = None
+        tl._held = {k for k, (p, _, _) in tl._open.items() if p.end_event == "held"}
         return tl
 
     def expire(self) -> list[tuple[PilotTimes, LogKey]]:
@@ -383,4 +441,5 @@ class PilotTimeline:
         if len(keep) != len(self._newest):
             # Only the logs with open pilots need their clock (a log's next events are its newest).
             self._newest = {log: t for log, t in self._newest.items() if log in keep}
+        self._held.difference_update(old)
         return [(p, log) for p, _, log in (self._open.pop(k) for k in old)]

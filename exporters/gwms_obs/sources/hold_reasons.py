@@ -39,23 +39,12 @@ Anything else is ``other`` (an unknown code is never a new class).
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import Final
 
+from ..catalogue import HoldClass
 
-class HoldClass(enum.StrEnum):
-    """Why a glidein was held; the only values a hold's class label may take."""
-
-    CE_REFUSED = "ce_refused"  # the CE's schedd refused the job (submit requirements, job limits)
-    CE_UNREACHABLE = "ce_unreachable"  # the CE could not be reached (connect failed, timed out)
-    AUTH_FAILED = "auth_failed"  # the CE refused the factory's credentials (authentication, authorization)
-    TOKEN_EXPIRED = "token_expired"  # the SciToken/IDTOKEN presented had expired
-    PROXY_EXPIRED = "proxy_expired"  # the X.509 proxy expired or is invalid (code 4)
-    PERIODIC_HOLD = "periodic_hold"  # a job or system policy expression held it (the factory's or the CE's)
-    TRANSFER_FAILED = "transfer_failed"  # the input or output sandbox transfer failed
-    USER = "user"  # condor_hold by a person, or submitted on hold
-    OTHER = "other"
+__all__ = ["HoldClass", "classify"]
 
 
 # HoldReasonCode -> class (condor_holdcodes.h); 0, 2 and a missing code are read by their text.
