@@ -23,6 +23,7 @@ from gwms_obs.ingest.descript import resource_slots_gpus
 from gwms_obs.model import CompletedJob, GlideinOut, SlotStat, StatsFormat
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
+from tests.support.arriving import cut_errs, finish
 
 
 def line(**kw: object) -> CompletedJob:
@@ -197,11 +198,13 @@ def test_young_out_wins_over_its_line_and_event_log(tree: Path, tmp_path: Path) 
     shutil.copytree(tree, root)
     clock = Clock(4_000_000_000.0)
     age(root, clock.t)  # every file just written
+    whole = cut_errs(root, clock.t)  # and still arriving
     ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=30), clock=clock)
     first = ing.scan()
     # Nothing that has a .out was counted from a fallback (only pilots with no .out at all).
     assert first.by_source.get(Source.COMPLETED_JOBS, 0) == 0
     assert ing.held(Source.COMPLETED_JOBS) and ing.held(Source.CONDOR_EVENT_LOG)
+    finish(whole, clock.t)
     clock.t += 31
     ing.scan()
     report = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0, final=True))
@@ -225,6 +228,7 @@ def test_clock_skew_a_future_mtime_settles_by_our_clock(tree: Path, tmp_path: Pa
     shutil.copytree(tree, root)
     clock = Clock(4_000_000_000.0)
     age(root, clock.t + 7200)  # the file server's clock is two hours ahead
+    cut_errs(root, clock.t + 7200)  # and the files are still arriving: no evidence they are whole
     ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=30), clock=clock)
     ing.scan()
     assert ing.health.records[Source.GLIDEIN_OUT] == 0
@@ -241,6 +245,7 @@ def test_out_deleted_before_it_was_read_falls_back_once(tree: Path, tmp_path: Pa
     shutil.copytree(tree, root)
     clock = Clock(4_000_000_000.0)
     age(root, clock.t)
+    whole = cut_errs(root, clock.t)
     ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=30), clock=clock)
     ing.scan()
     waiting_lines = set(ing.held(Source.COMPLETED_JOBS))
@@ -251,6 +256,7 @@ def test_out_deleted_before_it_was_read_falls_back_once(tree: Path, tmp_path: Pa
         for out in root.glob(f"client/*/*/entry_{entry}/job.{cp}.out"):
             out.unlink()
             out.with_suffix(".err").unlink(missing_ok=True)
+    finish(whole, clock.t)
     clock.t += 31
     res = ing.scan()
     assert res.by_source[Source.COMPLETED_JOBS] == len(gone)
@@ -268,6 +274,7 @@ def test_lag_is_the_age_of_the_oldest_unaccounted_input(tree: Path, tmp_path: Pa
     shutil.copytree(tree, root)
     clock = Clock(4_000_000_000.0)
     age(root, clock.t - 20)
+    cut_errs(root, clock.t - 20)
     ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=30), clock=clock)
     ing.scan()
     assert ing.health.lag(clock.t)[Source.GLIDEIN_OUT] == pytest.approx(20)

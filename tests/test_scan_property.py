@@ -6,8 +6,9 @@ Ingest reads through ``clock=``:
 
 * each pilot with a .out gets the scan from which its .out/.err are *old*
   (mtime more than ``settle_seconds`` behind the clock); before that scan its
-  files are *young* (touched to the clock's now before every scan, as a file
-  still being written). 0: old from the start; the number of scans: young
+  files are *young* (touched to the clock's now before every scan, and the .err
+  cut before its last line: a file still being written, with no evidence it is
+  whole), and written whole when they become old. 0: old from the start; the number of scans: young
   until the final phase;
 * some pilots lose their files (.out and .err, or only the .err) before some
   scan, never later than the scan at which their .out became old. So a
@@ -54,6 +55,7 @@ from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.catalogue import Resource
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import GLIDEIN_NAME, SimPilot, SimulationSummary, simulate
+from tests.support.arriving import cut_errs_of
 
 N_PILOTS = 60
 SEED = 6  # lost pilots, pilots with a .out but no completed_jobs line, GPU pilots: see the fixture
@@ -238,6 +240,12 @@ def play(t: Tree, plan: Schedule, work: Path) -> Outcome:
     ing = Ingest(cfg, clock=clock, sink=rec)
     scans = len(plan.steps)
     aged = [False] * len(t.with_out)
+    # A pilot young at the first scan is still arriving: its .err lacks its last line, so
+    # no evidence says its files are whole (ingest/glidein_files.py), until it is old.
+    whole = {j: out_path(root, p).with_suffix(".err").read_bytes() for j, p in enumerate(t.with_out)}
+    for j, p in enumerate(t.with_out):
+        if plan.old_from[j] > 0:
+            cut_errs_of([out_path(root, p).with_suffix(".err")])
     for i in range(scans + 1):
         clock.t += plan.steps[i] if i < scans else LOST_AFTER + SETTLE + 1
         for j, p in enumerate(t.with_out):
@@ -252,6 +260,8 @@ def play(t: Tree, plan: Schedule, work: Path) -> Outcome:
                 set_mtime(out, clock.t)  # still being written
                 set_mtime(err, clock.t)
             elif not aged[j]:
+                if err.exists():
+                    err.write_bytes(whole[j])  # arrived whole
                 set_mtime(out, clock.t - SETTLE - 1)
                 set_mtime(err, clock.t - SETTLE - 1)
                 aged[j] = True

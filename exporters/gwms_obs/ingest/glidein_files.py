@@ -1,8 +1,10 @@
 """The pilots' own files (``job.C.P.out`` and ``.err``; the span spool the .err carries).
 
 First of the pilot sources in precedence: a pilot whose .out is present is
-counted from it, once it has settled (neither it nor its .err written for
-``settle_seconds``, by its mtime or by our clock watching it unchanged). A
+counted from it once it has settled: at once when both files end with the
+line glidein_startup.sh writes last (complete, the evidence), else when neither
+was written for ``settle_seconds``, by its mtime or by our clock watching it
+unchanged (a file still arriving). A
 .out that cannot be believed (unreadable, quarantined, implausible) is marked
 ``bad_out``: its completed_jobs line or its event log counts the pilot then.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import sys
 import traceback
 from collections import deque
@@ -23,7 +26,7 @@ from typing import Any
 from ..accounting.pilot import EntryDefaults
 from ..catalogue import Source
 from ..model import StatsFormat
-from ..sources import layout
+from ..sources import glidein_err, glidein_out, layout
 from . import pool
 from .books import Books, Listing, PilotFacts, key_str
 from .stage import Scan, Stage
@@ -95,6 +98,8 @@ class GlideinFilesStage(Stage):
                 young = now - est.st_mtime < cfg.settle_seconds
         if not young or cfg.final:
             return st
+        if p.has_err and _closed(p.out, st.st_size, glidein_out.XML_END) and _closed(p.err, None, glidein_err.XML_END):
+            return st  # both files end with what glidein_startup.sh writes last: complete, counted at once
         prev = self.unsettled.get(ks)
         if prev is not None and prev[0] == sig and now - prev[1] >= cfg.settle_seconds:
             return st  # unchanged for settle_seconds by our clock: its mtime is skewed
@@ -359,6 +364,33 @@ class GlideinFilesStage(Stage):
         with b.lock:
             b.counted.bad_out[ks] = b.clock()
             self.unsettled.pop(ks, None)
+
+
+# The last bytes of a file looked at for its end marker: the marker and a little whitespace after it.
+_TAIL = 256
+
+
+def _closed(path: str, size: int | None, marker: bytes) -> bool:
+    """Whether the regular file ``path`` ends with ``marker`` (then only whitespace): the line
+    glidein_startup.sh writes last to that stream, so the factory has the whole file.
+
+    Settling by this evidence, not by the file's age, is what puts a pilot on /metrics seconds
+    after its files close. A file cut short (still arriving) lacks it and waits ``settle_seconds``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)  # a FIFO must not block
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
+            return False  # not a pilot's file, or written since its stat
+        tail = os.pread(fd, _TAIL, max(0, st.st_size - _TAIL))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return tail.rstrip().endswith(marker)
 
 
 def _task(p: layout.PilotFiles, st: os.stat_result) -> pool.Task:
