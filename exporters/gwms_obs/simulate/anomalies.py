@@ -7,7 +7,7 @@ kind, in entry order::
     {
       "version": 1,
       "seed": 5, "start": 1781000000, "end": 1781604800, "snapshot": 1781615600,
-      "kinds": ["black_hole", "slow_script", "resource_hog", "drift"],
+      "kinds": ["black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow"],
       "not_simulated": {"leak": "<why>"},
       "anomalies": [
         {"kind": "black_hole", "entry": "OSG_US_BLACKHOLE_ce", "site": "BlackHoleSite", "unit": "pilot",
@@ -20,7 +20,11 @@ kind, in entry order::
                    "memory": true, "cpu": false, "request_memory_mb": 4000, "memory_usage_mb": 9100,
                    "request_cpus": 2, "wall_seconds": 5400, "cpu_seconds": 8000}, ...]},
         {"kind": "drift", "entry": ..., "site": ..., "unit": "entry",
-         "params": {"validation_failure_start": 0.02, "validation_failure_end": 0.62}}
+         "params": {"validation_failure_start": 0.02, "validation_failure_end": 0.62}},
+        {"kind": "held", "entry": "OSG_US_AUTHFAIL_ce", ..., "unit": "entry",
+         "params": {"share": 0.9, "class": "auth_failed"}},
+        {"kind": "ce_unreachable", ..., "unit": "entry", "params": {"down": 1781302400, "up": 1781306000}},
+        {"kind": "queue_slow", ..., "unit": "entry", "params": {"factor": 8.0, "since": 1781086400}}
       ]
     }
 
@@ -37,13 +41,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..catalogue import HoldClass
 from .plan import SimPilot, script_times
-from .scenario import CLIENTS, EntrySpec
+from .scenario import CLIENTS, EntrySpec, outage
 from .usage import HOG_CPU, HOG_MEMORY
 
 FILE = "anomalies.json"
 VERSION = 1
-KINDS = ("black_hole", "slow_script", "resource_hog", "drift")
+KINDS = ("black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow")
 NOT_SIMULATED = {
     "leak": (
         "a pilot's own memory over its life is in no file the factory gets back: the .err returns job ads "
@@ -63,6 +68,12 @@ def _kinds(spec: EntrySpec) -> list[str]:
         kinds.append("resource_hog")
     if spec.drift:
         kinds.append("drift")
+    if spec.refuse:
+        kinds.append("held")
+    if spec.ce_down_hours:
+        kinds.append("ce_unreachable")
+    if spec.queue_slow != 1.0:
+        kinds.append("queue_slow")
     return kinds
 
 
@@ -79,7 +90,7 @@ class Labels:
                     "kind": kind,
                     "entry": spec.name,
                     "site": spec.site,
-                    **_unit_and_params(spec, kind),
+                    **_unit_and_params(spec, kind, start, end - start),
                 }
 
     def pilot(self, p: SimPilot, spec: EntrySpec) -> None:
@@ -130,7 +141,7 @@ class Labels:
         return (json.dumps(doc, indent=1) + "\n").encode()
 
 
-def _unit_and_params(spec: EntrySpec, kind: str) -> dict[str, Any]:
+def _unit_and_params(spec: EntrySpec, kind: str, start: int, span: int) -> dict[str, Any]:
     if kind == "black_hole":
         return {"unit": "pilot", "params": {"share": spec.blackhole}, "pilots": []}
     if kind == "slow_script":
@@ -142,6 +153,14 @@ def _unit_and_params(spec: EntrySpec, kind: str) -> dict[str, Any]:
     if kind == "resource_hog":
         params = {"share": spec.hog, "memory_factor": list(HOG_MEMORY), "cpu_factor": list(HOG_CPU)}
         return {"unit": "job", "params": params, "jobs": []}
+    if kind == "held":  # the CE refuses the factory's credentials: holds of class auth_failed
+        return {"unit": "entry", "params": {"share": spec.refuse, "class": HoldClass.AUTH_FAILED.value}}
+    if kind == "ce_unreachable":  # the gridmanager's 026 ... 025
+        down, up = outage(spec, start, span)
+        return {"unit": "entry", "params": {"down": down, "up": up}}
+    if kind == "queue_slow":
+        since = start + int(span * spec.queue_slow_from)
+        return {"unit": "entry", "params": {"factor": spec.queue_slow, "since": since}}
     assert kind == "drift"
     end = spec.validation_failure + spec.drift
     return {

@@ -37,6 +37,7 @@ from .scenario import (
     DEFAULT_ENTRIES,
     DEFAULT_START,
     GLIDEIN_NAME,
+    OPERATOR_ENTRIES,
     EntrySpec,
 )
 from .write import (
@@ -137,6 +138,8 @@ def simulate(
     some of them already carry a slow script, a hog share or a drift, as
     ``fleet(n, anomalies=True)`` does) and writes ``<out>/anomalies.json``, the
     labels of every anomalous entry, black holes included (``anomalies``).
+    It adds ``scenario.OPERATOR_ENTRIES`` with them (a CE refusing the factory,
+    one down for an hour, one with a long queue).
     Leaking pilots are not simulated: nothing the factory gets back shows them.
 
     ``end``, instead of ``start``, sets the snapshot's time (submissions then
@@ -146,8 +149,8 @@ def simulate(
     """
     if start is not None and end is not None:
         raise ValueError("simulate: give start or end, not both")
-    if anomalies and not any(e.slow_script or e.hog or e.drift for e in entries):
-        entries = (*entries, *ANOMALY_ENTRIES)
+    if anomalies and not any(e.slow_script or e.hog or e.drift or e.troubled for e in entries):
+        entries = (*entries, *ANOMALY_ENTRIES, *OPERATOR_ENTRIES)
     span = int(span_hours * 3600)
     if start is None:
         start = DEFAULT_START if end is None else int(end) - span - Planner.TAIL

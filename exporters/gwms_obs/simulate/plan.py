@@ -27,6 +27,7 @@ from .scenario import (
     Client,
     EntrySpec,
     client_of,
+    outage,
 )
 from .usage import Usage
 
@@ -85,6 +86,8 @@ class SimPilot:
     slow_factor: float = 1.0  # ... and how many times its usual share of the validation it takes
     has_out: bool = False
     completed_line: bool = False
+    refused: bool = False  # held at submission by a CE refusing the factory (EntrySpec.refuse): no 027, no 001
+    ce_down: tuple[int, int] | None = None  # the 026 and 025 the gridmanager wrote for it (EntrySpec.ce_down_hours)
     jobs: list[SimJob] = field(default_factory=list)
 
 
@@ -204,13 +207,36 @@ class Planner:
 
     def plan(self, p: SimPilot, spec: EntrySpec) -> None:
         """Decide the pilot's fate and timeline (ground truth)."""
+        self._fate(p, spec)
+        if spec.ce_down_hours:
+            down, up = outage(spec, self.start, self.span)
+            assert p.ended is not None
+            if p.submitted < up and p.ended > down:  # the gridmanager had it when the CE went down
+                p.ce_down = (max(down, p.submitted), up)
+
+    def _fate(self, p: SimPilot, spec: EntrySpec) -> None:
         rng = self.rng
         p.grid_submitted = p.submitted + rng.randint(2, 40)
         p.cpus = rng.choice(spec.cpus)
         p.memory_mb = spec.memory_mb if spec.memory_mb is not None else p.cpus * spec.mem_per_core
         p.gpus = rng.choice(spec.gpus)
         queue = int(rng.expovariate(1 / 1800)) + 30
+        # The troubles draw nothing unless the entry has them: other entries' streams stay as they were.
+        if spec.queue_slow != 1.0 and p.submitted >= self.start + self.span * spec.queue_slow_from:
+            queue = int(queue * spec.queue_slow)
+        if spec.ce_down_hours:
+            down, up = outage(spec, self.start, self.span)
+            if down <= p.grid_submitted < up:  # nothing reaches the CE: the glidein waits idle
+                p.grid_submitted = up + (p.grid_submitted - p.submitted)
         p.startup = p.grid_submitted + queue
+        if spec.refuse and rng.random() < spec.refuse:
+            # The GAHP's submit fails authentication: the gridmanager holds it at once; GlideinWMS
+            # removes unrecoverable held glideins hours later.
+            p.kind, p.refused, p.end_event = "lost", True, "held"
+            p.held = p.grid_submitted
+            p.ended = p.held + rng.randint(3 * 3600, 12 * 3600)
+            p.executing = p.startup + rng.randint(5, 90)  # never written: it never ran
+            return
         p.executing = p.startup + rng.randint(5, 90)  # gridmanager polls the CE
         r = rng.random()
         if r < spec.lost:

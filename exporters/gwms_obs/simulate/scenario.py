@@ -106,6 +106,17 @@ class EntrySpec:
     # Share of user jobs that use more than their slot gave them (memory 1.5-3x RequestMemory,
     # and/or CPU time over 1.5x wall time x RequestCpus), seen in their StartdHistoryLog ads.
     hog: float = 0.0
+    # The factory operator's day (issue 33), all off by default. ``refuse``: the share of glideins the
+    # CE refuses at submission for the factory's credentials (held by the gridmanager with the
+    # HTCondor-C GAHP's authentication error, never accepted; the factory removes them hours later).
+    refuse: float = 0.0
+    # The CE is unreachable this many hours from three quarters of the span: the gridmanager writes
+    # 026 for the entry's glideins it holds then and 025 when it is back; submissions wait (idle).
+    ce_down_hours: float = 0.0
+    # Glideins submitted from ``queue_slow_from`` (a share of the span) on wait this many times
+    # longer in the CE's queue than before (the site's batch system full).
+    queue_slow: float = 1.0
+    queue_slow_from: float = 0.5
     # No ``leak``: a pilot's own memory over its life is not in any file the factory gets back
     # (the .err returns job ads with one peak MemoryUsage each, and daemon logs without memory
     # samples; MonitorSelfResidentSetSize is in the VO collector's startd ad, not in the factory's
@@ -118,11 +129,18 @@ class EntrySpec:
             raise ValueError(f"{self.name}: slow_script_factor must be > 0")
         if not (0.0 <= self.hog <= 1.0) or not (0.0 <= self.validation_failure + self.drift <= 1.0):
             raise ValueError(f"{self.name}: hog and validation_failure + drift must be shares in [0, 1]")
+        if not (0.0 <= self.refuse <= 1.0) or self.ce_down_hours < 0 or self.queue_slow <= 0:
+            raise ValueError(f"{self.name}: refuse must be a share, ce_down_hours >= 0 and queue_slow > 0")
 
     @property
     def anomalous(self) -> bool:
         """Whether the entry carries one of the labelled anomalies (a black hole counts)."""
-        return bool(self.blackhole or self.slow_script or self.drift or self.hog)
+        return bool(self.blackhole or self.slow_script or self.drift or self.hog or self.troubled)
+
+    @property
+    def troubled(self) -> bool:
+        """Whether the entry carries one of the factory operator's troubles (OPERATOR_ENTRIES)."""
+        return bool(self.refuse or self.ce_down_hours or self.queue_slow != 1.0)
 
 
 DEFAULT_ENTRIES: tuple[EntrySpec, ...] = (
@@ -288,6 +306,23 @@ ANOMALY_ENTRIES: tuple[EntrySpec, ...] = (
         validation_failure=0.02,
         drift=0.6,
     ),
+)
+
+
+def outage(spec: EntrySpec, start: int, span: int) -> tuple[int, int]:
+    """When an entry with ``ce_down_hours`` has its CE down: (026, 025) times."""
+    down = start + int(span * 0.75)
+    return down, down + int(spec.ce_down_hours * 3600)
+
+
+# The factory operator's troubles (issue 33), labelled held, ce_unreachable and queue_slow.
+OPERATOR_ENTRIES: tuple[EntrySpec, ...] = (
+    # The CE refuses the factory's token: nine glideins in ten held at submission, auth_failed.
+    EntrySpec("OSG_US_AUTHFAIL_ce", "AuthFailSite", "ce.authfail.example.edu", ("osg",), refuse=0.9),
+    # The CE is unreachable for an hour.
+    EntrySpec("CMSHTPC_T2_CEDOWN_ce", "CeDownSite", "ce.down.example.org", ("cms",), ce_down_hours=1.0),
+    # The site's batch system fills up half-way: glideins wait 8 times longer in its queue.
+    EntrySpec("Fermilab_LONGQUEUE_ce", "LongQueueSite", "ce.longqueue.example.org", ("fermilab",), queue_slow=8.0),
 )
 
 

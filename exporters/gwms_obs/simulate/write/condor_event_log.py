@@ -17,6 +17,15 @@ _HOLDS = (
     (0, 0, "Error connecting to schedd {gk}: CEDAR:6001:Failed to connect to <{gk}:9619>"),
     (12, 2, "Error from slot1@{gk}: Failed to transfer files"),
 )
+# A CE refusing the factory's credentials at submission: the gridmanager's code-0 hold with the
+# HTCondor-C GAHP's "Error connecting to schedd %s: %s" (schedd_client.cpp) and CondorError's full
+# text, "SUBSYS:code:message|..." (AUTHENTICATE:1003, condor_error_codes.h).
+REFUSED = (
+    0,
+    0,
+    "Error connecting to schedd {gk}: AUTHENTICATE:1003:Failed to authenticate with any method"
+    "|AUTHENTICATE:1004:Failed to authenticate using SCITOKENS",
+)
 
 
 def file_name(p: SimPilot, client: Client) -> str:
@@ -33,17 +42,21 @@ def events(p: SimPilot, spec: EntrySpec, grid_job_id: int) -> list[tuple[int, st
     def event(code: str, t: int, body: str) -> tuple[int, str]:
         return t, f"{code} {job} {eventlog_time(t, legacy)} {body}...\n"
 
-    out = [
-        event("000", p.submitted, f"Job submitted from host: {SCHEDD_ADDR}\n"),
-        event(
-            "027",
-            p.grid_submitted,
-            f"Job submitted to grid resource\n    GridResource: {grid_resource}\n"
-            f"    GridJobId: {grid_resource} {grid_job_id}.0\n",
-        ),
-    ]
+    out = [event("000", p.submitted, f"Job submitted from host: {SCHEDD_ADDR}\n")]
+    if p.ce_down is not None:  # GridResourceDownEvent / GridResourceUpEvent::formatBody (condor_event.cpp)
+        out.append(event("026", p.ce_down[0], f"Detected Down Grid Resource\n    GridResource: {grid_resource}\n"))
+        out.append(event("025", p.ce_down[1], f"Grid Resource Back Up\n    GridResource: {grid_resource}\n"))
     assert p.executing is not None and p.ended is not None
-    out.append(event("001", p.executing, f"Job executing on host: {grid_resource}\n"))
+    if not p.refused:  # a refused glidein never reached the CE
+        out.append(
+            event(
+                "027",
+                p.grid_submitted,
+                f"Job submitted to grid resource\n    GridResource: {grid_resource}\n"
+                f"    GridJobId: {grid_resource} {grid_job_id}.0\n",
+            )
+        )
+        out.append(event("001", p.executing, f"Job executing on host: {grid_resource}\n"))
     if p.end_event == "terminated":
         out.append(
             event(
@@ -60,7 +73,8 @@ def events(p: SimPilot, spec: EntrySpec, grid_job_id: int) -> list[tuple[int, st
         )
     else:
         if p.held is not None:
-            code, sub, reason = _HOLDS[p.cluster % len(_HOLDS)]  # not the rng's: the plan stays as it was
+            # not the rng's: the plan stays as it was
+            code, sub, reason = REFUSED if p.refused else _HOLDS[p.cluster % len(_HOLDS)]
             held = f"Job was held.\n\t{reason.format(gk=spec.gatekeeper)}\n\tCode {code} Subcode {sub}\n"
             out.append(event("012", p.held, held))
         out.append(event("009", p.ended, f"Job was aborted.\n\tvia condor_rm (by user {p.username})\n"))

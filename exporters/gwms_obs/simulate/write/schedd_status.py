@@ -16,6 +16,10 @@ FILE = "schedd_status.xml"
 
 def queue_state(p: SimPilot, now: int) -> str:
     """Factory queue state of a pilot at ``now`` (schedd_status.xml Status attribute)."""
+    if p.held is not None and p.held <= now:
+        return "Held"
+    if p.refused:
+        return "Wait"  # never reached the CE
     if p.executing is not None and p.executing <= now:
         return "Running"
     return "Pending" if p.grid_submitted <= now else "Wait"
@@ -51,7 +55,7 @@ def render(spec: EntrySpec, now: int, queues: dict[str, Counter[str]], reports: 
             "IdleOther": 0,
             "Running": q["Running"],
             "StageOut": 0,
-            "Held": 0,
+            "Held": q["Held"],
         }
         status["Idle"] = status["Wait"] + status["Pending"] + status["StageIn"] + status["IdleOther"]
         status["RunningCores"] = status["Running"] * exp_cores
