@@ -27,6 +27,7 @@ from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.catalogue import Accuracy, Source
 from gwms_obs.ingest import glidein_files, pool
 from gwms_obs.ingest.books import key_str
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import glidein_err
@@ -119,7 +120,7 @@ def run(
     cfg = IngestConfig.one_shot(str(root), None, 3600.0, workers)
     cfg.checkpoint = str(checkpoint) if checkpoint else None
     cfg.client_map = clients or {}
-    ing = Ingest(cfg, sink=keep)
+    ing = Ingest(cfg, outlets=Outlets(accounts=keep))
     res = ing.scan()
     assert not res.failed
     return ing, accounts
@@ -275,7 +276,7 @@ def test_a_kill_mid_backfill_then_a_restart_counts_every_pilot_once(
         assert a.key is not None and ing is not None
         first.append(key_str(a.key))
         if len(first) == after:
-            ing.books.save()  # as the stage does every minute of a long scan
+            ing.save_checkpoint()  # as the stage does every minute of a long scan
         if len(first) == after + 37:
             raise Crash  # a kill between two saves
 
@@ -284,7 +285,7 @@ def test_a_kill_mid_backfill_then_a_restart_counts_every_pilot_once(
     cfg = IngestConfig.one_shot(str(work), None, 3600.0, 2)
     cfg.checkpoint = str(ck)
     accounts: list[PilotAccount] = []
-    ing = Ingest(cfg, sink=lambda a: (accounts.append(a), crash_later(a)))
+    ing = Ingest(cfg, outlets=Outlets(accounts=lambda a: (accounts.append(a), crash_later(a))))
     with pytest.raises(Crash):
         ing.scan()
     saved = json.loads(ck.read_text())["seen"]

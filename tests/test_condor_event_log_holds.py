@@ -11,6 +11,7 @@ from pathlib import Path
 from gwms_obs.ingest.books import Books
 from gwms_obs.ingest.condor_event_log import CondorEventLogStage
 from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.ingest.outlets import NO_OUTLETS
 from gwms_obs.model import HoldInterval, PilotTimes
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
@@ -144,7 +145,7 @@ def test_checkpoint_round_trip_and_an_old_checkpoint(tmp_path: Path) -> None:
     assert r.held_reason == "again" and r.end_event == "held"
 
     # The event-log stage's own part of the checkpoint (pilots ended, not counted yet) as well.
-    stage = CondorEventLogStage(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None))
+    stage = CondorEventLogStage(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0), NO_OUTLETS)
     stage.holds.ends["k"] = p
     state = json.loads(json.dumps(stage.state()))
     stage.restore(state)

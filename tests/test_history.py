@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gwms_obs import catalogue
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs.history import History
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
@@ -98,7 +99,7 @@ def test_promtool_backfills_it(text: str, tmp_path: Path) -> None:
 
 def test_a_window_and_a_bad_step(tree: Path) -> None:
     whole, window = History(step=STEP), History(step=STEP)
-    ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0), sink=whole.add)
+    ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0), outlets=Outlets(accounts=whole.add))
     ing.scan()
     ends = sorted(a.end for a in whole.accounts)
     window.since, window.until = ends[len(ends) // 4], ends[3 * len(ends) // 4]

@@ -26,6 +26,7 @@ from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.pilot import EntryDefaults, PilotAccount
 from gwms_obs.catalogue import LABEL_OVERFLOW, LAST_SCAN, OVERFLOW, Accuracy, Outcome, Source
 from gwms_obs.ingest.books import key_str
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs.prometheus import FactoryCollector
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
@@ -51,7 +52,7 @@ def run(root: Path, checkpoint: Path | None = None) -> tuple[Ingest, dict[str, P
             settle_seconds=0.0,
             final=True,
         ),
-        sink=keep,
+        outlets=Outlets(accounts=keep),
     )
     ing.scan()
     return ing, accounts

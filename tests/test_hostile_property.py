@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.ingest.books import key_str
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import condor_sections
@@ -56,7 +57,7 @@ def accounts(root: Path) -> tuple[Ingest, dict[str, Totals]]:
                 sum(a.partition.gpu.values()),
             )
 
-    ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0.0, final=True), sink=keep)
+    ing = Ingest(IngestConfig(factory_dir=str(root), settle_seconds=0.0, final=True), outlets=Outlets(accounts=keep))
     ing.scan()
     return ing, got
 

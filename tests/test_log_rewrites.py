@@ -276,7 +276,7 @@ def test_a_cursor_moves_to_the_renamed_path_only_with_its_bytes(tmp_path: Path) 
     """Following by inode checks the fingerprint: a recycled inode with other bytes is a new file."""
     root = tmp_path / "f"
     simulate(root, 20, seed=3)
-    b = Books(IngestConfig(factory_dir=str(root)), lambda: 0.0, None)
+    b = Books(IngestConfig(factory_dir=str(root)), lambda: 0.0)
     log = completed_logs(root)[0]
     got: list[bytes] = []
     read_new(b.follower, str(log), lambda buf, p, o: ([buf], len(buf)), got.extend)

@@ -16,6 +16,7 @@ from gwms_obs import catalogue
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.catalogue import Source
 from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.outputs.http import MetricsServer, SharedRenders
 from gwms_obs.outputs.prometheus import exporter_registry
@@ -46,9 +47,11 @@ def daemon(
     first.scan()
     assert first.held(Source.CONDOR_EVENT_LOG) and not first.seen
     box = Box()
-    ing = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=0, final=True, lost_after_seconds=0))
     sink = P.PilotTraces(box, FACTORY)
-    ing.books.trace_sink = sink
+    ing = Ingest(
+        IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=0, final=True, lost_after_seconds=0),
+        outlets=Outlets(traces=sink),
+    )
     ing.scan()
     sink.flush()
     traces = {}

@@ -20,7 +20,9 @@ from dashboards.gen.board import PILOT_SEARCHES
 from dashboards.gen.boards.common import PROVISIONING, SITE_HEALTH
 from gwms_obs import catalogue
 from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs import pilot_traces as P
+from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
@@ -41,9 +43,10 @@ HISTOGRAMS = (catalogue.PILOT_LIFETIME, catalogue.PILOT_VALIDATION, catalogue.PI
 def _expected(factory: Path) -> tuple[dict[str, Pilot], int]:
     """The traces the exporter builds for the tree (the same ids: they are its pilots' identity), in process."""
     box = Box()
-    ing = Ingest(IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0))
-    sink = P.PilotTraces(box, P.factory_name(ing.cfg.monitor, ing.errors))
-    ing.books.trace_sink = sink
+    cfg = IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0)
+    errors = ParseErrors()
+    sink = P.PilotTraces(box, P.factory_name(cfg.monitor, errors))
+    ing = Ingest(cfg, outlets=Outlets(traces=sink), errors=errors)
     ing.scan()
     sink.flush()
     traces = {rs["scopeSpans"][0]["spans"][0]["traceId"]: Pilot(rs) for r in box.requests for rs in r["resourceSpans"]}

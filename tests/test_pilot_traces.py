@@ -14,6 +14,7 @@ import pytest
 from gwms_obs.accounting.pilot import from_glidein
 from gwms_obs.catalogue import Accuracy, Category, Outcome, Source
 from gwms_obs.ingest.books import PilotFacts
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.model import GlideinErr, GlideinOut, HoldInterval, Job, PilotTimes
 from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.parse_errors import ParseErrors
@@ -94,9 +95,8 @@ class Pilot:
 def _scan(factory: Path, **kw: Any) -> tuple[Ingest, Box, dict[tuple[str, int, int], Pilot]]:
     box = Box()
     cfg = IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0, **kw)
-    ing = Ingest(cfg)
     sink = P.PilotTraces(box, FACTORY, batch=7)
-    ing.books.trace_sink = sink
+    ing = Ingest(cfg, outlets=Outlets(traces=sink))
     ing.scan()
     sink.flush()
     pilots = [Pilot(rs) for req in box.requests for rs in req["resourceSpans"]]
@@ -490,18 +490,16 @@ def test_the_config_key_switches_them_off(tmp_path: Path) -> None:
     assert from_dict({}).pilot_traces is True
     with pytest.raises(ConfigError, match="pilot_traces must be true or false"):
         from_dict({"pilot_traces": "no"})
-    ing = Ingest(IngestConfig(str(tmp_path), settle_seconds=0))
-    assert _pilot_traces(from_dict({"pilot_traces": False}), ing, Box()) is None
-    assert ing.books.trace_sink is None
-    on = _pilot_traces(from_dict({"factory_name": "gfactory-x"}), ing, Box())
+    errors = ParseErrors()
+    assert _pilot_traces(from_dict({"pilot_traces": False, "factory_dir": str(tmp_path)}), errors, Box()) is None
+    on = _pilot_traces(from_dict({"factory_name": "gfactory-x", "factory_dir": str(tmp_path)}), errors, Box())
     assert on is not None and on.factory == "gfactory-x"
-    assert ing.books.trace_sink is on
     # without a name configured, the factory's monitor/descript.xml names it
     (tmp_path / "monitor").mkdir()
     (tmp_path / "monitor" / "descript.xml").write_text(
         '<glideFactoryDescript><factory FactoryName="OSG_F"/></glideFactoryDescript>'
     )
-    named = _pilot_traces(from_dict({}), ing, Box())
+    named = _pilot_traces(from_dict({"factory_dir": str(tmp_path)}), errors, Box())
     assert named is not None and named.factory == "OSG_F"
 
 
@@ -511,8 +509,10 @@ def test_a_pilot_counted_from_its_out_gets_the_event_logs_queue(
     """The daemon's usual order: the event log's end is read while the .out settles, then the .out counts it."""
     cp = str(tmp_path / "cp.json")
     box = Box()
-    first = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9))
-    first.books.trace_sink = P.PilotTraces(box, FACTORY)
+    first = Ingest(
+        IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9),
+        outlets=Outlets(traces=P.PilotTraces(box, FACTORY)),
+    )
     first.scan()
     assert first.held(Source.CONDOR_EVENT_LOG) and not first.seen
     _, _, pilots = _scan(sim[0], checkpoint=cp)
@@ -534,13 +534,16 @@ def test_every_pilot_a_checkpoint_counts_has_its_trace_in_the_outbox(
     """A kill right after a checkpoint loses no trace: the traces of the pilots it marks counted are
     written first (a kill between the two counts them again, and sends the same ids)."""
     from gwms_obs.config import from_dict
+    from gwms_obs.daemon import export_outlets
     from gwms_obs.daemon import pilot_traces as _pilot_traces
     from gwms_obs.ingest import checkpoint
 
     box = Box()
-    ing = Ingest(IngestConfig(str(sim[0]), checkpoint=str(tmp_path / "cp.json"), settle_seconds=0))
-    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), ing, box)
+    errors = ParseErrors()
+    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), errors, box)
     assert sink is not None
+    cfg = IngestConfig(str(sim[0]), checkpoint=str(tmp_path / "cp.json"), settle_seconds=0)
+    ing = Ingest(cfg, outlets=export_outlets(None, sink), errors=errors)
     checked = []
     write = checkpoint.write
 
@@ -559,6 +562,7 @@ def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
     sim: tuple[Path, SimulationSummary], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gwms_obs.config import from_dict
+    from gwms_obs.daemon import export_outlets
     from gwms_obs.daemon import pilot_traces as _pilot_traces
 
     def broken(acc: Any, facts: PilotFacts, *a: Any, **kw: Any) -> Any:
@@ -569,9 +573,11 @@ def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
     real = P.build
     monkeypatch.setattr(P, "build", broken)
     box = Box()
-    ing = Ingest(IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0))
-    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), ing, box)
+    errors = ParseErrors()
+    sink = _pilot_traces(from_dict({"factory_name": FACTORY}), errors, box)
     assert sink is not None
+    cfg = IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0)
+    ing = Ingest(cfg, outlets=export_outlets(None, sink), errors=errors)
     ing.scan()
     sink.flush()
     odd = [k for k in ing.seen if int(k.rsplit("/", 1)[1].split(".")[0]) % 2]
@@ -584,9 +590,10 @@ def test_requests_fit_the_paced_forwarders_bucket(sim: tuple[Path, SimulationSum
     """With batch_spans (a paced forwarder's bucket), no request holds more spans than that unless one
     pilot alone does: the forwarder then posts each whole, with no JSON decode and encode to cut it."""
     box = Box()
-    ing = Ingest(IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0))
     sink = P.PilotTraces(box, FACTORY, batch_spans=60)
-    ing.books.trace_sink = sink
+    ing = Ingest(
+        IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0), outlets=Outlets(traces=sink)
+    )
     ing.scan()
     sink.flush()
     sizes = [[sum(len(ss["spans"]) for ss in rs["scopeSpans"]) for rs in r["resourceSpans"]] for r in box.requests]

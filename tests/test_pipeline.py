@@ -12,6 +12,7 @@ import pytest
 
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.catalogue import Category, Outcome
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import SimulationSummary, simulate
 from gwms_obs.sources.condor_sections import encode
@@ -119,7 +120,9 @@ def test_crash_mid_scan_then_restart_equals_clean_run(factory: tuple[Path, Simul
         if seen == 150:
             raise KeyboardInterrupt  # the process is killed mid-scan
 
-    ing = Ingest(IngestConfig(factory_dir=str(root), checkpoint=str(ck), settle_seconds=0.0), sink=dies)
+    ing = Ingest(
+        IngestConfig(factory_dir=str(root), checkpoint=str(ck), settle_seconds=0.0), outlets=Outlets(accounts=dies)
+    )
     with pytest.raises(KeyboardInterrupt):
         ing.scan()
     assert scan(root, ck).ledger.to_json() == ref

@@ -21,6 +21,7 @@ from matplotlib.patches import Rectangle
 
 from gwms_obs import catalogue
 from gwms_obs.accounting.pilot import PilotAccount
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs.report import WASTE, Report
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
@@ -40,7 +41,9 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def accounts(factory: Path) -> list[PilotAccount]:
     got: list[PilotAccount] = []
-    Ingest(IngestConfig(factory_dir=str(factory), settle_seconds=0.0, final=True), sink=got.append).scan()
+    Ingest(
+        IngestConfig(factory_dir=str(factory), settle_seconds=0.0, final=True), outlets=Outlets(accounts=got.append)
+    ).scan()
     assert got
     return got
 

@@ -33,6 +33,8 @@ ORDER = [
     "condor_event_log read",  # 5
     "schedd_status discover",
     "schedd_status read",  # 6
+    "frontend_status discover",
+    "frontend_status read",  # 6: nothing without frontend_monitor_dir
     "completed_jobs settle",  # 7
     "condor_event_log settle",
     "prune",  # 8

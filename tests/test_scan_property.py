@@ -53,6 +53,7 @@ from hypothesis import strategies as st
 from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.catalogue import Resource
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import GLIDEIN_NAME, SimPilot, SimulationSummary, simulate
 from tests.support.arriving import cut_errs_of
@@ -188,7 +189,7 @@ Counted = tuple[str, dict[str, float]]  # (accuracy, i.e. the source; seconds by
 
 
 class Recorder:
-    """The Ingest's sink: remembers how each pilot was counted, and kills the process when armed."""
+    """The Ingest's accounts outlet: remembers how each pilot was counted, and kills the process when armed."""
 
     def __init__(self) -> None:
         self.counted: dict[PilotKey, Counted] = {}  # the last time, for a diagnosis only
@@ -237,7 +238,7 @@ def play(t: Tree, plan: Schedule, work: Path) -> Outcome:
         lost_after_seconds=LOST_AFTER,
     )
     rec = Recorder()
-    ing = Ingest(cfg, clock=clock, sink=rec)
+    ing = Ingest(cfg, clock=clock, outlets=Outlets(accounts=rec))
     scans = len(plan.steps)
     aged = [False] * len(t.with_out)
     # A pilot young at the first scan is still arriving: its .err lacks its last line, so
@@ -275,15 +276,17 @@ def play(t: Tree, plan: Schedule, work: Path) -> Outcome:
             try:
                 ing.scan()
             except Killed:
-                ing = Ingest(cfg, clock=clock, sink=rec)  # restarted from the checkpoint on disk
+                ing = Ingest(cfg, clock=clock, outlets=Outlets(accounts=rec))  # restarted from the checkpoint on disk
             rec.arm(0)
         else:
             ing.scan()
             if crash < 0:
-                ing = Ingest(cfg, clock=clock, sink=rec)
+                ing = Ingest(cfg, clock=clock, outlets=Outlets(accounts=rec))
     rep = Recorder()
     report = Ingest(
-        IngestConfig(factory_dir=str(root), settle_seconds=0.0, lost_after_seconds=LOST_AFTER), clock=clock, sink=rep
+        IngestConfig(factory_dir=str(root), settle_seconds=0.0, lost_after_seconds=LOST_AFTER),
+        clock=clock,
+        outlets=Outlets(accounts=rep),
     )
     report.scan()
     return Outcome(ing, report, rec.counted, rep.counted)

@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 from gwms_obs import catalogue
 from gwms_obs.accounting import ledger as L
 from gwms_obs.ingest.config import IngestConfig
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs import history, otlp
 from gwms_obs.outputs.prometheus import BuildInfoCollector, FactoryCollector, ForwarderCollector, exporter_registry
 from gwms_obs.pipeline import Ingest
@@ -75,7 +76,7 @@ def test_every_ledger_table_is_served_once_on_metrics(ingest: Ingest) -> None:
 def test_the_history_carries_every_table_accounts_fill(tmp_path: Path) -> None:
     simulate(tmp_path / "f", 60, seed=5)
     h = history.History(step=3600)
-    Ingest(IngestConfig(factory_dir=str(tmp_path / "f"), settle_seconds=0.0), sink=h.add).scan()
+    Ingest(IngestConfig(factory_dir=str(tmp_path / "f"), settle_seconds=0.0), outlets=Outlets(accounts=h.add)).scan()
     assert h.accounts
     fams = {f.name for f in h.series()}
     tables = (*L.COUNTERS, *L.HISTOGRAMS)

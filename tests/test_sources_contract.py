@@ -11,6 +11,7 @@ import pytest
 from gwms_obs.catalogue import ONE_SHOT_SOURCES, SCANNED_SOURCES, Source
 from gwms_obs.ingest import STAGES
 from gwms_obs.ingest.books import Books
+from gwms_obs.ingest.outlets import NO_OUTLETS
 from gwms_obs.ingest.stage import Stage
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate import WRITERS
@@ -26,18 +27,18 @@ def test_every_source_is_read_by_exactly_one_stage() -> None:
 def test_stages_run_in_precedence_order_and_implement_the_contract(tmp_path: Path) -> None:
     precedences = [s.precedence for s in STAGES]
     assert precedences == sorted(precedences) and len(set(precedences)) == len(precedences)
-    books = Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None)
+    books = Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0)
     for cls in STAGES:
         assert issubclass(cls, Stage)
         for method in ("discover", "read"):
             assert getattr(cls, method) is not getattr(Stage, method), f"{cls.__name__} lacks {method}"
-        stage = cls(books)
+        stage = cls(books, NO_OUTLETS)
         assert set(stage.state()) == set(cls.checkpoint_keys), cls.__name__
         assert stage.source is cls.sources[0]
 
 
 def test_checkpoint_keys_are_owned_once(tmp_path: Path) -> None:
-    books_keys = set(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0, sink=None).state())
+    books_keys = set(Books(IngestConfig(str(tmp_path)), clock=lambda: 0.0).state())
     owned = [k for cls in STAGES for k in cls.checkpoint_keys]
     assert len(owned) == len(set(owned)) and not books_keys & set(owned)
     state = Ingest(IngestConfig(str(tmp_path))).state()

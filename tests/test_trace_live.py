@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from gwms_obs.ingest.outlets import Outlets
+from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
@@ -111,9 +113,9 @@ def test_no_endpoint_spans_come_back_through_err_and_exporter(tmp_path: Path, mo
         err.unlink()
         err = err.with_name("job.10176598.1.err")
         err.write_bytes(run.stderr)
-        ingest = Ingest(IngestConfig(str(factory), settle_seconds=0))
-        fwd = SpoolForwarder(st.col.traces_url, tmp_path / "outbox", ingest.errors, token=st.col.token)
-        ingest.spool_sink = fwd
+        errors = ParseErrors()
+        fwd = SpoolForwarder(st.col.traces_url, tmp_path / "outbox", errors, token=st.col.token)
+        ingest = Ingest(IngestConfig(str(factory), settle_seconds=0), outlets=Outlets(spools=fwd), errors=errors)
         fwd.start()
         ingest.scan()
         assert fwd.drain(30) and fwd.stats.sent_spans == len(run.spans())

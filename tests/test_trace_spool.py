@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gwms_obs import catalogue
+from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs.prometheus import ForwarderCollector
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.pipeline import Ingest, IngestConfig
@@ -185,7 +186,9 @@ def test_pipeline_hands_simulated_spools_to_the_sink(tmp_path: Path) -> None:
     """The simulator's spools reach spool_sink with their .err path and validate; accounting is unchanged."""
     summary = simulate(tmp_path / "f", 200, 3, ground_truth=True)
     got: list[tuple[bytes, str]] = []
-    ingest = Ingest(IngestConfig(str(tmp_path / "f"), settle_seconds=0), spool_sink=lambda b, p: got.append((b, p)))
+    ingest = Ingest(
+        IngestConfig(str(tmp_path / "f"), settle_seconds=0), outlets=Outlets(spools=lambda b, p: got.append((b, p)))
+    )
     plain = Ingest(IngestConfig(str(tmp_path / "f"), settle_seconds=0))
     res, res_plain = ingest.scan(), plain.scan()
     assert res.pilots == res_plain.pilots and ingest.ledger.to_json() == plain.ledger.to_json()

@@ -371,6 +371,93 @@ ENTRY_CE_DOWN_SINCE = MetricDef(
     "dateTimeAsIso",
 )
 
+# --- the VO frontend's view (issue 35): <frontend monitor>/group_<group>/frontend_status.xml ---------
+# Served by the `gwms-obs export` on the frontend host (frontend_monitor_dir). ``client`` is the
+# name the factory labels this group's requests with (its client_log_name, [frontend_clients]), so
+# the frontend's and the factory's series of one entry join on (entry, client); ``factory_instance``
+# is the rest of the frontend's name of the entry: <glidein>@<factory>@<factory pool node>.
+FRONTEND_GROUP = ("group", "client")
+FRONTEND_ENTRY = ("entry", "client", "group", "factory_instance")
+FRONTEND_UPDATED = MetricDef(
+    "gwms_frontend_status_updated_timestamp_seconds",
+    "gauge",
+    "When the frontend last wrote its frontend-wide frontend_status.xml (the aggregate of its groups).",
+    (),
+    "seconds",
+    "dateTimeAsIso",
+)
+FRONTEND_GROUP_UPDATED = MetricDef(
+    "gwms_frontend_group_status_updated_timestamp_seconds",
+    "gauge",
+    "When the frontend last wrote the group's frontend_status.xml (once per group cycle).",
+    FRONTEND_GROUP,
+    "seconds",
+    "dateTimeAsIso",
+)
+FRONTEND_JOBS = MetricDef(
+    "gwms_frontend_jobs",
+    "gauge",
+    "User jobs in the group's schedds as the frontend counts them: idle, old_idle (idle over 10 minutes),"
+    " idle_3600 (over an hour), running, total.",
+    (*FRONTEND_GROUP, "state"),
+)
+FRONTEND_GLIDEINS = MetricDef(
+    "gwms_frontend_glideins",
+    "gauge",
+    "The group's glideins in the VO pool as the frontend sees them: idle, running, total.",
+    (*FRONTEND_GROUP, "state"),
+)
+FRONTEND_UNMATCHED_JOBS = MetricDef(
+    "gwms_frontend_unmatched_jobs",
+    "gauge",
+    "User jobs of the group no factory entry matches: idle, effective_idle, old_idle, running.",
+    (*FRONTEND_GROUP, "state"),
+)
+FRONTEND_ENTRY_JOBS = MetricDef(
+    "gwms_frontend_entry_jobs",
+    "gauge",
+    "User jobs of the group matching the entry (shared among the entries they match): idle, effective_idle,"
+    " old_idle, running (on any entry's glideins), running_here (on this entry's).",
+    (*FRONTEND_ENTRY, "state"),
+)
+FRONTEND_ENTRY_GLIDEINS = MetricDef(
+    "gwms_frontend_entry_glideins",
+    "gauge",
+    "The entry's glideins in the VO pool as the frontend sees them: total, idle, running, failed.",
+    (*FRONTEND_ENTRY, "state"),
+)
+FRONTEND_ENTRY_CORES = MetricDef(
+    "gwms_frontend_entry_cores",
+    "gauge",
+    "Cores of the entry's glideins in the VO pool as the frontend sees them: total, idle, running.",
+    (*FRONTEND_ENTRY, "state"),
+)
+FRONTEND_ENTRY_REQUESTED = MetricDef(
+    "gwms_frontend_entry_requested_glideins",
+    "gauge",
+    "What the frontend asked of the entry this cycle: idle (glideins to keep idle), max_running; the factory"
+    " side of the same request is gwms_entry_requested_glideins (same kind values).",
+    (*FRONTEND_ENTRY, "kind"),
+)
+FRONTEND_ENTRY_DOWN = MetricDef(
+    "gwms_frontend_entry_down",
+    "gauge",
+    "1 while the frontend sees the entry in downtime (it then requests nothing of it).",
+    FRONTEND_ENTRY,
+)
+FRONTEND_METRICS: Final[tuple[MetricDef, ...]] = (
+    FRONTEND_UPDATED,
+    FRONTEND_GROUP_UPDATED,
+    FRONTEND_JOBS,
+    FRONTEND_GLIDEINS,
+    FRONTEND_UNMATCHED_JOBS,
+    FRONTEND_ENTRY_JOBS,
+    FRONTEND_ENTRY_GLIDEINS,
+    FRONTEND_ENTRY_CORES,
+    FRONTEND_ENTRY_REQUESTED,
+    FRONTEND_ENTRY_DOWN,
+)
+
 # The exporter's own health.
 LABEL_OVERFLOW = MetricDef(
     "gwms_obs_label_overflow_total",
@@ -566,6 +653,7 @@ class Source(enum.StrEnum):
     DESCRIPT = "descript"
     TRACE_SPOOL = "trace_spool"
     RRD = "rrd"  # gwms-obs import-rrd
+    FRONTEND_STATUS = "frontend_status"  # the VO frontend's monitor dir, on the frontend host
 
 
 # Inputs a one-shot command reads, not a scan: no stage, no simulator writer (import-rrd's

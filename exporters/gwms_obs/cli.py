@@ -181,6 +181,7 @@ def cmd_import_rrd(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from .ingest.config import IngestConfig
+    from .ingest.outlets import Outlets
     from .outputs.history import History
     from .outputs.report import Report
     from .pipeline import Ingest
@@ -195,16 +196,21 @@ def cmd_report(a: argparse.Namespace) -> int:
         return 2
     rep = Report(since=a.since, until=a.until, cell=a.pilots)
     history = History(step=a.step, since=a.since, until=a.until) if a.format == "openmetrics" else None
-    ingest = Ingest(
-        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
-        sink=history.add if history else rep.add,
-        progress=True,
-    )
-    sender = _report_traces(a, ingest, rep) if a.traces else None
+    errors = ParseErrors()  # the scan's and the traces' forwarder's
+    sender = _report_traces(a, errors, rep) if a.traces else None
     if a.traces and sender is None:
         return 2
+    ingest = Ingest(
+        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
+        outlets=Outlets(
+            accounts=history.add if history else rep.add,
+            traces=sender[2] if sender is not None else None,
+            progress=True,
+        ),
+        errors=errors,
+    )
     res = ingest.scan()
-    traced = _send_report_traces(a, *sender) if sender is not None else True
+    traced = _send_report_traces(a, sender[0], sender[1]) if sender is not None else True
     if history:
         text = history.to_openmetrics()
     elif a.pilots:
@@ -216,14 +222,15 @@ def cmd_report(a: argparse.Namespace) -> int:
     return rc or (0 if traced else 1)  # traces left in the outbox: said above, and not a success
 
 
-def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, Any] | None:
+def _report_traces(a: argparse.Namespace, errors: ParseErrors, rep: Any) -> tuple[Any, Any, Any] | None:
     """``report --traces``: a trace per pilot that ended in the window, built as export builds it
-    (the same ids: sending a window again, or one the daemon sent, adds nothing to Jaeger)."""
+    (the same ids: sending a window again, or one the daemon sent, adds nothing to Jaeger).
+    Returns the forwarder, the pilot traces, and the scan's trace outlet (the window's pilots to them)."""
     from .daemon import request_spans, span_forwarder
     from .outputs.pilot_traces import PilotTraces
 
     try:
-        forwarder = span_forwarder(_delivery(a), None, ingest.errors, a.trace_spans_per_second)
+        forwarder = span_forwarder(_delivery(a), None, errors, a.trace_spans_per_second)
     except OSError as e:
         log.error("span forwarder: %s", e)
         return None
@@ -232,11 +239,11 @@ def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, A
             "--traces needs --traces-endpoint, $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT"
         )
         return None
-    name = _factory_name(a, a.factory_dir, ingest.errors)
+    name = _factory_name(a, a.factory_dir, errors)
     traces = PilotTraces(
         forwarder,
         name,
-        errors=ingest.errors,
+        errors=errors,
         ledger=forwarder.ledger,
         own_spans=forwarder.own_spans,
         batch_spans=request_spans(forwarder),
@@ -246,10 +253,9 @@ def _report_traces(a: argparse.Namespace, ingest: Any, rep: Any) -> tuple[Any, A
         if rep.wants(acc):
             traces(acc, facts)
 
-    ingest.books.trace_sink = in_window
     forwarder.start()  # sends while the scan reads: the outbox is written a batch at a time
     log.info("a trace per pilot of the window, factory %r in their ids", name)
-    return forwarder, traces
+    return forwarder, traces, in_window
 
 
 def _send_report_traces(a: argparse.Namespace, forwarder: Any, traces: Any) -> bool:

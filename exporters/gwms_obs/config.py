@@ -26,7 +26,7 @@ from .settings import ConfigError, parse_listen
 DEFAULT_LISTEN = "127.0.0.1:9822"
 DEFAULT_FACTORY_DIR = "/var/log/gwms-factory"
 NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
-STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint", "factory_name")
+STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint", "factory_name", "frontend_monitor_dir")
 BOOL_KEYS = ("pilot_traces",)
 COMPLETED_TOTAL = ("auto", "raw", "normalized")  # docs/accounting.md, "Known upstream errors"
 # A factory's log dir holds client/ (the pilots' logs) or server/ (completed_jobs):
@@ -49,6 +49,10 @@ INGEST_KEYS = {
     "clients": "client_map",
     # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
     "limits": "limits",
+    # On a VO frontend's host: its monitor dir, and [frontend_clients] group = "client_log_name"
+    # (the factory's name for the group's requests; docs/frontend.md).
+    "frontend_monitor_dir": "frontend_monitor_dir",
+    "frontend_clients": "frontend_clients",
 }
 
 
@@ -131,6 +135,10 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
             if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
                 raise ConfigError(f'{where}: [clients] must be a table of username = "client_log_name"')
             cfg.set(k, dict(v))
+        elif k == "frontend_clients":
+            if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
+                raise ConfigError(f'{where}: [frontend_clients] must be a table of group = "client_log_name"')
+            cfg.set(k, dict(v))
         elif k == "completed_total":
             if v not in COMPLETED_TOTAL:
                 raise ConfigError(f"{where}: completed_total must be one of {', '.join(COMPLETED_TOTAL)}, got {v!r}")
@@ -159,6 +167,8 @@ def value_problems(cfg: ExportConfig) -> list[str]:
     problems = []
     for k in STRING_KEYS:
         v = cfg.get(k)
+        if k == "factory_dir" and not v and cfg.ingest.frontend_monitor_dir:
+            continue  # a VO frontend's host with no factory
         if v is not None and not v:
             problems.append(f"{k} must be a non-empty string")
     if cfg.listen:
@@ -240,6 +250,8 @@ def check(cfg: ExportConfig, *, filesystem: bool = True, wait_for_factory: bool 
         return problems
     ic = cfg.ingest
     problems += dir_problems(ic.factory_dir, ic.monitor_dir, wait_for_factory=wait_for_factory)
+    if ic.frontend_monitor_dir:
+        problems += dir_problems("", ic.frontend_monitor_dir, ("factory_dir", "frontend_monitor_dir"))
     if ic.checkpoint:
         parent = os.path.dirname(os.path.abspath(ic.checkpoint))
         if os.path.isdir(ic.checkpoint):

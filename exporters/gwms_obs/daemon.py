@@ -16,12 +16,15 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import native
 from .config import ExportConfig, factory_pending
 from .parse_errors import ParseErrors
 from .settings import parse_listen
+
+if TYPE_CHECKING:
+    from .ingest.outlets import Outlets
 
 log = logging.getLogger("gwms_obs")
 
@@ -66,21 +69,24 @@ def run(cfg: ExportConfig, a: Run) -> int:
     from .outputs.prometheus import Exposition
     from .pipeline import Ingest
 
+    errors = ParseErrors()  # the scans' and the forwarder's: one count of what was wrong, on /metrics
     try:
-        ingest = Ingest(
-            dataclasses.replace(cfg.ingest, reset_checkpoint=a.reset_checkpoint, workers=a.workers), progress=True
-        )
-    except CheckpointError as e:  # refused rather than re-count: the message says what to do
-        log.error("%s", e)
-        return 2
-    try:
-        forwarder = span_forwarder(a.traces, cfg.ingest.checkpoint, ingest.errors, cfg.trace_spans_per_second)
+        forwarder = span_forwarder(a.traces, cfg.ingest.checkpoint, errors, cfg.trace_spans_per_second)
         token = a.traces.token()
     except OSError as e:
         log.error("span forwarder: %s", e)
         return 2
     # Before /metrics: its pilot histograms' exemplars name the traces built here.
-    traces = pilot_traces(cfg, ingest, forwarder) if forwarder is not None else None
+    traces = pilot_traces(cfg, errors, forwarder) if forwarder is not None else None
+    try:
+        ingest = Ingest(
+            dataclasses.replace(cfg.ingest, reset_checkpoint=a.reset_checkpoint, workers=a.workers),
+            outlets=export_outlets(forwarder, traces),
+            errors=errors,
+        )
+    except CheckpointError as e:  # refused rather than re-count: the message says what to do
+        log.error("%s", e)
+        return 2
     server = exposition = None
     if a.once:  # one scan serves no scrape: binding the port would only clash with the daemon's
         log.info("one scan of factory %s (--once: /metrics is not served)", cfg.ingest.factory_dir)
@@ -98,7 +104,6 @@ def run(cfg: ExportConfig, a: Run) -> int:
         log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.ingest.factory_dir)
     log.info("readers: %s", native.describe())
     if forwarder is not None:
-        ingest.spool_sink = forwarder
         forwarder.start()
     provider = start_otlp(ingest) if otlp_configured() else None
     own_spans = self_trace.configure(token)  # the scans as spans, when OTEL_* ask for traces
@@ -110,7 +115,8 @@ def run(cfg: ExportConfig, a: Run) -> int:
     try:
         while not stop.is_set():
             # --once has checked the dir; the daemon looks before each scan (a factory not started yet)
-            pending = None if a.once else factory_pending(cfg.ingest.factory_dir)
+            # (none on a frontend host without a factory: factory_dir = "")
+            pending = None if a.once or not cfg.ingest.factory_dir else factory_pending(cfg.ingest.factory_dir)
             if pending:
                 if pending != waiting:
                     log.warning(
@@ -158,26 +164,38 @@ def run(cfg: ExportConfig, a: Run) -> int:
     return 1 if a.once and failed else 0
 
 
-def pilot_traces(cfg: ExportConfig, ingest: Any, forwarder: Any) -> Any:
+def export_outlets(forwarder: Any, traces: Any) -> Outlets:
+    """Where the daemon's scans send what they count besides the ledger: the pilots' span spools to
+    the forwarder, a trace per pilot, and those traces written before a checkpoint marks their
+    pilots counted (a kill in between sends them again, rather than never)."""
+    from .ingest.outlets import Outlets
+
+    return Outlets(
+        spools=forwarder,
+        traces=traces,
+        flush_traces=traces.flush if traces is not None else None,
+        progress=True,
+    )
+
+
+def pilot_traces(cfg: ExportConfig, errors: ParseErrors, forwarder: Any) -> Any:
     """A trace per counted pilot into the forwarder's outbox (``pilot_traces = false``: none)."""
     if not cfg.pilot_traces:
         return None
     from .outputs.pilot_traces import PilotTraces, factory_name
 
-    name = cfg.factory_name or factory_name(ingest.cfg.monitor, ingest.errors)
+    name = cfg.factory_name or factory_name(cfg.ingest.monitor, errors)
     log.info("a trace per counted pilot, factory %r in their ids", name)
     # A pilot the factory traced live (its trace ledger) gets its log spans inside that trace.
     traces = PilotTraces(
         forwarder,
         name,
         rules=cfg.ingest.rules,
-        errors=ingest.errors,
+        errors=errors,
         ledger=forwarder.ledger,
         own_spans=forwarder.own_spans,
         batch_spans=request_spans(forwarder),
     )
-    ingest.books.trace_sink = traces
-    ingest.books.before_save.append(traces.flush)
     return traces
 
 

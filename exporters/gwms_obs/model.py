@@ -198,6 +198,31 @@ class EntryStatus:
 
 
 @dataclass(slots=True)
+class FrontendMatch:
+    """One ``<factory>`` (an entry, as the frontend names it) or ``<state>`` of a group's
+    frontend_status.xml (``groupStats``): raw attributes of each class, by GlideinWMS's names."""
+
+    down: bool | None  # Down="Down"/"Up"; None when absent
+    matched_jobs: dict[str, int] = field(default_factory=dict)  # Idle, EffIdle, OldIdle, Running, RunningHere
+    matched_glideins: dict[str, int] = field(default_factory=dict)  # Total, Idle, Running, Failed
+    matched_cores: dict[str, int] = field(default_factory=dict)  # Total, Idle, Running
+    requested: dict[str, int] = field(default_factory=dict)  # Idle, MaxRun
+
+
+@dataclass(slots=True)
+class FrontendGroupStatus:
+    """A frontend group's ``group_<group>/frontend_status.xml`` (``VOFrontendGroupStats``)."""
+
+    group: str
+    updated: float | None
+    jobs: dict[str, int]  # <total><Jobs>: the schedds' user jobs (Idle, OldIdle, Idle_3600, Running, Total)
+    glideins: dict[str, int]  # <total><Glideins>: the VO pool's glideins (Idle, Running, Total)
+    # By (entry, factory_instance): the frontend's name <entry>@<glidein>@<factory>@<pool node>, split at its first @.
+    factories: dict[tuple[str, str], FrontendMatch]
+    states: dict[str, FrontendMatch]  # MatchedUp, MatchedDown, Unmatched
+
+
+@dataclass(slots=True)
 class EntryDescript:
     entry: str
     site: str | None  # GLIDEIN_Site

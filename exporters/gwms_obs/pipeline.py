@@ -42,7 +42,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from .accounting.ledger import Ledger
-from .accounting.pilot import EntryDefaults, PilotAccount
+from .accounting.pilot import EntryDefaults
 from .catalogue import Source
 from .ingest import checkpoint
 from .ingest.books import Books, Health, Listing, ScanResult
@@ -52,6 +52,7 @@ from .ingest.config import IngestConfig
 from .ingest.descript import DescriptStage
 from .ingest.entry_status import EntryStatusStage
 from .ingest.glidein_files import GlideinFilesStage
+from .ingest.outlets import NO_OUTLETS, Outlets
 from .ingest.stage import Scan, Stage
 from .parse_errors import ParseErrors
 
@@ -70,22 +71,21 @@ class Ingest:
         self,
         cfg: IngestConfig,
         *,
-        sink: Callable[[PilotAccount], None] | None = None,
+        outlets: Outlets = NO_OUTLETS,
         clock: Callable[[], float] = time.time,
-        progress: bool = False,
-        spool_sink: Callable[[bytes, str], None] | None = None,
+        errors: ParseErrors | None = None,
     ) -> None:
+        """``outlets``: where what the scans count goes besides the ledger (ingest/outlets.py);
+        ``errors``: the parse errors to count into, when the outputs built first count into them too."""
         self.cfg = cfg
-        self.books = Books(cfg, clock, sink)
-        self.books.progress = progress
-        self.books.spool_sink = spool_sink
-        self.books.save = self._checkpoint
+        self.outlets = outlets
+        self.books = Books(cfg, clock, errors)
         b = self.books
-        self.descript = DescriptStage(b)
-        self.pilot_files = GlideinFilesStage(b)
-        self.lines = CompletedJobsStage(b)
-        self.events = CondorEventLogStage(b)
-        self.status = EntryStatusStage(b)
+        self.descript = DescriptStage(b, outlets)
+        self.pilot_files = GlideinFilesStage(b, outlets)
+        self.lines = CompletedJobsStage(b, outlets)
+        self.events = CondorEventLogStage(b, outlets)
+        self.status = EntryStatusStage(b, outlets)
         # Every stage, in precedence order (ingest.STAGES): their checkpoint parts, their prune.
         self.stages: list[Stage] = [self.descript, self.pilot_files, self.lines, self.events, self.status]
         self.books.health.started = clock()
@@ -130,14 +130,6 @@ class Ingest:
     def seen(self) -> dict[str, float]:
         return self.books.counted.seen
 
-    @property
-    def spool_sink(self) -> Callable[[bytes, str], None] | None:
-        return self.books.spool_sink
-
-    @spool_sink.setter
-    def spool_sink(self, sink: Callable[[bytes, str], None] | None) -> None:
-        self.books.spool_sink = sink
-
     def held(self, source: Source) -> dict[str, Any]:
         """What ``source`` holds for pilots not counted yet (a line, an event-log end)."""
         return self.books.holds.of(source)
@@ -173,16 +165,16 @@ class Ingest:
             if found is not None:
                 phase(stage.source, stage.read, scan, found)
 
-        scan = Scan(t0, None, res)
+        scan = Scan(t0, None, res, self.save_checkpoint)
         read(self.descript)  # 1
         scan.listing = phase(self.pilot_files.source, b.list_clients)  # 2
         if b.names.unmapped:
             phase(self.lines.source, self.lines.name_clients, scan)
         read(self.pilot_files)  # 3
-        self._checkpoint()
+        self.save_checkpoint()
         read(self.lines)  # 4
         phase(self.pilot_files.source, self.pilot_files.settle, scan)
-        self._checkpoint()
+        self.save_checkpoint()
         read(self.events)  # 5
         read(self.status)  # 6
         phase(self.lines.source, self.lines.settle, scan)  # 7
@@ -193,7 +185,7 @@ class Ingest:
         with b.lock:
             b.health.last_scan_end = now
             b.health.last_scan_duration = now - t0
-        self._checkpoint()
+        self.save_checkpoint()
         return res
 
     def _prune(self, listing: Listing) -> None:
@@ -231,8 +223,8 @@ class Ingest:
                 out.update(stage.state())
             return out
 
-    def _checkpoint(self) -> None:
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint now (each scan does at its steps; a long read every minute)."""
         if self.cfg.checkpoint:
-            for hook in self.books.before_save:  # what must be written before a pilot is saved as counted
-                hook()
+            self.outlets.before_checkpoint()  # the traces of the pilots this checkpoint marks counted
             checkpoint.write(self.cfg.checkpoint, self.state())

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import catalogue
-from ..model import EntryStatus, FrontendStatus, PilotTimes
+from ..model import EntryStatus, FrontendGroupStatus, FrontendStatus, PilotTimes
 from .pilot import PilotAccount
 
 Labels = tuple[str, ...]
@@ -131,6 +131,10 @@ class Ledger:
     _pools: dict[Labels, Labels] = field(default_factory=dict, repr=False, compare=False)
     # Bumped by every add and entry update: /metrics re-renders when it moved (outputs/prometheus.py
     # Exposition), instead of building every family on every scrape. Not saved.
+    # The VO frontend's view (on the frontend host): group -> (its latest frontend_status.xml, its
+    # client label), and the frontend-wide file's time. Replaced per file, not saved (re-read at start).
+    frontend_groups: dict[str, tuple[FrontendGroupStatus, str]] = field(default_factory=dict)
+    frontend_updated: float | None = None
     version: int = field(default=0, repr=False, compare=False)
 
     def add(self, a: PilotAccount, times: PilotTimes | None = None) -> None:
@@ -303,6 +307,19 @@ class Ledger:
                 e: [st[0], st[1], *(v if v != float("-inf") else None for v in st[2:])] for e, st in self.ce.items()
             },
             "last_completed": rows(self.last_completed),
+    def update_frontend_group(self, status: FrontendGroupStatus, client: str) -> None:
+        """Take a group's new frontend_status.xml, labelled with the factory's name of its client."""
+        self.version += 1
+        client = self.budget.admit("client", client)
+        # An overflowed entry's gauges cannot be summed into another's: dropped (and counted).
+        status.factories = {k: m for k, m in status.factories.items() if self.budget.admit("entry", k[0]) == k[0]}
+        self.frontend_groups[status.group] = (status, client)
+
+    def update_frontend(self, updated: float | None) -> None:
+        """The frontend-wide frontend_status.xml's time."""
+        self.version += 1
+        self.frontend_updated = updated
+
             "bottleneck_seconds": rows(self.bottleneck_seconds),
             "demand_seconds": rows(self.demand_seconds),
             "label_overflow": self.budget.overflow,

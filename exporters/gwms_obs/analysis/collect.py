@@ -1,9 +1,9 @@
 """The spans of a factory tree and of Jaeger, joined with the accounting into samples.
 
 The tree is read once by the pipeline (:class:`gwms_obs.pipeline.Ingest`), as
-``gwms-obs report`` reads it: every counted pilot reaches ``sink`` as a
-:class:`PilotAccount`, and every span spool found in a pilot's ``job.C.P.err``
-reaches ``spool_sink`` with the .err's path, which names the pilot. Spools are
+``gwms-obs report`` reads it: every counted pilot reaches its outlets'
+``accounts`` as a :class:`PilotAccount`, and every span spool found in a pilot's
+``job.C.P.err`` reaches their ``spools`` with the .err's path, which names the pilot. Spools are
 validated by ``tracing.spool.parse_spool`` and masked by
 ``tracing.redact.scrub_resource_spans`` — the same code as the forwarder's.
 Jaeger's spans come through ``tracing.jaeger.search``, one search per entry the
@@ -37,6 +37,7 @@ from typing import Any, Final
 from ..accounting.pilot import PilotAccount
 from ..ingest.books import ScanResult
 from ..ingest.config import IngestConfig
+from ..ingest.outlets import Outlets
 from ..parse_errors import ParseErrors
 from ..pipeline import Ingest
 from ..tracing import lifetime as L
@@ -124,7 +125,7 @@ class Collector:
     def _wants(self, a: PilotAccount) -> bool:
         return (self.since is None or a.end >= self.since) and (self.until is None or a.end < self.until)
 
-    # Ingest's sink
+    # its Outlets.accounts
     def account(self, a: PilotAccount) -> None:
         if not self._wants(a):
             return
@@ -132,7 +133,7 @@ class Collector:
         if a.key is not None:
             self.accounts[a.key] = a
 
-    # Ingest's spool_sink
+    # its Outlets.spools
     def spool(self, data: bytes, path: str) -> None:
         m = _ERR_PATH.search(path.replace(os.sep, "/"))
         if m is None:
@@ -221,9 +222,7 @@ def collect(
     c = Collector(since, until)
     ingest = Ingest(
         IngestConfig.one_shot(factory_dir, monitor_dir, lost_after_seconds, workers),  # as report reads it
-        sink=c.account,
-        spool_sink=c.spool,
-        progress=progress,
+        outlets=Outlets(accounts=c.account, spools=c.spool, progress=progress),
     )
     c.errors = ingest.errors  # a spool's bad lines are counted with the rest of the tree's
     res = ingest.scan()

@@ -13,14 +13,23 @@ from .completed_jobs import CompletedJobsStage
 from .condor_event_log import CondorEventLogStage
 from .descript import DescriptStage
 from .entry_status import EntryStatusStage
+from .frontend_status import FrontendStatusStage
 from .glidein_files import GlideinFilesStage
 from .stage import Stage
 
 # In precedence order: entry descriptions first (every other stage reads them),
-# then the pilot sources from the best (the pilot's own .out) to the last resort.
+# then the pilot sources from the best (the pilot's own .out) to the last resort, then
+# the VO frontend's status (a frontend host's).
 STAGES: tuple[type[Stage], ...] = tuple(
     sorted(
-        (DescriptStage, GlideinFilesStage, CompletedJobsStage, CondorEventLogStage, EntryStatusStage),
+        (
+            DescriptStage,
+            GlideinFilesStage,
+            CompletedJobsStage,
+            CondorEventLogStage,
+            EntryStatusStage,
+            FrontendStatusStage,
+        ),
         key=lambda s: s.precedence,
     )
 )

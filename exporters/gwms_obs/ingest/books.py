@@ -1,5 +1,5 @@
-"""What every stage of a scan shares, each part owned by its own module, and the one way a
-pilot gets counted (:meth:`Books.account`).
+"""The ingest state every stage of a scan shares, each part owned by its own module, and the
+one way a pilot gets counted in it (:meth:`Books.account`).
 
 One ``Books`` per :class:`~gwms_obs.pipeline.Ingest`: the ledger
 (accounting/ledger.py), the cursors of the followed logs (follow.py), the
@@ -8,13 +8,13 @@ pilots counted and the unusable .out files (counted.py), the frontend names
 (resolve.py), the parse errors and health. Which stage counts a pilot is decided by
 precedence (docs/accounting.md, "Which source wins"), never by two stages at
 once, because :meth:`Books.account` marks the pilot ``seen`` and every stage
-skips what is seen.
+skips what is seen. Where a counted pilot goes besides the ledger (a report,
+its trace, the span spools) is not here: ingest/outlets.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 from collections import Counter
@@ -36,8 +36,6 @@ from .resolve import Holds
 
 if TYPE_CHECKING:
     from .config import IngestConfig
-
-log = logging.getLogger("gwms_obs.ingest.books")
 
 Key = tuple[str, int, int]
 
@@ -124,17 +122,14 @@ class EntryEvidence:
 
 
 class Books:
-    """The state every stage reads and writes, and the one way a pilot gets counted."""
+    """The state every stage reads and writes, and the one way a pilot gets counted in it."""
 
-    def __init__(
-        self, cfg: IngestConfig, clock: Callable[[], float], sink: Callable[[PilotAccount], None] | None
-    ) -> None:
+    def __init__(self, cfg: IngestConfig, clock: Callable[[], float], errors: ParseErrors | None = None) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.sink = sink
         self.lock = threading.RLock()  # held while state changes; the collector reads under it
         self.ledger = Ledger()
-        self.errors = ParseErrors()
+        self.errors = errors if errors is not None else ParseErrors()
         self.once = layout.OncePerPath(self.errors)  # what every scan lists again is counted once
         self.health = Health()
         self.follower = Follower()  # cursors of the followed logs (completed_jobs, event logs)
@@ -145,42 +140,22 @@ class Books:
         # What the fallback sources hold for pilots not counted yet, and which source counts
         # each (docs/accounting.md, "Which source wins").
         self.holds = Holds()
-        # Gets (span spool, .err path) of each pilot that returned its spans in its
-        # stderr (tracing.spool.SpoolForwarder); None: spools are ignored.
-        self.spool_sink: Callable[[bytes, str], None] | None = None
-        # Gets each counted pilot's account and facts (outputs.pilot_traces.PilotTraces);
-        # None: no trace is built, and the readers keep nothing for one.
-        self.trace_sink: Callable[[PilotAccount, PilotFacts], None] | None = None
-        # Called before each checkpoint write: the trace sink writes the traces of the pilots
-        # that checkpoint marks counted (a kill in between counts them, and sends them, again).
-        self.before_save: list[Callable[[], object]] = []
-        self.progress = False  # a progress bar on a terminal for long first scans
-        self.save: Callable[[], None] = lambda: None  # writes the checkpoint (set by Ingest)
 
-    def account(self, acc: PilotAccount, res: ScanResult, source: str, facts: PilotFacts | None = None) -> None:
+    def account(self, acc: PilotAccount, res: ScanResult, source: str, times: PilotTimes | None) -> PilotTimes | None:
+        """Count a pilot: into the ledger, marked seen, its holds dropped. Returns the event log's
+        times of it (``times``, else what the event log holds), which its trace is built with."""
         k = acc.key
-        traced = None
         with self.lock:
             ks = key_str(k) if k is not None else None
-            times = facts.times if facts is not None else None
             if times is None and ks is not None:  # the event log's times of it, before counting drops them
                 times = self.holds.end_of(ks)
             self.ledger.add(acc, times)  # its queue time, when the event log holds it
             if ks is not None:
-                if self.trace_sink is not None:
-                    traced = facts or PilotFacts(source)
-                    traced.times = times
                 self.counted.seen[ks] = self.clock()
                 self.holds.counted(ks)
         res.pilots += 1
         res.by_source[source] += 1
-        if self.sink is not None:
-            self.sink(acc)
-        if traced is not None and self.trace_sink is not None:  # outside the lock /metrics waits for
-            try:
-                self.trace_sink(acc, traced)
-            except Exception:  # tracing must never cost the accounting of a pilot
-                log.exception("trace of pilot %s/%s.%s not built", acc.entry, acc.cluster, acc.proc)
+        return times
 
     def list_clients(self) -> Listing:
         """Walk the client directories once: the pilots' files and the event logs."""

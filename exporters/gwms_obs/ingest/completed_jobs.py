@@ -23,6 +23,7 @@ from ..follow import READ_CHUNK
 from ..model import CompletedJob
 from ..sources import completed_jobs, files, layout
 from .books import Books, PilotFacts
+from .outlets import Outlets
 from .stage import Scan, Stage
 
 # client="<client_log_name>" username="<user>" of a completed_jobs line, for the frontend map.
@@ -42,8 +43,8 @@ class CompletedJobsStage(Stage):
     precedence = 20
     checkpoint_keys = ("pending",)
 
-    def __init__(self, books: Books) -> None:
-        super().__init__(books)
+    def __init__(self, books: Books, outlets: Outlets) -> None:
+        super().__init__(books, outlets)
         self.holds = books.holds  # its lines of pilots not counted (yet) are books.holds.lines
 
     def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:
@@ -179,8 +180,8 @@ class CompletedJobsStage(Stage):
             )
             if acc is not None:
                 # what a trace is built from, only when one is (this loop runs for every new line)
-                facts = PilotFacts(Source.COMPLETED_JOBS, line=line, times=ended) if b.trace_sink else None
-                b.account(acc, scan.result, Source.COMPLETED_JOBS, facts)
+                facts = PilotFacts(Source.COMPLETED_JOBS, line=line, times=ended) if self.outlets.traces else None
+                self.count(acc, scan, Source.COMPLETED_JOBS, facts)
             # else: duration -1/0, the factory had no .out either; the event log decides.
 
     def state(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ..sources import condor_event_log, files, layout
 from ..sources.hold_reasons import classify
 from ..tracing.redact import mask_text
 from .books import Books, PilotFacts, key_str
+from .outlets import Outlets
 from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.holds")
@@ -51,8 +52,8 @@ class CondorEventLogStage(Stage):
     precedence = 30
     checkpoint_keys = ("waiting", "timeline")
 
-    def __init__(self, books: Books) -> None:
-        super().__init__(books)
+    def __init__(self, books: Books, outlets: Outlets) -> None:
+        super().__init__(books, outlets)
         self.timeline = condor_event_log.PilotTimeline()
         self.holds = books.holds  # its pilots ended, not counted (yet) are books.holds.ends
         self._users: dict[condor_event_log.LogKey, str] = {}  # each log's factory-side user (its client)
@@ -186,7 +187,7 @@ class CondorEventLogStage(Stage):
                 t.client = b.names.of(user) or f"user_{user}"
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
                 if acc is not None:
-                    b.account(acc, scan.result, Source.CONDOR_EVENT_LOG, PilotFacts(Source.CONDOR_EVENT_LOG, times=t))
+                    self.count(acc, scan, Source.CONDOR_EVENT_LOG, PilotFacts(Source.CONDOR_EVENT_LOG, times=t))
 
     def state(self) -> dict[str, Any]:
         return {

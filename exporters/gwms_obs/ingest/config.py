@@ -30,6 +30,13 @@ class IngestConfig:
     # factory-side username (client/user_<name>) -> frontend client_log_name, for
     # factories whose completed_jobs logs do not (yet) show the pair.
     client_map: dict[str, str] = field(default_factory=dict)
+    # On a VO frontend's host: its monitor dir (<work dir>/monitor, group_<group>/frontend_status.xml),
+    # read by ingest/frontend_status.py; None: not a frontend host. ``factory_dir`` may then be
+    # empty: a host with no factory (pipeline.py runs only the frontend's stage).
+    frontend_monitor_dir: str | None = None
+    # group -> the name the factory labels the group's requests with (its client_log_name); a
+    # group not listed is labelled <FrontendName>.<group>, the name the frontend publishes.
+    frontend_clients: dict[str, str] = field(default_factory=dict)
     # One-shot (report): the tree is final; nothing waits for a later scan.
     final: bool = False
     limits: plausible.Limits = plausible.DEFAULT_LIMITS  # bounds on what pilots say of themselves

@@ -14,6 +14,7 @@ from ..catalogue import Source
 from ..model import EntryDescript
 from ..sources import descript, layout
 from .books import Books
+from .outlets import Outlets
 from .stage import Scan, Stage
 
 
@@ -21,8 +22,8 @@ class DescriptStage(Stage):
     sources = (Source.DESCRIPT,)
     precedence = 0
 
-    def __init__(self, books: Books) -> None:
-        super().__init__(books)
+    def __init__(self, books: Books, outlets: Outlets) -> None:
+        super().__init__(books, outlets)
         self.mtimes: dict[str, float] = {}  # re-read a descript.xml only when it changed
 
     def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:

@@ -11,6 +11,7 @@ from ..accounting.pilot import EntryDefaults
 from ..catalogue import Source
 from ..sources import layout, schedd_status
 from .books import Books
+from .outlets import Outlets
 from .stage import Scan, Stage
 
 
@@ -18,8 +19,8 @@ class EntryStatusStage(Stage):
     sources = (Source.SCHEDD_STATUS,)
     precedence = 40
 
-    def __init__(self, books: Books) -> None:
-        super().__init__(books)
+    def __init__(self, books: Books, outlets: Outlets) -> None:
+        super().__init__(books, outlets)
         self.mtimes: dict[str, float] = {}  # re-read a status file only when it changed
 
     def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:

@@ -29,6 +29,7 @@ from ..model import StatsFormat
 from ..sources import glidein_err, glidein_out, layout
 from . import pool
 from .books import Books, Listing, PilotFacts, key_str
+from .outlets import Outlets
 from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.pipeline")
@@ -48,8 +49,8 @@ class GlideinFilesStage(Stage):
     sources = (Source.GLIDEIN_OUT, Source.GLIDEIN_ERR, Source.TRACE_SPOOL)
     precedence = 10
 
-    def __init__(self, books: Books) -> None:
-        super().__init__(books)
+    def __init__(self, books: Books, outlets: Outlets) -> None:
+        super().__init__(books, outlets)
         # key -> ((sizes, mtimes), when first seen so): a file unchanged that long by our
         # own clock has settled, whatever its mtime says (clock skew). Not checkpointed.
         self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
@@ -117,7 +118,7 @@ class GlideinFilesStage(Stage):
             b.health.files[Source.GLIDEIN_OUT] = len(pilots)
         if todo:
             b.health.backlog.setdefault(Source.GLIDEIN_OUT, scan.t0)
-        self._bar = _progress(len(todo), "pilots") if b.progress and len(todo) > 1000 else None
+        self._bar = _progress(len(todo), "pilots") if self.outlets.progress and len(todo) > 1000 else None
         self._last_save = now
         deferred: list[layout.PilotFiles] = []
         ready = self._ready(todo, now, last_call, deferred)
@@ -150,17 +151,18 @@ class GlideinFilesStage(Stage):
                 elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
                     st = None  # the factory names the frontend in its next completed_jobs lines
             if st is None:  # still arriving: the next scan takes it
-                self._tick(save=False)
+                self._tick(None)
                 continue
             yield ks, p, st
 
-    def _tick(self, save: bool = True) -> None:
-        """One pilot done: the progress bar, and the checkpoint every minute of a long scan."""
+    def _tick(self, scan: Scan | None) -> None:
+        """One pilot done: the progress bar, and the checkpoint every minute of a long scan
+        (None: a pilot not read, which changed nothing to save)."""
         if self._bar is not None:
             self._bar.update(1)
         b = self.books
-        if save and b.clock() - self._last_save > 60:
-            b.save()
+        if scan is not None and b.clock() - self._last_save > 60:
+            scan.checkpoint()
             self._last_save = b.clock()
 
     def _backlog(self, present: dict[str, layout.PilotFiles]) -> None:
@@ -190,7 +192,7 @@ class GlideinFilesStage(Stage):
         finally:
             if inflight:
                 self._inflight(None)
-        self._tick()
+        self._tick(scan)
 
     # --- reading across cores (a backfill) ------------------------------------------------------
     def _read_pool(self, ready: Iterator[Ready], scan: Scan, n: int) -> None:
@@ -243,7 +245,7 @@ class GlideinFilesStage(Stage):
             return broken
         for (ks, p, st), r in zip(chunk, reads, strict=True):
             self._apply(p, ks, st.st_size, r, scan)
-            self._tick()
+            self._tick(scan)
         return broken
 
     def _chunk_args(self, chunk: list[Ready]) -> tuple[pool.Context, list[pool.Task]]:
@@ -265,8 +267,8 @@ class GlideinFilesStage(Stage):
             limits=cfg.limits,
             rules=cfg.rules,
             now=now,
-            spools=self.books.spool_sink is not None,
-            traces=self.books.trace_sink is not None,
+            spools=self.outlets.spools is not None,
+            traces=self.outlets.traces is not None,
             defaults=defaults,
         )
 
@@ -289,11 +291,7 @@ class GlideinFilesStage(Stage):
             for x in records[: r.spool_at]:
                 record(*x)
             records = records[r.spool_at :]
-            if b.spool_sink is not None:
-                try:
-                    b.spool_sink(r.spool, p.err)
-                except Exception:  # tracing must never cost the accounting of a pilot
-                    log.exception("trace spool of %s not handled", p.err)
+            self.outlets.spool(r.spool, p.err)
         for x in records:
             record(*x)
         h = b.health
@@ -315,7 +313,7 @@ class GlideinFilesStage(Stage):
             return
         acc.client = b.names.label(p.username, b.errors, Source.GLIDEIN_OUT, p.out)
         facts = PilotFacts(Source.GLIDEIN_OUT, *r.facts) if r.facts is not None else None
-        b.account(acc, scan.result, Source.GLIDEIN_OUT, facts)
+        self.count(acc, scan, Source.GLIDEIN_OUT, facts)
 
     def _inflight_path(self) -> str | None:
         cp = self.books.cfg.checkpoint

@@ -5,18 +5,22 @@ A stage owns one kind of factory file end to end: it finds its files
 itself is parsed by its reader in ``gwms_obs.sources``), holds what waits for
 a better source (:class:`~gwms_obs.ingest.resolve.Holds`), counts what only it
 can once the better sources had their chance (``settle``), and saves its own
-part of the checkpoint. When each of these runs is written once, in
+part of the checkpoint. It counts a pilot with :meth:`Stage.count`: into the
+books (``Books.account``, the ledger), then to the outlets (a report, its
+trace). When each of these runs is written once, in
 :meth:`gwms_obs.pipeline.Ingest.scan` (its module's docstring says the order).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..accounting.pilot import PilotAccount
 from ..catalogue import Source
-from .books import Books, Listing, ScanResult
+from .books import Books, Listing, PilotFacts, ScanResult
+from .outlets import Outlets
 
 
 @dataclass(slots=True)
@@ -26,6 +30,9 @@ class Scan:
     t0: float  # when it started (the backlog of what it finds dates from here)
     listing: Listing | None  # the client directories' walk; None when it failed
     result: ScanResult
+    # Writes the checkpoint now (a long read saves every minute): Ingest.save_checkpoint; a stage
+    # driven by hand (a test, a benchmark) has none to write.
+    checkpoint: Callable[[], None] = lambda: None
 
 
 class Stage:
@@ -38,8 +45,14 @@ class Stage:
     # Top-level keys this stage owns in the checkpoint file.
     checkpoint_keys: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, books: Books) -> None:
+    def __init__(self, books: Books, outlets: Outlets) -> None:
         self.books = books
+        self.outlets = outlets
+
+    def count(self, acc: PilotAccount, scan: Scan, source: Source, facts: PilotFacts | None = None) -> None:
+        """Count a pilot this stage read: into the books (the ledger), then to the outlets."""
+        times = self.books.account(acc, scan.result, source, facts.times if facts is not None else None)
+        self.outlets.counted(acc, source, facts, times)
 
     @property
     def source(self) -> Source:

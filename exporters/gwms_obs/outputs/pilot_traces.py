@@ -460,16 +460,8 @@ def _failure(acc: PilotAccount, facts: PilotFacts, sc: Scrubber) -> tuple[dict[s
     """A failed validation's attributes, status message and the failing script's end (None: it passed)."""
     out, err = facts.out, facts.err
     failed = not acc.condor_started and facts.source != "condor_event_log"
-    test = None
-    detail = None
-    failure = None
-    if out is not None:
-        failure = out.failure
-        test = out.metrics.get("TestID")
-        extra = {k: v for k, v in out.metrics.items() if k not in ("TestID", "failure")}
-        parts = [" ".join(out.detail.split())] if out.detail else []  # the test's own <detail>, on one line
-        parts += [f"{k}={v}" for k, v in sorted(extra.items())]  # and the metrics it reported
-        detail = "; ".join(parts) or None
+    failure = out.failure if out is not None else None
+    test = out.metrics.get("TestID") if out is not None else None
     bad = [s for s in err.scripts if not s.ok] if err is not None else []
     if test is None and bad:
         test, failure = bad[0].name, failure or bad[0].failure
@@ -477,6 +469,12 @@ def _failure(acc: PilotAccount, facts: PilotFacts, sc: Scrubber) -> tuple[dict[s
         failed = True
     if not failed:
         return None
+    detail = None
+    if out is not None:
+        extra = {k: v for k, v in out.metrics.items() if k not in ("TestID", "failure")}
+        parts = [" ".join(out.detail.split())] if out.detail else []  # the test's own <detail>, on one line
+        parts += [f"{k}={v}" for k, v in sorted(extra.items())]  # and the metrics it reported
+        detail = "; ".join(parts) or None
     test, failure, detail = (sc.text(x, MAX_VALUE) if x is not None else None for x in (test, failure, detail))
     attrs: dict[str, object] = {FAILED_TEST: test, FAILURE: failure, FAILURE_DETAIL: detail}
     error = f"validation failed: {test or 'unknown test'}" + (f" ({failure})" if failure else "")
@@ -544,16 +542,40 @@ def _jobs(
             j.gpus,
         )
         cpu_secs = float(max(0, cpus) * (e - s))
-        kvs = (
-            f"{'' if jid is None else _attr_c(JOB_ID, jid if _JOB_ID.fullmatch(jid) else sc.text(jid, MAX_VALUE))}"
-            f"{_CATEGORY_KV[cat]},"
-            f"{_int_c(JOB_CPUS, cpus)}"
-            f"{_attr_c(JOB_CPU_SECONDS, cpu_secs)}"
-            f"{'' if used is None else _attr_c(JOB_CPU_USED, used)}"
-            f"{_int_c(JOB_MEMORY, mem)}"
-            f"{'' if mem_used is None else _int_c(JOB_MEMORY_USED, mem_used)}"
-            f"{_int_c(JOB_GPUS, gpus)}"
+        # the usual types written here, anything else (a hostile ad) by _attr_c
+        if jid is None:
+            id_kv = ""
+        elif _JOB_ID.fullmatch(jid):  # nothing in it to escape
+            id_kv = f'{{"key":"{JOB_ID}","value":{{"stringValue":"{jid}"}}}},'
+        else:
+            id_kv = _attr_c(JOB_ID, sc.text(jid, MAX_VALUE))
+        cpus_kv = (
+            f'{{"key":"{JOB_CPUS}","value":{{"intValue":"{cpus}"}}}},' if type(cpus) is int else _attr_c(JOB_CPUS, cpus)
         )
+        secs_kv = (
+            f'{{"key":"{JOB_CPU_SECONDS}","value":{{"doubleValue":{cpu_secs!r}}}}},' if _isfinite(cpu_secs) else ""
+        )
+        if used is None:
+            used_kv = ""
+        elif type(used) is float and _isfinite(used):
+            used_kv = f'{{"key":"{JOB_CPU_USED}","value":{{"doubleValue":{used!r}}}}},'
+        else:
+            used_kv = _attr_c(JOB_CPU_USED, used)
+        mem_kv = (
+            f'{{"key":"{JOB_MEMORY}","value":{{"intValue":"{mem}"}}}},'
+            if type(mem) is int
+            else _attr_c(JOB_MEMORY, mem)
+        )
+        if mem_used is None:
+            mem_used_kv = ""
+        elif type(mem_used) is int:
+            mem_used_kv = f'{{"key":"{JOB_MEMORY_USED}","value":{{"intValue":"{mem_used}"}}}},'
+        else:
+            mem_used_kv = _attr_c(JOB_MEMORY_USED, mem_used)
+        gpus_kv = (
+            f'{{"key":"{JOB_GPUS}","value":{{"intValue":"{gpus}"}}}},' if type(gpus) is int else _attr_c(JOB_GPUS, gpus)
+        )
+        kvs = f"{id_kv}{_CATEGORY_KV[cat]},{cpus_kv}{secs_kv}{used_kv}{mem_kv}{mem_used_kv}{gpus_kv}"
         status = ""
         if j.exit_by_signal:
             kvs += _attr_c(JOB_SIGNAL, j.exit_signal)

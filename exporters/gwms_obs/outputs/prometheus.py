@@ -78,6 +78,26 @@ ENTRY_GAUGES: tuple[catalogue.MetricDef, ...] = (
     catalogue.ENTRY_INSUFFICIENT_DEMAND,
 )
 # The scan's own health (FactoryCollector._health), in the order served.
+# frontend_status.xml attribute -> label value, per class (groupStats.attributes).
+FRONTEND_JOB_STATES = {
+    "Idle": "idle",
+    "OldIdle": "old_idle",
+    "Idle_3600": "idle_3600",
+    "Running": "running",
+    "Total": "total",
+}
+FRONTEND_GLIDEIN_STATES = {"Idle": "idle", "Running": "running", "Total": "total"}
+FRONTEND_MATCHED_JOB_STATES = {
+    "Idle": "idle",
+    "EffIdle": "effective_idle",
+    "OldIdle": "old_idle",
+    "Running": "running",
+    "RunningHere": "running_here",
+}
+FRONTEND_MATCHED_GLIDEIN_STATES = {"Total": "total", "Idle": "idle", "Running": "running", "Failed": "failed"}
+FRONTEND_CORE_STATES = {"Total": "total", "Idle": "idle", "Running": "running"}
+FRONTEND_REQUESTED_KINDS = {"Idle": "idle", "MaxRun": "max_running"}  # the factory side's kind values
+
 HEALTH: tuple[catalogue.MetricDef, ...] = (
     catalogue.PARSE_ERRORS,
     catalogue.LABEL_OVERFLOW,
@@ -149,6 +169,7 @@ def ledger_families(led: L.Ledger, factory: str | None = None) -> list[Metric]:
     out += _entries(led)
     out += [_values(t.metric, t.read(led).items()) for t in L.ENTRY_COUNTERS]
     return out
+    out += _frontend(led)
 
 
 def _entries(led: L.Ledger) -> list[Metric]:
@@ -182,6 +203,36 @@ def _entries(led: L.Ledger) -> list[Metric]:
 
 
 ScanEnd = tuple[float | None, float | None]  # the last scan's end and duration
+
+def _frontend(led: L.Ledger) -> list[Metric]:
+    """The VO frontend's view (catalogue.FRONTEND_METRICS), from its groups' latest files."""
+    fams = {m.name: _family(m) for m in catalogue.FRONTEND_METRICS}
+
+    def put(m: catalogue.MetricDef, labels: list[str], src: dict[str, int], names: dict[str, str] | None) -> None:
+        for attr, label in (names or {}).items():
+            if attr in src:
+                fams[m.name].add_metric([*labels, label], src[attr])
+
+    if led.frontend_updated is not None:
+        fams[catalogue.FRONTEND_UPDATED.name].add_metric([], led.frontend_updated)
+    for group, (st, client) in sorted(led.frontend_groups.items()):
+        g = [group, client]
+        if st.updated is not None:
+            fams[catalogue.FRONTEND_GROUP_UPDATED.name].add_metric(g, st.updated)
+        put(catalogue.FRONTEND_JOBS, g, st.jobs, FRONTEND_JOB_STATES)
+        put(catalogue.FRONTEND_GLIDEINS, g, st.glideins, FRONTEND_GLIDEIN_STATES)
+        if (un := st.states.get("Unmatched")) is not None:
+            put(catalogue.FRONTEND_UNMATCHED_JOBS, g, un.matched_jobs, FRONTEND_MATCHED_JOB_STATES)
+        for (entry, instance), m in sorted(st.factories.items()):
+            e = [entry, client, group, instance]
+            put(catalogue.FRONTEND_ENTRY_JOBS, e, m.matched_jobs, FRONTEND_MATCHED_JOB_STATES)
+            put(catalogue.FRONTEND_ENTRY_GLIDEINS, e, m.matched_glideins, FRONTEND_MATCHED_GLIDEIN_STATES)
+            put(catalogue.FRONTEND_ENTRY_CORES, e, m.matched_cores, FRONTEND_CORE_STATES)
+            put(catalogue.FRONTEND_ENTRY_REQUESTED, e, m.requested, FRONTEND_REQUESTED_KINDS)
+            if m.down is not None:
+                fams[catalogue.FRONTEND_ENTRY_DOWN.name].add_metric(e, 1.0 if m.down else 0.0)
+    return list(fams.values())
+
 
 
 def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
@@ -237,6 +288,7 @@ _LEDGER_DEFS = (
 
 
 class HealthCollector(Collector):
+    *catalogue.FRONTEND_METRICS,
     """The scan's health alone (:func:`health_families`): the per-scrape part of the cached /metrics."""
 
     def __init__(self, ingest: Ingest, scan: Callable[[], ScanEnd | None] | None = None) -> None:
@@ -407,6 +459,8 @@ def _snapshot(led: L.Ledger) -> L.Ledger:
 
 
 class Exposition:
+    snap.frontend_groups = dict(led.frontend_groups)  # likewise by update_frontend_group
+    snap.frontend_updated = led.frontend_updated
     """/metrics as bytes: the ledger's families rendered once per change, the rest per scrape.
 
     :meth:`refresh` renders when the ledger's version (or the ledger itself) moved;

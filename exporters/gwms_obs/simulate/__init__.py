@@ -14,6 +14,7 @@ from .write import (
     completed_jobs,
     condor_event_log,
     descript,
+    frontend_status,
     glidein_err,
     glidein_out,
     schedd_status,
@@ -30,5 +31,6 @@ WRITERS: dict[Source, ModuleType] = {
         schedd_status,
         descript,
         trace_spool,
+        frontend_status,
     )
 }

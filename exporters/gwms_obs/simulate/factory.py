@@ -7,6 +7,8 @@ factory holds (paths and shapes from shared/reference/glideinwms-formats.md):
 * ``.../entry_<e>/condor_activity_<submit YYYYMMDD>_<client_int_name>.log``
 * ``server/entry_<e>/completed_jobs_<YYYYMMDD>.log``
 * ``monitor/entry_<e>/{schedd_status.xml,descript.xml}`` and ``monitor/descript.xml``
+* ``frontend/<frontend>/monitor/``: each frontend's own view (``group_<g>/frontend_status.xml``...),
+  read by an exporter on the frontend's host (its ``frontend_monitor_dir``)
 * with ``anomalies=True``, ``anomalies.json``: the labels of the anomalies (``anomalies``)
 
 Everything is UTC and a pure function of ``seed`` and the arguments. The tree
@@ -30,7 +32,7 @@ from . import anomalies as labelling
 from . import usage
 from .factory_stats import StarterStats, completed_stats, starter_stats
 from .formats import iso_local, time_ordered
-from .plan import Planner, SimPilot
+from .plan import FrontendReport, Planner, SimPilot
 from .scenario import (
     ANOMALY_ENTRIES,
     CLIENTS,
@@ -44,6 +46,7 @@ from .write import (
     completed_jobs,
     condor_event_log,
     descript,
+    frontend_status,
     glidein_err,
     glidein_out,
     schedd_status,
@@ -168,6 +171,7 @@ def simulate(
     now = planner.snapshot
     done_since = 0
     kept: list[SimPilot] = []
+    views: dict[str, tuple[dict[str, Counter[str]], list[FrontendReport]]] = {}  # entry -> what frontends see
     labels = labelling.Labels(entries, seed, t0, t0 + planner.span, now) if anomalies else None
     for spec in entries:
         dirs = EntryDirs(base, spec)
@@ -231,8 +235,12 @@ def simulate(
         tree.write(dirs.monitor / descript.FILE, descript.entry_descript(spec, now))
         reports = planner.frontend_reports(spec)
         tree.write(dirs.monitor / schedd_status.FILE, schedd_status.render(spec, now, queues, reports))
+        views[spec.name] = (queues, reports)
         by_entry[spec.name] = counts
     (base / "monitor").mkdir(parents=True, exist_ok=True)
+    for rel, data in frontend_status.simulated(now, entries, views).items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        tree.write(base / rel, data)
     tree.write(base / "monitor" / descript.FILE, descript.factory_descript(entries, now))
     if labels is not None:
         (base / labelling.FILE).write_bytes(labels.render())

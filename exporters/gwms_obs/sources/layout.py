@@ -4,6 +4,7 @@
 <factory>/client/user_<user>/glidein_<name>/entry_<entry>/condor_activity_<YYYYMMDD>_<client>.log
 <factory>/server/entry_<entry>/completed_jobs_<YYYYMMDD>.log
 <monitor>/entry_<entry>/schedd_status.xml, descript.xml
+<frontend monitor>/group_<group>/frontend_status.xml, frontend_status.xml, descript.xml (the VO frontend's)
 
 The walk has a fixed depth and never follows a directory symlink, so it
 cannot run away; what it skips is counted when the caller passes ``errors``:
@@ -218,3 +219,8 @@ def monitor_files(entries: Iterable[tuple[str, str]], name: str) -> Iterator[tup
             yield entry, path, os.stat(path).st_mtime
         except OSError:
             continue  # not written yet, or gone: nothing to read
+def frontend_groups(monitor_dir: str, errors: Recorder | None = None) -> Iterator[tuple[str, str]]:
+    """(group, dir) of every group_* directory of a VO frontend's monitor dir."""
+    yield from _subdirs(monitor_dir, "group_", errors, Source.FRONTEND_STATUS.value, set())
+
+
