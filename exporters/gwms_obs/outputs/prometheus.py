@@ -40,6 +40,7 @@ from prometheus_client.samples import Exemplar
 from .. import __version__, catalogue
 from ..accounting import ledger as L
 from ..accounting.ledger import Histogram, Labels, bottleneck
+from ..ingest import watch
 from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
@@ -77,7 +78,6 @@ ENTRY_GAUGES: tuple[catalogue.MetricDef, ...] = (
     catalogue.ENTRY_BOTTLENECK,
     catalogue.ENTRY_INSUFFICIENT_DEMAND,
 )
-# The scan's own health (FactoryCollector._health), in the order served.
 # frontend_status.xml attribute -> label value, per class (groupStats.attributes).
 FRONTEND_JOB_STATES = {
     "Idle": "idle",
@@ -98,6 +98,7 @@ FRONTEND_MATCHED_GLIDEIN_STATES = {"Total": "total", "Idle": "idle", "Running": 
 FRONTEND_CORE_STATES = {"Total": "total", "Idle": "idle", "Running": "running"}
 FRONTEND_REQUESTED_KINDS = {"Idle": "idle", "MaxRun": "max_running"}  # the factory side's kind values
 
+# The scan's own health (FactoryCollector._health), in the order served.
 HEALTH: tuple[catalogue.MetricDef, ...] = (
     catalogue.PARSE_ERRORS,
     catalogue.LABEL_OVERFLOW,
@@ -107,6 +108,7 @@ HEALTH: tuple[catalogue.MetricDef, ...] = (
     catalogue.LAG,
     catalogue.LAST_SCAN,
     catalogue.SCAN_DURATION,
+    catalogue.DISCOVERY_FALLBACKS,
 )
 FORWARDER: tuple[catalogue.MetricDef, ...] = (
     catalogue.TRACE_SPOOLS,
@@ -167,9 +169,9 @@ def ledger_families(led: L.Ledger, factory: str | None = None) -> list[Metric]:
     out += [_hist(t.metric, t.read(led).items(), factory) for t in L.HISTOGRAMS]
     out += [_values(t.metric, t.read(led).items()) for t in L.GAUGES]
     out += _entries(led)
+    out += _frontend(led)
     out += [_values(t.metric, t.read(led).items()) for t in L.ENTRY_COUNTERS]
     return out
-    out += _frontend(led)
 
 
 def _entries(led: L.Ledger) -> list[Metric]:
@@ -202,8 +204,6 @@ def _entries(led: L.Ledger) -> list[Metric]:
     return list(fams.values())
 
 
-ScanEnd = tuple[float | None, float | None]  # the last scan's end and duration
-
 def _frontend(led: L.Ledger) -> list[Metric]:
     """The VO frontend's view (catalogue.FRONTEND_METRICS), from its groups' latest files."""
     fams = {m.name: _family(m) for m in catalogue.FRONTEND_METRICS}
@@ -234,6 +234,8 @@ def _frontend(led: L.Ledger) -> list[Metric]:
     return list(fams.values())
 
 
+ScanEnd = tuple[float | None, float | None]  # the last scan's end and duration
+
 
 def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
     """The scan's health, read when served: the lag and the last scan move with the clock.
@@ -248,6 +250,7 @@ def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
     last_end, duration = scan if scan is not None else (h.last_scan_end, h.last_scan_duration)
     # lag() looks a source up after asking if it is there: on a copy, a scan dropping it meanwhile is harmless.
     lag = dataclasses.replace(h, backlog=dict(h.backlog)).lag(ing.clock())
+    fell = dict(h.discovery_fallbacks)
     return [
         _values(catalogue.PARSE_ERRORS, dict(ing.errors.counts).items()),
         _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS)),
@@ -258,6 +261,7 @@ def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
         # From the start: a first scan that never ends must trip the stalled alert too.
         _values(catalogue.LAST_SCAN, [((), last_end if last_end is not None else h.started)]),
         _values(catalogue.SCAN_DURATION, [((), duration)] if duration is not None else []),
+        _values(catalogue.DISCOVERY_FALLBACKS, (((r,), float(fell.get(r, 0))) for r in watch.FALLBACK_REASONS)),
     ]
 
 
@@ -284,11 +288,11 @@ _LEDGER_DEFS = (
     *(t.metric for t in (*L.COUNTERS, *L.HISTOGRAMS, *L.GAUGES)),
     *ENTRY_GAUGES,
     *(t.metric for t in L.ENTRY_COUNTERS),
+    *catalogue.FRONTEND_METRICS,
 )
 
 
 class HealthCollector(Collector):
-    *catalogue.FRONTEND_METRICS,
     """The scan's health alone (:func:`health_families`): the per-scrape part of the cached /metrics."""
 
     def __init__(self, ingest: Ingest, scan: Callable[[], ScanEnd | None] | None = None) -> None:
@@ -455,12 +459,12 @@ def _snapshot(led: L.Ledger) -> L.Ledger:
             for k, h in t.read(led).items()
         )
     snap.entries = dict(led.entries)  # a status is replaced by update_entry, never changed in place
+    snap.frontend_groups = dict(led.frontend_groups)  # likewise by update_frontend_group
+    snap.frontend_updated = led.frontend_updated
     return snap
 
 
 class Exposition:
-    snap.frontend_groups = dict(led.frontend_groups)  # likewise by update_frontend_group
-    snap.frontend_updated = led.frontend_updated
     """/metrics as bytes: the ledger's families rendered once per change, the rest per scrape.
 
     :meth:`refresh` renders when the ledger's version (or the ledger itself) moved;
