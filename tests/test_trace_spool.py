@@ -183,7 +183,7 @@ def test_otel_environment() -> None:
 
 
 def test_pipeline_hands_simulated_spools_to_the_sink(tmp_path: Path) -> None:
-    """The simulator's spools reach spool_sink with their .err path and validate; accounting is unchanged."""
+    """The simulator's spools reach the spools outlet with their .err path and validate; accounting is unchanged."""
     summary = simulate(tmp_path / "f", 200, 3, ground_truth=True)
     got: list[tuple[bytes, str]] = []
     ingest = Ingest(
