@@ -15,7 +15,8 @@ which is written here and nowhere else:
    pilots whose frontend had no name, which these lines may have taught
    (checkpoint);
 5. new event-log events; a pilot that ended and is not counted waits;
-6. entry status (schedd_status.xml);
+6. entry status (schedd_status.xml), then the VO frontend's (frontend_status.xml,
+   on a frontend host: with no factory_dir, the only step);
 7. the fallbacks, only for pilots whose .out is really absent (or unusable):
    the completed_jobs line first, then, ``lost_after_seconds`` after its end,
    the event log;
@@ -51,6 +52,7 @@ from .ingest.condor_event_log import CondorEventLogStage
 from .ingest.config import IngestConfig
 from .ingest.descript import DescriptStage
 from .ingest.entry_status import EntryStatusStage
+from .ingest.frontend_status import FrontendStatusStage
 from .ingest.glidein_files import GlideinFilesStage
 from .ingest.outlets import NO_OUTLETS, Outlets
 from .ingest.stage import Scan, Stage
@@ -86,8 +88,16 @@ class Ingest:
         self.lines = CompletedJobsStage(b, outlets)
         self.events = CondorEventLogStage(b, outlets)
         self.status = EntryStatusStage(b, outlets)
+        self.frontend = FrontendStatusStage(b, outlets)
         # Every stage, in precedence order (ingest.STAGES): their checkpoint parts, their prune.
-        self.stages: list[Stage] = [self.descript, self.pilot_files, self.lines, self.events, self.status]
+        self.stages: list[Stage] = [
+            self.descript,
+            self.pilot_files,
+            self.lines,
+            self.events,
+            self.status,
+            self.frontend,
+        ]
         self.books.health.started = clock()
         data = None
         if cfg.checkpoint and not cfg.reset_checkpoint:
@@ -166,6 +176,12 @@ class Ingest:
                 phase(stage.source, stage.read, scan, found)
 
         scan = Scan(t0, None, res, self.save_checkpoint)
+        if not self.cfg.factory_dir:  # a VO frontend's host with no factory
+            read(self.frontend)  # 6
+            with b.lock:
+                b.health.last_scan_end = b.clock()
+                b.health.last_scan_duration = b.health.last_scan_end - t0
+            return res
         read(self.descript)  # 1
         scan.listing = phase(self.pilot_files.source, b.list_clients)  # 2
         if b.names.unmapped:
@@ -177,6 +193,7 @@ class Ingest:
         self.save_checkpoint()
         read(self.events)  # 5
         read(self.status)  # 6
+        read(self.frontend)
         phase(self.lines.source, self.lines.settle, scan)  # 7
         phase(self.events.source, self.events.settle, scan)
         if scan.listing is not None:  # 8
