@@ -78,6 +78,12 @@ SHARED = {
     "held_glideins": ({"GwmsPilotsHeld"}, {"pilots_held"}),
     "badput_share": ({"GwmsEntryBadputHigh"}, {"badput_high"}),
     "badput_job_seconds": ({"GwmsEntryBadputHigh"}, {"badput_high"}),
+    "held_share": ({"GwmsEntryMostlyHeld"}, {"held"}),
+    "held_mostly_glideins": ({"GwmsEntryMostlyHeld"}, {"held"}),
+    "ce_unreachable_seconds": ({"GwmsEntryCeUnreachable"}, {"ce_unreachable"}),
+    "queue_slow_ratio": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
+    "queue_slow_seconds": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
+    "queue_slow_pilots": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
 }
 
 

@@ -36,6 +36,8 @@ class Timing:
     trend_horizon_seconds: int = 86400
     baseline_window: str = "1d"
     baseline_offset: str = "7d"
+    # The entry's own queue time over this range is its baseline (queue_slow, GwmsEntryQueueSlow).
+    queue_baseline_range: str = "7d"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,17 @@ class Thresholds:
     validation_rise_z: float = 3  # two-proportion z of the window against the window a trend range before
     # Glideins held in the factory queue: GwmsPilotsHeld = pilots_held.
     held_glideins: int = 20
+    # Most of an entry's queued glideins held: GwmsEntryMostlyHeld = held (a failing light).
+    held_share: float = 0.5
+    held_mostly_glideins: int = 5  # fewest held glideins for it
+    # The entry's CE down (the gridmanager's 026) this long: GwmsEntryCeUnreachable = ce_unreachable.
+    ce_unreachable_seconds: int = 1800
+    # Time in queue (submit -> first execute, the window's median) over queue_slow_ratio times the
+    # entry's own median of the last queue_baseline_range, and over queue_slow_seconds, from at least
+    # queue_slow_pilots pilots: GwmsEntryQueueSlow = queue_slow.
+    queue_slow_ratio: float = 4
+    queue_slow_seconds: int = 3600
+    queue_slow_pilots: int = 10
     # Pilots that ended without running a job (GwmsPilotsNeverMatched).
     never_matched_pilots: int = 10
     never_matched_share: float = 0.5

@@ -36,7 +36,7 @@ from gwms_obs.tracing import conventions as C
 
 from . import names as N
 from .config import CONFIG, MAD_SCALE, Config
-from .rules import Alert
+from .rules import Alert, ce_unreachable, mostly_held, queue_slow
 
 
 class Status(enum.IntEnum):
@@ -58,6 +58,9 @@ class Reason(enum.StrEnum):
     PHASE_SLOW = "phase_slow"
     PILOTS_HELD = "pilots_held"
     RESOURCE_HOG = "resource_hog"
+    HELD = "held"
+    CE_UNREACHABLE = "ce_unreachable"
+    QUEUE_SLOW = "queue_slow"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +157,30 @@ def problems(c: Config = CONFIG) -> list[Problem]:
             expr=f"{N.RR_JOB_OVERUSE_RATIO} > {th.hog_share} and on (entry, site) {hogs} >= {th.hog_jobs}",
             meaning=f"more than {th.hog_share:.0%} of the user jobs used more memory, or more cores, than their"
             f" slot gave them (at least {th.hog_jobs} such jobs in the window)",
+        ),
+        Problem(
+            reason=Reason.HELD,
+            status=Status.FAILING,
+            expr=mostly_held(c),
+            meaning=f"GwmsEntryMostlyHeld's condition without its wait: more than {th.held_share:.0%} of the"
+            f" entry's glideins in the factory queue held (at least {th.held_mostly_glideins}); the alert names"
+            " the class most held",
+        ),
+        Problem(
+            reason=Reason.CE_UNREACHABLE,
+            status=Status.FAILING,
+            expr=ce_unreachable(c),
+            meaning="GwmsEntryCeUnreachable's condition without its wait: HTCondor-G has seen the entry's CE down"
+            f" (026, no 025 since) for over {th.ce_unreachable_seconds} s",
+        ),
+        Problem(
+            reason=Reason.QUEUE_SLOW,
+            status=Status.DEGRADED,
+            expr=queue_slow(c),
+            meaning="GwmsEntryQueueSlow's condition without its wait: the window's median time from submission"
+            f" to execution over {th.queue_slow_ratio:g} times the entry's own median of the last"
+            f" {t.queue_baseline_range}, over {th.queue_slow_seconds} s, from at least"
+            f" {th.queue_slow_pilots} pilots",
         ),
     ]
 

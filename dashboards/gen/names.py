@@ -47,6 +47,12 @@ RR_PHASE_P95 = "gwms:entry_phase_duration_seconds:p95"
 RR_PHASE_MEDIAN = "gwms:fleet_phase_duration_seconds:p95_median"
 RR_PHASE_MAD = "gwms:fleet_phase_duration_seconds:p95_mad"
 RR_PHASE_Z = "gwms:entry_phase_duration_seconds:p95_robust_z"
+# The factory operator's day (issue 33): held glideins, the CE's queue.
+RR_HELD_RATIO = "gwms:entry_held_glideins:ratio"  # held / all glideins in the factory queue (schedd_status)
+RR_HELD_TOP_CLASS = "gwms:entry_held_glideins:top_class"  # {entry, site, class}: the class most held now
+RR_QUEUE_P50 = "gwms:entry_queue_seconds:p50_1h"  # submit -> first execute, median of the window's pilots
+RR_QUEUE_PILOTS = "gwms:entry_queue_pilots:increase1h"
+RR_QUEUE_BASELINE = "gwms:entry_queue_seconds:p50_1h_week_median"  # the entry's own last week
 RR_SITE_PROBLEM = "gwms:site_problem"  # {entry, site, reason}: 1 degraded, 2 failing
 RR_SITE_STATUS = "gwms:site_status"  # {site}: 0 ok, 1 degraded, 2 failing
 PHASE_RECORDED = (RR_PHASE_P95, RR_PHASE_MEDIAN, RR_PHASE_MAD, RR_PHASE_Z)
@@ -67,6 +73,11 @@ RECORDING: tuple[str, ...] = (
     RR_WASTE_MAD,
     RR_WASTE_Z,
     *PHASE_RECORDED,
+    RR_HELD_RATIO,
+    RR_HELD_TOP_CLASS,
+    RR_QUEUE_P50,
+    RR_QUEUE_PILOTS,
+    RR_QUEUE_BASELINE,
     RR_SITE_PROBLEM,
     RR_SITE_STATUS,
 )

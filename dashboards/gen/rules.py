@@ -68,11 +68,44 @@ def runbook_url(anchor: str) -> str:
     return f"{base}#{anchor}"
 
 
+def _up(c: Config) -> str:
+    """Not while the entry is in downtime (Alertmanager's inhibition mutes the mail too; the light
+    and promtool see it here)."""
+    return f"unless on (entry, site) {catalogue.ENTRY_DOWNTIME.name} == 1"
+
+
+def mostly_held(c: Config = CONFIG) -> str:
+    """The entries whose factory-queue glideins are mostly held (schedd_status), as the held share."""
+    th, G = c.thresholds, catalogue.ENTRY_GLIDEINS.name
+    held = f"sum by (entry, site) ({G}{{{c.selectors.held}}})"
+    # Only where the event log names the holds' class (the alert carries it; GwmsPilotsHeld covers the rest).
+    return (
+        f"{N.RR_HELD_RATIO} > {th.held_share} and on (entry, site) {held} >= {th.held_mostly_glideins}"
+        f" and on (entry, site) {N.RR_HELD_TOP_CLASS} {_up(c)}"
+    )
+
+
+def ce_unreachable(c: Config = CONFIG) -> str:
+    """The entries whose CE the gridmanager has seen down this long, as the seconds down."""
+    since = catalogue.ENTRY_CE_DOWN_SINCE.name
+    return f"time() - max by (entry, site) ({since}) > {c.thresholds.ce_unreachable_seconds} {_up(c)}"
+
+
+def queue_slow(c: Config = CONFIG) -> str:
+    """The entries whose time in queue is far above their own last week, as the window's median."""
+    th, q = c.thresholds, N.RR_QUEUE_P50
+    return (
+        f"{q} > {th.queue_slow_ratio} * {N.RR_QUEUE_BASELINE} and {q} > {th.queue_slow_seconds}"
+        f" and {N.RR_QUEUE_PILOTS} >= {th.queue_slow_pilots} {_up(c)}"
+    )
+
+
 def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
     keep = "without (instance, job)"
     job = _re(tuple(x.value for x in JOB_TIME))
     bad = _re(tuple(x.value for x in BADPUT))
     cpu, w, r = catalogue.CPU_SECONDS.name, c.timing.window, c.timing.rate_window
+    G, Q = catalogue.ENTRY_GLIDEINS.name, catalogue.PILOT_QUEUE_TIME.name
     return [
         {"record": N.RR_CPU_RATE, "expr": f"sum {keep} (rate({cpu}[{r}]))"},
         {"record": N.RR_GPU_RATE, "expr": f"sum {keep} (rate({catalogue.GPU_SECONDS.name}[{r}]))"},
@@ -86,6 +119,27 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         {
             "record": N.RR_BADPUT_RATIO,
             "expr": f'sum by (entry, site) (increase({cpu}{{category=~"{bad}"}}[{w}])) / {N.RR_JOB_SECONDS}',
+        },
+        # Held glideins (issue 33): the share of the factory queue, and the class most held now.
+        {
+            "record": N.RR_HELD_RATIO,
+            "expr": f"sum by (entry, site) ({G}{{{c.selectors.held}}}) / sum by (entry, site) ({G})",
+        },
+        {
+            "record": N.RR_HELD_TOP_CLASS,
+            "expr": f"topk by (entry, site) (1, sum by (entry, site, class) ({catalogue.HELD_GLIDEINS.name}))",
+        },
+        # Time in queue: the window's median per entry (only where pilots started), and the median
+        # of those over the entry's own last week.
+        {"record": N.RR_QUEUE_PILOTS, "expr": f"sum by (entry, site) (increase({Q}_count[{w}]))"},
+        {
+            "record": N.RR_QUEUE_P50,
+            "expr": f"histogram_quantile(0.5, sum by (entry, site, le) (increase({Q}_bucket[{w}])))"
+            f" and on (entry, site) {N.RR_QUEUE_PILOTS} > 0",
+        },
+        {
+            "record": N.RR_QUEUE_BASELINE,
+            "expr": f"quantile_over_time(0.5, {N.RR_QUEUE_P50}[{c.timing.queue_baseline_range}])",
         },
     ]
 
@@ -123,6 +177,40 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             summary="Pilots held at {{ $labels.site }} ({{ $labels.entry }})",
             description='{{ $value | printf "%.0f" }} glideins of entry {{ $labels.entry }} are held in the factory'
             " queue.",
+        ),
+        Alert(
+            name="GwmsEntryMostlyHeld",
+            # The held share, labelled with the class most held now (the event log's, never its text).
+            expr=f"({mostly_held(c)}) * on (entry, site) group_left (class) ({N.RR_HELD_TOP_CLASS} * 0 + 1)",
+            for_=t.for_site,
+            severity="warning",
+            audience="site",
+            summary="Glideins of {{ $labels.entry }} at {{ $labels.site }} are mostly held ({{ $labels.class }})",
+            description="{{ $value | humanizePercentage }} of the glideins of entry {{ $labels.entry }} in the"
+            " factory queue are held; most of those held now were held for {{ $labels.class }}. The reason as the"
+            " CE wrote it is in the exporter's log (redacted): 'hold at entry {{ $labels.entry }}'.",
+        ),
+        Alert(
+            name="GwmsEntryCeUnreachable",
+            expr=ce_unreachable(c),
+            for_=t.for_stack,
+            severity="warning",
+            audience="site",
+            summary="The CE of {{ $labels.entry }} at {{ $labels.site }} is unreachable",
+            description="HTCondor-G has found the CE of entry {{ $labels.entry }} down for"
+            " {{ $value | humanizeDuration }} (Detected Down Grid Resource, not back up since); its glideins"
+            " wait in the factory queue.",
+        ),
+        Alert(
+            name="GwmsEntryQueueSlow",
+            expr=queue_slow(c),
+            for_=t.for_site,
+            severity="warning",
+            audience="site",
+            summary="Glideins wait long in the queue of {{ $labels.entry }} at {{ $labels.site }}",
+            description="The glideins of entry {{ $labels.entry }} that started in the last"
+            f" {w} waited {{{{ $value | humanizeDuration }}}} (median) from submission, over"
+            f" {th.queue_slow_ratio:g} times the entry's own median of the last {t.queue_baseline_range}.",
         ),
         Alert(
             name="GwmsPilotsNeverMatched",
