@@ -458,6 +458,43 @@ FRONTEND_METRICS: Final[tuple[MetricDef, ...]] = (
     FRONTEND_ENTRY_DOWN,
 )
 
+# --- the factory's own entry logs (issue 33): submissions, condor_submit failures, removals ---------
+
+
+class RemovalReason(enum.StrEnum):
+    """Why the factory removed glideins, as its entry log says (sources/factory_log.py): the only
+    values the ``reason`` label of gwms_glideins_removed_total takes."""
+
+    UNRECOVERABLE_HELD = "unrecoverable_held"  # held with a code the entry does not list as recoverable
+    HELD = "held"  # recoverable held, removed with the excess when the frontend wants none
+    STALE_IDLE = "stale_idle"  # idle longer than the entry's stale age (sanitizeGlideins)
+    STALE_RUNNING = "stale_running"  # running longer than the entry's stale age
+    EXCESS_IDLE = "excess_idle"  # idle at the CE or not yet sent to it: the frontend asked for fewer
+    EXCESS_RUNNING = "excess_running"  # running: the frontend asked for fewer (RemoveExcess ALL)
+
+
+GLIDEINS_SUBMITTED = MetricDef(
+    "gwms_glideins_submitted_total",
+    "counter",
+    "Glideins the factory submitted, from its entry log's 'Submitted N glideins to <schedd>' lines, by the"
+    " client whose request they served (the request's 'Checking downtime for frontend ...' line).",
+    POOL,
+)
+SUBMIT_FAILURES = MetricDef(
+    "gwms_entry_submit_failures_total",
+    "counter",
+    "condor_submit calls that failed at the entry (the entry log's ERROR 'condor_submit failed: ...'; the"
+    " rest of that request is not submitted). The text is never a label: the exporter logs the newest,"
+    " redacted, per entry.",
+    ENTRY,
+)
+GLIDEINS_REMOVED = MetricDef(
+    "gwms_glideins_removed_total",
+    "counter",
+    "Glideins the factory set out to remove at the entry (its 'Removing N ...' and sanitize lines), by why.",
+    (*ENTRY, "reason"),
+)
+
 # The exporter's own health.
 LABEL_OVERFLOW = MetricDef(
     "gwms_obs_label_overflow_total",
@@ -652,6 +689,7 @@ class Source(enum.StrEnum):
     SCHEDD_STATUS = "schedd_status"
     DESCRIPT = "descript"
     TRACE_SPOOL = "trace_spool"
+    FACTORY_LOG = "factory_log"  # the entry processes' own logs: submissions, removals
     RRD = "rrd"  # gwms-obs import-rrd
     FRONTEND_STATUS = "frontend_status"  # the VO frontend's monitor dir, on the frontend host
 

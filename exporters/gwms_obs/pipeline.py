@@ -17,6 +17,7 @@ which is written here and nowhere else:
 5. new event-log events; a pilot that ended and is not counted waits;
 6. entry status (schedd_status.xml), then the VO frontend's (frontend_status.xml,
    on a frontend host: with no factory_dir, the only step);
+   then the factory's own entry logs (submissions, condor_submit failures, removals);
 7. the fallbacks, only for pilots whose .out is really absent (or unusable):
    the completed_jobs line first, then, ``lost_after_seconds`` after its end,
    the event log;
@@ -52,6 +53,7 @@ from .ingest.condor_event_log import CondorEventLogStage
 from .ingest.config import IngestConfig
 from .ingest.descript import DescriptStage
 from .ingest.entry_status import EntryStatusStage
+from .ingest.factory_log import FactoryLogStage
 from .ingest.frontend_status import FrontendStatusStage
 from .ingest.glidein_files import GlideinFilesStage
 from .ingest.outlets import NO_OUTLETS, Outlets
@@ -89,6 +91,7 @@ class Ingest:
         self.events = CondorEventLogStage(b, outlets)
         self.status = EntryStatusStage(b, outlets)
         self.frontend = FrontendStatusStage(b, outlets)
+        self.factory_log = FactoryLogStage(b, outlets)
         # Every stage, in precedence order (ingest.STAGES): their checkpoint parts, their prune.
         self.stages: list[Stage] = [
             self.descript,
@@ -97,6 +100,7 @@ class Ingest:
             self.events,
             self.status,
             self.frontend,
+            self.factory_log,
         ]
         self.books.health.started = clock()
         data = None
@@ -194,6 +198,7 @@ class Ingest:
         read(self.events)  # 5
         read(self.status)  # 6
         read(self.frontend)
+        read(self.factory_log)
         phase(self.lines.source, self.lines.settle, scan)  # 7
         phase(self.events.source, self.events.settle, scan)
         if scan.listing is not None:  # 8

@@ -76,6 +76,90 @@ def entry_health() -> Board:
         question="Which entries have held glideins?",
         drill=ENTRY_LINKS,
     )
+    HG, H = catalogue.HELD_GLIDEINS, catalogue.HOLDS
+    b.add(
+        "timeseries",
+        "Held now by reason class, top $topn entries",
+        "Glideins held now (the schedd's event log), by the class of their newest hold, the $topn entries with"
+        " the most held over the range. The reason's text is in the exporter's log ('hold at entry ...').",
+        HG.grafana_unit,
+        [
+            Target(
+                ranked(
+                    BY_ENTRY,
+                    f"sum by ({BY_ENTRY}, class) ({HG.name}{{{SEL}}})",
+                    over_range(HG, SEL, BY_ENTRY, "max_over_time"),
+                ),
+                legend("entry", "class", FACTORY),
+            )
+        ],
+        budget=10 * len(catalogue.HoldClass),
+        question="Why are an entry's glideins held now?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "table",
+        "Holds by reason class, top $topn entries and classes",
+        "Holds (012 events) over the range per entry and reason class, glideins still queued included: which"
+        " codes recur where (GlideinWMS removes every hold not listed in the entry's RecoverableExitcodes).",
+        H.grafana_unit,
+        [Target(f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, class) (increase({H.name}{{{SEL}}}[$__range]))))")],
+        budget=10,
+        question="Which hold reasons recur, and where?",
+        drill=(
+            Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),
+            *pilot_links("entry"),
+        ),
+    )
+    HS = catalogue.HELD_SECONDS
+    b.add(
+        "timeseries",
+        "Glideins held on average, top $topn entries",
+        "Seconds held per second (glideins held on average), counted as each hold ends, the $topn entries"
+        " with the most time held over the range.",
+        HS.rate_grafana_unit,
+        [
+            Target(
+                ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(HS)})", over_range(HS, SEL, BY_ENTRY)),
+                LEGEND_ENTRY,
+            )
+        ],
+        budget=10,
+        question="Which entries lose the most glidein time to holds?",
+        drill=ENTRY_LINKS,
+    )
+    CE, SINCE = catalogue.ENTRY_CE_DOWN, catalogue.ENTRY_CE_DOWN_SINCE
+    b.add(
+        "timeseries",
+        "CE unreachable, top $topn entries",
+        "1 while HTCondor-G finds the entry's CE down (026 Detected Down Grid Resource, not yet 025 back up),"
+        " the $topn entries down longest over the range.",
+        CE.grafana_unit,
+        [
+            Target(
+                ranked(
+                    BY_ENTRY,
+                    f"max by ({BY_ENTRY}) ({CE.name}{{{SEL_ENTRY}}})",
+                    over_range(CE, SEL_ENTRY, BY_ENTRY, "avg_over_time"),
+                ),
+                LEGEND_ENTRY,
+            )
+        ],
+        budget=10,
+        question="Which entries' CEs are unreachable, and since when?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "table",
+        "CEs down now, longest first, top $topn",
+        "How long each entry's CE has been down (since the first 026 of this outage); GwmsEntryCeUnreachable"
+        " mails the site after 30 minutes. Empty while every CE is up.",
+        "s",
+        [Target(f"sort_desc(topk(${TOPN}, time() - max by ({BY_ENTRY}, site) ({SINCE.name}{{{SEL_ENTRY}}})))")],
+        budget=10,
+        question="How long has each unreachable CE been down?",
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+    )
     b.add(
         "timeseries",
         "Validation failures by site, top $topn",
@@ -199,6 +283,51 @@ def entry_health() -> Board:
         ],
         budget=10,
         question="Where do pilots wait longest before they run?",
+        drill=ENTRY_LINKS,
+    )
+    b.add(
+        "timeseries",
+        "Time in queue p50, slowest $topn entries",
+        "Median time pilots waited from the factory's submit to their first execute, the $topn slowest entries"
+        " over the range; GwmsEntryQueueSlow compares an entry's with its own last week.",
+        Q.grafana_unit,
+        [
+            Target(
+                ranked(
+                    BY_ENTRY,
+                    f"histogram_quantile(0.5, sum by ({BY_ENTRY}, le) ({rate(Q, suffix='_bucket')}))",
+                    f"histogram_quantile(0.5, sum by ({BY_ENTRY}, le)"
+                    f" (increase({at_end(f'{Q.name}_bucket{{{SEL}}}')})))",
+                ),
+                LEGEND_ENTRY,
+                exemplar=True,
+            )
+        ],
+        budget=10,
+        question="How long does a typical pilot wait in each entry's queue?",
+        drill=ENTRY_LINKS,
+    )
+    GQ = catalogue.PILOT_GRID_QUEUE_TIME
+    b.add(
+        "timeseries",
+        "Time in the CE's queue p90, slowest $topn entries",
+        "90th percentile of the time from the CE accepting the job (grid submit) to its first execute: the"
+        " site's batch queue alone, without the factory's own wait; the $topn slowest entries over the range.",
+        GQ.grafana_unit,
+        [
+            Target(
+                ranked(
+                    BY_ENTRY,
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le) ({rate(GQ, suffix='_bucket')}))",
+                    f"histogram_quantile(0.9, sum by ({BY_ENTRY}, le)"
+                    f" (increase({at_end(f'{GQ.name}_bucket{{{SEL}}}')})))",
+                ),
+                LEGEND_ENTRY,
+                exemplar=True,
+            )
+        ],
+        budget=10,
+        question="Is the wait at the site's batch system or before the CE accepts the job?",
         drill=ENTRY_LINKS,
     )
     b.add(

@@ -121,6 +121,11 @@ class Ledger:
     ce: dict[str, list[Any]] = field(default_factory=dict)
     ce_down: dict[Labels, float] = field(default_factory=dict)  # (entry, site) -> 1/0
     ce_down_since: dict[Labels, float] = field(default_factory=dict)  # (entry, site) -> since, while down
+    # The factory's own entry logs (ingest/factory_log.py): glideins submitted (entry, client, site),
+    # condor_submit failures (entry, site), glideins it set out to remove (entry, site, reason).
+    submitted: dict[Labels, int] = field(default_factory=dict)
+    submit_failures: dict[Labels, int] = field(default_factory=dict)
+    removed: dict[Labels, int] = field(default_factory=dict)
     last_completed: dict[Labels, float] = field(default_factory=dict)
     # Entry status: the latest file per entry, and the integrals over time.
     entries: dict[str, tuple[EntryStatus, str]] = field(default_factory=dict)  # entry -> (status, site)
@@ -254,6 +259,27 @@ class Ledger:
         self.ce_down = {(e, st[0]): 0.0 if st[1] is None else 1.0 for e, st in self.ce.items()}
         self.ce_down_since = {(e, st[0]): st[1] for e, st in self.ce.items() if st[1] is not None}
 
+    def _admit_entry(self, entry: str, site: str) -> Labels:
+        return self.budget.admit("entry", entry), self.budget.admit("site", site)
+
+    def add_submitted(self, entry: str, client: str, site: str, n: int) -> None:
+        """``n`` glideins submitted for ``client`` (a 'Submitted N glideins to' line)."""
+        self.version += 1
+        k = self._admit(entry, client, site)
+        self.submitted[k] = self.submitted.get(k, 0) + n
+
+    def add_submit_failure(self, entry: str, site: str) -> None:
+        """One condor_submit that failed at the entry."""
+        self.version += 1
+        k = self._admit_entry(entry, site)
+        self.submit_failures[k] = self.submit_failures.get(k, 0) + 1
+
+    def add_removed(self, entry: str, site: str, reason: str, n: int) -> None:
+        """``n`` glideins the factory set out to remove, and why (catalogue.RemovalReason)."""
+        self.version += 1
+        k = (*self._admit_entry(entry, site), reason)
+        self.removed[k] = self.removed.get(k, 0) + n
+
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
         self.version += 1  # also when refused: the label overflow it counts is served
@@ -319,6 +345,9 @@ class Ledger:
             "ce": {
                 e: [st[0], st[1], *(v if v != float("-inf") else None for v in st[2:])] for e, st in self.ce.items()
             },
+            "submitted": rows(self.submitted),
+            "submit_failures": rows(self.submit_failures),
+            "removed": rows(self.removed),
             "last_completed": rows(self.last_completed),
             "bottleneck_seconds": rows(self.bottleneck_seconds),
             "demand_seconds": rows(self.demand_seconds),
@@ -349,6 +378,8 @@ class Ledger:
         led.queue = hload("queue", catalogue.PILOT_QUEUE_TIME.buckets)
         led.grid_queue = hload("grid_queue", catalogue.PILOT_GRID_QUEUE_TIME.buckets)
         led.holds, led.held_seconds = load("holds", 4), load("held_seconds", 3)
+        led.submitted, led.submit_failures = load("submitted", 3), load("submit_failures", 2)
+        led.removed = load("removed", 3)
         for e, (site, since, up, down) in data.get("ce", {}).items():
             led.ce[str(e)] = [
                 str(site),
@@ -357,10 +388,13 @@ class Ledger:
             ]
         led._ce_served()
         # The values already in series keep their place under the budget.
-        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds, *led.holds):
+        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds, *led.holds, *led.submitted):
             led.budget.known.setdefault("entry", set()).add(k[0])
             led.budget.known.setdefault("client", set()).add(k[1])
             led.budget.known.setdefault("site", set()).add(k[2])
+        for k in (*led.submit_failures, *led.removed):
+            led.budget.known.setdefault("entry", set()).add(k[0])
+            led.budget.known.setdefault("site", set()).add(k[1])
         led.budget.overflow = {str(k): int(v) for k, v in data.get("label_overflow", {}).items()}
         return led
 
@@ -389,6 +423,9 @@ COUNTERS: tuple[Served, ...] = (
     Served(catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
     Served(catalogue.HOLDS, lambda led: led.holds, from_accounts=False),
     Served(catalogue.HELD_SECONDS, lambda led: led.held_seconds, from_accounts=False),
+    Served(catalogue.GLIDEINS_SUBMITTED, lambda led: led.submitted, from_accounts=False),
+    Served(catalogue.SUBMIT_FAILURES, lambda led: led.submit_failures, from_accounts=False),
+    Served(catalogue.GLIDEINS_REMOVED, lambda led: led.removed, from_accounts=False),
 )
 HISTOGRAMS: tuple[Served, ...] = (
     Served(catalogue.PILOT_LIFETIME, lambda led: led.lifetime),

@@ -13,6 +13,7 @@ from .completed_jobs import CompletedJobsStage
 from .condor_event_log import CondorEventLogStage
 from .descript import DescriptStage
 from .entry_status import EntryStatusStage
+from .factory_log import FactoryLogStage
 from .frontend_status import FrontendStatusStage
 from .glidein_files import GlideinFilesStage
 from .stage import Stage
@@ -29,6 +30,7 @@ STAGES: tuple[type[Stage], ...] = tuple(
             CondorEventLogStage,
             EntryStatusStage,
             FrontendStatusStage,
+            FactoryLogStage,
         ),
         key=lambda s: s.precedence,
     )

@@ -14,6 +14,7 @@ from .write import (
     completed_jobs,
     condor_event_log,
     descript,
+    factory_log,
     frontend_status,
     glidein_err,
     glidein_out,
@@ -30,6 +31,7 @@ WRITERS: dict[Source, ModuleType] = {
         condor_event_log,
         schedd_status,
         descript,
+        factory_log,
         trace_spool,
         frontend_status,
     )

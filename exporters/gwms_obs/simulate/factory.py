@@ -46,6 +46,7 @@ from .write import (
     completed_jobs,
     condor_event_log,
     descript,
+    factory_log,
     frontend_status,
     glidein_err,
     glidein_out,
@@ -232,6 +233,9 @@ def simulate(
             tree.write(path, time_ordered(records))
         for name, records in completed.items():
             tree.write(dirs.server / name, time_ordered(records))
+        info_log, err_log = factory_log.render(spec, by_entry_pilots[spec.name], now)
+        for name, data in zip(factory_log.file_names(spec), (info_log, err_log), strict=True):
+            tree.write(dirs.server / name, data)
         tree.write(dirs.monitor / descript.FILE, descript.entry_descript(spec, now))
         reports = planner.frontend_reports(spec)
         tree.write(dirs.monitor / schedd_status.FILE, schedd_status.render(spec, now, queues, reports))

@@ -117,6 +117,9 @@ class EntrySpec:
     # longer in the CE's queue than before (the site's batch system full).
     queue_slow: float = 1.0
     queue_slow_from: float = 0.5
+    # The share of submissions whose condor_submit the factory's schedd refuses one to three cycles
+    # before they go out (the entry's process log, simulate/write/factory_log.py): submit failing.
+    submit_fail: float = 0.0
     # No ``leak``: a pilot's own memory over its life is not in any file the factory gets back
     # (the .err returns job ads with one peak MemoryUsage each, and daemon logs without memory
     # samples; MonitorSelfResidentSetSize is in the VO collector's startd ad, not in the factory's
@@ -318,7 +321,8 @@ def outage(spec: EntrySpec, start: int, span: int) -> tuple[int, int]:
 # The factory operator's troubles (issue 33), labelled held, ce_unreachable and queue_slow.
 OPERATOR_ENTRIES: tuple[EntrySpec, ...] = (
     # The CE refuses the factory's token: nine glideins in ten held at submission, auth_failed.
-    EntrySpec("OSG_US_AUTHFAIL_ce", "AuthFailSite", "ce.authfail.example.edu", ("osg",), refuse=0.9),
+    # Its credentials are refused by the factory's schedd too: a third of the submissions fail first.
+    EntrySpec("OSG_US_AUTHFAIL_ce", "AuthFailSite", "ce.authfail.example.edu", ("osg",), refuse=0.9, submit_fail=0.35),
     # The CE is unreachable for an hour.
     EntrySpec("CMSHTPC_T2_CEDOWN_ce", "CeDownSite", "ce.down.example.org", ("cms",), ce_down_hours=1.0),
     # The site's batch system fills up half-way: glideins wait 8 times longer in its queue.
