@@ -27,6 +27,7 @@ import shutil
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,7 +169,7 @@ def scan(root: Path, checkpoint: Path | None = None) -> Ingest:
     return ing
 
 
-def ledger_totals(ing: Ingest) -> dict[str, object]:
+def ledger_totals(ing: Ingest) -> dict[str, Any]:
     led = ing.ledger
     return {
         "submitted": {k[1]: v for k, v in led.submitted.items()},

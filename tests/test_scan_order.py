@@ -35,6 +35,8 @@ ORDER = [
     "schedd_status read",  # 6
     "frontend_status discover",
     "frontend_status read",  # 6: nothing without frontend_monitor_dir
+    "factory_log discover",
+    "factory_log read",  # 6: the entry processes' own logs
     "completed_jobs settle",  # 7
     "condor_event_log settle",
     "prune",  # 8

@@ -82,7 +82,7 @@ def render(spec: EntrySpec, pilots: list[SimPilot], now: int) -> tuple[bytes, by
         client = ps[0].client
         submit_file = f"entry_{spec.name}/job.condor"
         for k in range(_failures(spec, cluster), 0, -1):
-            t = t0 - k * CYCLE
+            t: float = t0 - k * CYCLE
             if t > now:
                 continue
             cmd = f"Failed condor command 'condor_submit -name {SCHEDD} {submit_file}'. Exit code: 1."
