@@ -14,8 +14,9 @@ from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.settings import ConfigError
 
 FILE_KEYS = (
-    "checkpoint, clients, completed_total, factory_dir, factory_name, interval, limits, listen, "
-    "lost_after_seconds, monitor_dir, pilot_traces, rules, settle_seconds, trace_spans_per_second"
+    "checkpoint, clients, completed_total, discovery, factory_dir, factory_name, frontend_clients, "
+    "frontend_monitor_dir, full_scan_seconds, interval, limits, listen, lost_after_seconds, monitor_dir, "
+    "pilot_traces, rules, settle_seconds, tick_seconds, trace_spans_per_second"
 )
 
 

@@ -552,6 +552,15 @@ SCAN_DURATION = MetricDef(
     "seconds",
     "s",
 )
+DISCOVERY_FALLBACKS = MetricDef(
+    "gwms_obs_discovery_fallbacks_total",
+    "counter",
+    "Times the exporter scanned the whole factory tree because its inotify watch could not be trusted, by"
+    " reason: queue_overflow (events lost; one full scan, then watching again), watch_limit"
+    " (fs.inotify.max_user_watches), remote_filesystem (NFS, CIFS, FUSE...: other hosts' writes raise no"
+    ' event), unavailable (no inotify), configured (discovery = "scan"); the last four scan every interval.',
+    ("reason",),
+)
 
 # The span-spool forwarder (tracing.outbox.SpoolForwarder), when the exporter forwards pilots' spans.
 TRACE_SPOOLS = MetricDef(

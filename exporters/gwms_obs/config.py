@@ -25,7 +25,9 @@ from .settings import ConfigError, parse_listen
 
 DEFAULT_LISTEN = "127.0.0.1:9822"
 DEFAULT_FACTORY_DIR = "/var/log/gwms-factory"
-NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds")
+NUMBER_KEYS = ("interval", "settle_seconds", "lost_after_seconds", "full_scan_seconds", "tick_seconds")
+POSITIVE_KEYS = ("interval", "full_scan_seconds", "tick_seconds")  # a wait of 0 would busy-loop
+DISCOVERY = ("inotify", "scan")  # ingest/watch.py
 STRING_KEYS = ("factory_dir", "monitor_dir", "listen", "checkpoint", "factory_name", "frontend_monitor_dir")
 BOOL_KEYS = ("pilot_traces",)
 COMPLETED_TOTAL = ("auto", "raw", "normalized")  # docs/accounting.md, "Known upstream errors"
@@ -49,6 +51,10 @@ INGEST_KEYS = {
     "clients": "client_map",
     # [limits]: global plausibility bounds, where an entry's descript.xml sets none (docs/accounting.md).
     "limits": "limits",
+    # How the daemon finds what changed: inotify events, or scans (ingest/watch.py, docs/configuration.md).
+    "discovery": "discovery",
+    "full_scan_seconds": "full_scan_seconds",
+    "tick_seconds": "tick_seconds",
     # On a VO frontend's host: its monitor dir, and [frontend_clients] group = "client_log_name"
     # (the factory's name for the group's requests; docs/frontend.md).
     "frontend_monitor_dir": "frontend_monitor_dir",
@@ -139,6 +145,10 @@ def from_dict(raw: dict[str, Any], where: str = "config") -> ExportConfig:
             if not isinstance(v, dict) or not all(isinstance(x, str) and x for x in v.values()):
                 raise ConfigError(f'{where}: [frontend_clients] must be a table of group = "client_log_name"')
             cfg.set(k, dict(v))
+        elif k == "discovery":
+            if v not in DISCOVERY:
+                raise ConfigError(f"{where}: discovery must be one of {', '.join(DISCOVERY)}, got {v!r}")
+            cfg.set(k, v)
         elif k == "completed_total":
             if v not in COMPLETED_TOTAL:
                 raise ConfigError(f"{where}: completed_total must be one of {', '.join(COMPLETED_TOTAL)}, got {v!r}")
@@ -178,9 +188,10 @@ def value_problems(cfg: ExportConfig) -> list[str]:
             problems.append(str(e))
     # nan compares false with everything: without isfinite it would pass "> 0"
     # and the daemon would busy-loop on wait(nan).
-    if not (math.isfinite(cfg.interval) and cfg.interval > 0):
-        problems.append(f"interval must be a finite number of seconds > 0, got {cfg.interval}")
-    nonneg = [(k, cfg.get(k)) for k in NUMBER_KEYS if k != "interval"]
+    for k in POSITIVE_KEYS:
+        if not (math.isfinite(v := cfg.get(k)) and v > 0):
+            problems.append(f"{k} must be a finite number of seconds > 0, got {v}")
+    nonneg = [(k, cfg.get(k)) for k in NUMBER_KEYS if k not in POSITIVE_KEYS]
     nonneg += [(f"rules.{f.name}", getattr(cfg.ingest.rules, f.name)) for f in fields(Rules)]
     for k, v in nonneg:
         if not (math.isfinite(v) and v >= 0):

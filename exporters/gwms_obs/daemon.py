@@ -112,6 +112,12 @@ def run(cfg: ExportConfig, a: Run) -> int:
         signal.signal(sig, lambda *_: stop.set())
     failed = False  # what --once exits with
     waiting: str | None = None  # why the factory dir is not ready, while the daemon waits for it
+    if not a.once and cfg.ingest.factory_dir and ingest.watch():
+        log.info(
+            "discovery: inotify; a full scan at start and every %gs, what changed read every %gs",
+            cfg.ingest.full_scan_seconds,
+            cfg.ingest.tick_seconds,
+        )
     try:
         while not stop.is_set():
             # --once has checked the dir; the daemon looks before each scan (a factory not started yet)
@@ -146,8 +152,10 @@ def run(cfg: ExportConfig, a: Run) -> int:
                 exposition.changed()  # the scan's counts on /metrics now, not after the renderer's gap
             if a.once:
                 break
-            stop.wait(cfg.interval)
+            # Watching: a short tick reads what changed; scanning (configured, or a fallback): interval.
+            stop.wait(cfg.ingest.tick_seconds if ingest.discovery is not None else cfg.interval)
     finally:
+        ingest.close()  # what the last ticks changed is saved
         if server is not None:
             server.close()
         if exposition is not None:

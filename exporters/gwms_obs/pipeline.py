@@ -37,7 +37,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -58,6 +58,7 @@ from .ingest.frontend_status import FrontendStatusStage
 from .ingest.glidein_files import GlideinFilesStage
 from .ingest.outlets import NO_OUTLETS, Outlets
 from .ingest.stage import Scan, Stage
+from .ingest.watch import Changes, Discovery
 from .parse_errors import ParseErrors
 
 log = logging.getLogger("gwms_obs.pipeline")
@@ -68,6 +69,8 @@ _tracer = trace.get_tracer("gwms_obs.pipeline")
 
 # The day in a completed_jobs or event log's name.
 _LOG_DAY = re.compile(r"_(\d{8})(?:_|\.log(?:\.\d+)?$)")  # .log.N: rotated
+# A watched daemon's ticks save the checkpoint at most this often (seconds); a full scan saves at its steps.
+CHECKPOINT_SECONDS = 60.0
 
 
 class Ingest:
@@ -103,6 +106,9 @@ class Ingest:
             self.factory_log,
         ]
         self.books.health.started = clock()
+        self.discovery: Discovery | None = None  # None: every scan is a full one (report, scan mode)
+        self._saved_mark: tuple[int, ...] = ()  # the state the checkpoint on disk holds
+        self._saved_at = float("-inf")
         data = None
         if cfg.checkpoint and not cfg.reset_checkpoint:
             data = checkpoint.load(cfg.checkpoint, cfg.factory_dir)
@@ -174,8 +180,10 @@ class Ingest:
             finally:
                 span.end()
 
-        def read(stage: Stage) -> None:
-            found = phase(stage.source, stage.discover, scan)
+        def read(stage: Stage, found: Sequence[Any] | None = None) -> None:
+            """Read what the stage finds (``found``: what changed, from the watch)."""
+            if found is None:
+                found = phase(stage.source, stage.discover, scan)
             if found is not None:
                 phase(stage.source, stage.read, scan, found)
 
@@ -186,8 +194,19 @@ class Ingest:
                 b.health.last_scan_end = b.clock()
                 b.health.last_scan_duration = b.health.last_scan_end - t0
             return res
+        d = self.discovery
+        changes = d.begin() if d is not None else None
+        if d is not None and not d.watching:  # fell back for good (the watch limit): scans from now on
+            self.discovery = d = None
+        if changes is not None:  # watched: only what changed since the last tick
+            self._read_changes(changes, scan, phase, read)
+            return res
         read(self.descript)  # 1
+        if d is not None:
+            d.before_listing()  # every directory watched before it is listed
         scan.listing = phase(self.pilot_files.source, b.list_clients)  # 2
+        if d is not None and scan.listing is not None:
+            d.adopt(scan.listing)
         if b.names.unmapped:
             phase(self.lines.source, self.lines.name_clients, scan)
         read(self.pilot_files)  # 3
@@ -209,6 +228,90 @@ class Ingest:
             b.health.last_scan_duration = now - t0
         self.save_checkpoint()
         return res
+
+    def watch(self) -> bool:
+        """Discover by inotify events from now on (the daemon; ``report`` scans in full): a full
+        scan at the first call of :meth:`scan` and every ``full_scan_seconds``, and in
+        between, ticks that read only what changed (ingest/watch.py). False: scanning instead
+        (the config, or a fallback: logged and counted)."""
+        cfg = self.cfg
+        self.discovery = Discovery(
+            cfg.factory_dir,
+            cfg.monitor,
+            full_scan_seconds=cfg.full_scan_seconds,
+            count=self._fell_back,
+            mode=cfg.discovery,
+        )
+        if not self.discovery.watching:
+            self.discovery = None
+        return self.discovery is not None
+
+    def _fell_back(self, reason: str) -> None:
+        with self.books.lock:
+            self.books.health.discovery_fallbacks[reason] += 1
+
+    def _read_changes(self, ch: Changes, scan: Scan, phase: Callable[..., Any], read: Callable[..., None]) -> None:
+        """An incremental scan: the same steps as a full one (the module's docstring) on what the
+        watch saw change, and the pilots still waiting to settle; no prune (the full scans do)."""
+        b = self.books
+        d = self.discovery
+        assert d is not None and d.listing is not None
+        files = dict(b.health.files)  # the full scan's counts of what the tick does not list
+        if ch.monitor:
+            read(self.descript)  # 1
+        scan.listing = d.listing  # 2: the last full scan's, as the events changed it
+        if ch.users:
+            b.names.listed(ch.users)
+        if b.names.unmapped:
+            phase(self.lines.source, self.lines.name_clients, scan)
+        pilots = d.pilots(ch, [*self.pilot_files.unsettled, *self.pilot_files.unmapped_since])
+        if pilots:
+            read(self.pilot_files, pilots)  # 3
+        if completed := d.completed(ch, b.once):
+            read(self.lines, completed)  # 4
+        phase(self.pilot_files.source, self.pilot_files.settle, scan)
+        if logs := d.logs(ch):
+            read(self.events, logs)  # 5
+        if ch.monitor:
+            read(self.status)  # 6
+        if self.factory_log.due(scan.t0):  # the watch does not name these logs: read them every few ticks
+            read(self.factory_log)
+        phase(self.lines.source, self.lines.settle, scan)  # 7
+        phase(self.events.source, self.events.settle, scan)
+        now = b.clock()
+        with b.lock:
+            for src in (Source.DESCRIPT, Source.COMPLETED_JOBS, Source.SCHEDD_STATUS):
+                if src in files:
+                    b.health.files[src] = files[src]
+            b.health.files[Source.GLIDEIN_OUT] = len(scan.listing.present)
+            b.health.files[Source.CONDOR_EVENT_LOG] = len(scan.listing.logs)
+            b.health.last_scan_end = now
+            b.health.last_scan_duration = now - scan.t0
+        # 8: the checkpoint when something changed, at most every CHECKPOINT_SECONDS: a whole
+        # checkpoint (every pilot counted) each second would cost more than the tick.
+        if self._state_mark() != self._saved_mark and now - self._saved_at >= CHECKPOINT_SECONDS:
+            self.save_checkpoint()
+
+    def close(self) -> None:
+        """The daemon stops: what the last ticks changed is saved, the watch closed."""
+        if self._state_mark() != self._saved_mark:
+            self.save_checkpoint()
+        if self.discovery is not None:
+            self.discovery.close()
+
+    def _state_mark(self) -> tuple[int, ...]:
+        """Changes whenever the checkpoint's content would (what a tick can change of it)."""
+        b = self.books
+        h = b.holds
+        return (
+            b.ledger.version,
+            sum(b.health.bytes_read.values()),
+            len(b.counted.seen),
+            len(b.counted.bad_out),
+            len(h.lines),
+            len(h.ends),
+            len(b.follower.cursors),
+        )
 
     def _prune(self, listing: Listing) -> None:
         """Forget counted pilots whose files are gone, after the retention window, and only
@@ -250,3 +353,5 @@ class Ingest:
         if self.cfg.checkpoint:
             self.outlets.before_checkpoint()  # the traces of the pilots this checkpoint marks counted
             checkpoint.write(self.cfg.checkpoint, self.state())
+        self._saved_mark = self._state_mark()
+        self._saved_at = self.books.clock()

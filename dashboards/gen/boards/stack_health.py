@@ -112,6 +112,22 @@ def stack_health() -> Board:
     )
     b.add(
         "timeseries",
+        "Exporter full scans forced",
+        "Full scans the exporter ran because its inotify watch could not be trusted, by reason: a burst"
+        " beyond the kernel's event queue (queue_overflow: one scan), or scanning every interval"
+        " (watch_limit, remote_filesystem, unavailable, configured). 0: event-driven, as it should be.",
+        "short",
+        [
+            Target(
+                or_zero(f"sum by (reason) (increase({sel(catalogue.DISCOVERY_FALLBACKS.name)}[$__rate_interval]))"),
+                "{{reason}}",
+            )
+        ],
+        budget=6,
+        question="Does the exporter follow the factory by events, or scan it?",
+    )
+    b.add(
+        "timeseries",
         "Exporter read rate",
         "Bytes read per second by source.",
         catalogue.BYTES_READ.rate_grafana_unit,

@@ -58,6 +58,8 @@ class Health:
     started: float = 0.0  # the scan-timestamp metric's value until a first scan ends (the stalled alert)
     last_scan_end: float | None = None
     last_scan_duration: float | None = None
+    # reason -> times scanning took over from the inotify watch (ingest/watch.py)
+    discovery_fallbacks: Counter[str] = field(default_factory=Counter)
 
     def lag(self, now: float) -> dict[str, float]:
         """Age of the oldest input not yet accounted, per source (0 when caught up)."""

@@ -44,6 +44,11 @@ class IngestConfig:
     # to read, ingest/glidein_files.POOL_MIN_PILOTS); 1: all in this process. The numbers
     # are the same with any value.
     workers: int = 1
+    # How the daemon finds what changed (ingest/watch.py): "inotify" (events; a full scan at
+    # start and every full_scan_seconds) or "scan" (a full scan every interval, as on NFS).
+    discovery: str = "inotify"
+    full_scan_seconds: float = 3600.0
+    tick_seconds: float = 1.0  # how often a watching daemon reads what changed
 
     @property
     def monitor(self) -> str:

@@ -40,6 +40,7 @@ from prometheus_client.samples import Exemplar
 from .. import __version__, catalogue
 from ..accounting import ledger as L
 from ..accounting.ledger import Histogram, Labels, bottleneck
+from ..ingest import watch
 from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ HEALTH: tuple[catalogue.MetricDef, ...] = (
     catalogue.LAG,
     catalogue.LAST_SCAN,
     catalogue.SCAN_DURATION,
+    catalogue.DISCOVERY_FALLBACKS,
 )
 FORWARDER: tuple[catalogue.MetricDef, ...] = (
     catalogue.TRACE_SPOOLS,
@@ -248,6 +250,7 @@ def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
     last_end, duration = scan if scan is not None else (h.last_scan_end, h.last_scan_duration)
     # lag() looks a source up after asking if it is there: on a copy, a scan dropping it meanwhile is harmless.
     lag = dataclasses.replace(h, backlog=dict(h.backlog)).lag(ing.clock())
+    fell = dict(h.discovery_fallbacks)
     return [
         _values(catalogue.PARSE_ERRORS, dict(ing.errors.counts).items()),
         _values(catalogue.LABEL_OVERFLOW, (((k,), float(over.get(k, 0))) for k in catalogue.LABEL_CAPS)),
@@ -258,6 +261,7 @@ def health_families(ing: Ingest, scan: ScanEnd | None = None) -> list[Metric]:
         # From the start: a first scan that never ends must trip the stalled alert too.
         _values(catalogue.LAST_SCAN, [((), last_end if last_end is not None else h.started)]),
         _values(catalogue.SCAN_DURATION, [((), duration)] if duration is not None else []),
+        _values(catalogue.DISCOVERY_FALLBACKS, (((r,), float(fell.get(r, 0))) for r in watch.FALLBACK_REASONS)),
     ]
 
 

@@ -187,21 +187,48 @@ def scan_client_dir(
     return pilots, logs
 
 
+# What a name in an entry's client directory is, for the watch (ingest/watch.py) that sees
+# one name at a time: the same patterns as the listing's.
+_JOB_ERR = re.compile(rf"job\.{_ID}\.err")
+
+
+def pilot_key_of(name: str) -> tuple[int, int, bool] | None:
+    """(cluster, proc, is_out) of a pilot's canonical ``job.C.P.out`` or ``.err`` name, else None."""
+    if m := _JOB_OUT.fullmatch(name):
+        return int(m[1]), int(m[2]), True
+    if m := _JOB_ERR.fullmatch(name):
+        return int(m[1]), int(m[2]), False
+    return None
+
+
+def event_log_of(username: str, entry: str, edir: str, name: str) -> EventLogFile | None:
+    """The event log named ``name`` in an entry's client directory, else None."""
+    m = _EVENT_LOG.fullmatch(name)
+    return EventLogFile(os.path.join(edir, name), entry, username, m[2], m[1], int(m[3] or 0)) if m else None
+
+
+def is_completed_log(name: str) -> bool:
+    return _COMPLETED.fullmatch(name) is not None
+
+
 def completed_logs(factory_dir: str, errors: Recorder | None = None) -> Iterator[tuple[str, str]]:
     """(entry, path) of every completed_jobs log, oldest first per entry (by day, then
     rotated copies before the log: ``.log.2``, ``.log.1``, ``.log``)."""
     src = Source.COMPLETED_JOBS.value
     for entry, sdir in _subdirs(os.path.join(factory_dir, "server"), "entry_", errors, src, set()):
-        try:
-            with os.scandir(sdir) as it:
-                # (day, -rotation, name): by day, then .log.2, .log.1, .log (oldest first)
-                found = sorted((m[1], -int(m[2] or 0), m[0]) for e in it if (m := _COMPLETED.fullmatch(e.name)))
-            names = [name for *_, name in found]
-        except OSError as e:
-            _listing_failed(e, sdir, errors, src)
-            continue
-        for name in names:
-            yield entry, os.path.join(sdir, name)
+        yield from completed_logs_in(entry, sdir, errors)
+
+
+def completed_logs_in(entry: str, sdir: str, errors: Recorder | None = None) -> list[tuple[str, str]]:
+    """(entry, path) of the completed_jobs logs of one ``server/entry_*`` directory, oldest first."""
+    try:
+        with os.scandir(sdir) as it:
+            # (day, -rotation, name): by day, then .log.2, .log.1, .log (oldest first)
+            found = sorted((m[1], -int(m[2] or 0), m[0]) for e in it if (m := _COMPLETED.fullmatch(e.name)))
+    except OSError as e:
+        _listing_failed(e, sdir, errors, Source.COMPLETED_JOBS.value)
+        return []
+    return [(entry, os.path.join(sdir, name)) for *_, name in found]
 
 
 def monitor_entries(
