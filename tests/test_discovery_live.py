@@ -217,13 +217,18 @@ def test_a_pilot_is_on_metrics_seconds_after_its_files_close(tmp_path: Path) -> 
     delays = []
     with exporter(tmp_path, f.root, "inotify", tick=1.0) as (url, _):  # the default tick
         n = sum(scrape(url).pilots.values())
-        for p in [*f.new[:5], *finishing]:
+        todo: list[NewPilot | Path] = [*f.new[:5], *finishing]
+        for p in todo:
             if isinstance(p, NewPilot):
                 p.arrive()
             else:
                 p.write_bytes(f.arriving[p])  # closed: the last line is there
             closed = time.monotonic()
-            wait_for("the pilot on /metrics", lambda n=n: sum(scrape(url).pilots.values()) == n + 1, 30, 0.05)
-            delays.append(time.monotonic() - closed)
             n += 1
+
+            def counted(want: int = n) -> bool:
+                return sum(scrape(url).pilots.values()) == want
+
+            wait_for("the pilot on /metrics", counted, 30, 0.05)
+            delays.append(time.monotonic() - closed)
     assert max(delays) < 5.0, delays  # settle_seconds is an hour: only the evidence counted them
