@@ -93,7 +93,7 @@ def test_every_alert_has_summary_description_with_value_and_runbook() -> None:
         assert label == rules.RUNBOOK_BASE_LABEL and base == rules.RUNBOOK_BASE_URL, r["alert"]
         assert anchor in anchors, f"{r['alert']}: no anchor {anchor} in {rules.RUNBOOK_DOC}"
         assert r["labels"]["severity"] in ("info", "warning", "critical")
-        assert r["labels"]["audience"] in ("site", "factory", "shifters")
+        assert r["labels"]["audience"] in ("site", "factory", "shifters", "frontend")
 
 
 def test_runbook_links_are_absolute_and_the_default_is_this_repositorys_doc() -> None:

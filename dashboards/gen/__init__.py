@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import dashboards, health_tests, operator_tests, rule_tests, rulefiles
+from . import dashboards, frontend_rules, health_tests, operator_tests, rule_tests, rulefiles
 
 RULES = "dashboards/rules"
 README = "dashboards/README.md"
@@ -37,7 +37,8 @@ def render_all() -> dict[str, str]:
         f"{RULES}/gwms-alerts.rules.yml": rulefiles.alerts_yaml(),
         # promtool resolves rule_files relative to the test file.
         f"{RULES}/tests/gwms-alerts.test.yml": rule_tests.tests_yaml(
-            ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"], health_tests.tests() + operator_tests.tests()
+            ["../gwms-recording.rules.yml", "../gwms-alerts.rules.yml"],
+            health_tests.tests() + operator_tests.tests() + frontend_rules.tests(),
         ),
         f"{RULES}/tests/gwms-site-health.test.yml": health_tests.slow_tests_yaml(["../gwms-recording.rules.yml"]),
     }

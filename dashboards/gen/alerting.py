@@ -20,13 +20,17 @@ class ContactsError(ValueError):
 
 
 def load_contacts(path: Path) -> dict[str, Any]:
-    """The contacts file, checked: ``factory_ops`` emails, ``sites: {site: {admins, entries}}``."""
+    """The contacts file, checked: ``factory_ops`` emails, ``sites: {site: {admins, entries}}``, and the
+    VO frontend's operators, ``frontend_ops`` (optional)."""
     doc = yaml.safe_load(path.read_text())
     if not isinstance(doc, dict) or not isinstance(doc.get("sites"), dict):
         raise ContactsError(f"{path}: expected a mapping with `sites:`")
     ops = doc.get("factory_ops")
     if not isinstance(ops, list) or not ops or not all(isinstance(x, str) and "@" in x for x in ops):
         raise ContactsError(f"{path}: factory_ops must be a non-empty list of emails")
+    fe = doc.get("frontend_ops", [])
+    if not isinstance(fe, list) or not all(isinstance(x, str) and "@" in x for x in fe):
+        raise ContactsError(f"{path}: frontend_ops must be a list of emails")
     seen: dict[str, str] = {}
     for site, spec in doc["sites"].items():
         admins = spec.get("admins") if isinstance(spec, dict) else None
@@ -44,6 +48,7 @@ def alertmanager_vars(contacts: dict[str, Any]) -> dict[str, Any]:
     return {
         "alertmanager_site_contacts": {site: list(spec["admins"]) for site, spec in contacts["sites"].items()},
         "alertmanager_factory_ops_emails": list(contacts["factory_ops"]),
+        "alertmanager_frontend_ops_emails": list(contacts.get("frontend_ops", [])),
     }
 
 

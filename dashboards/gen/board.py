@@ -321,6 +321,8 @@ def _query_var(name: str) -> D.QueryVariable:
         "entry": f"label_values({catalogue.ENTRY_DOWNTIME.name}{{{FACTORY_SEL}}}, entry)",
         "site": f'label_values({catalogue.ENTRY_DOWNTIME.name}{{{FACTORY_SEL},entry=~"$entry"}}, site)',
         "client": f'label_values({catalogue.ENTRY_GLIDEINS.name}{{{FACTORY_SEL},entry=~"$entry"}}, client)',
+        # A VO frontend's groups: every group's file has a time (the frontend board).
+        "group": f"label_values({catalogue.FRONTEND_GROUP_UPDATED.name}{{{FACTORY_SEL}}}, group)",
     }[name]
     return (
         D.QueryVariable(name)

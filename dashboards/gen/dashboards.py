@@ -22,6 +22,7 @@ from .board import Board
 from .boards.accounting import accounting
 from .boards.common import SITE_HEALTH  # noqa: F401 - the live test names the board by it
 from .boards.entry_health import entry_health
+from .boards.frontend import frontend
 from .boards.overview import factory_overview
 from .boards.pilot_phases import pilot_phases
 from .boards.provisioning import provisioning
@@ -36,6 +37,7 @@ BOARDS: tuple[Callable[[], Board], ...] = (
     accounting,
     pilot_phases,
     stack_health,
+    frontend,
 )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from . import health, rules
+from . import frontend_rules, health, rules
 from .config import CONFIG, Config
 from .rules import Alert
 
@@ -24,8 +24,8 @@ def recording_yaml(c: Config = CONFIG) -> str:
 
 
 def all_alerts(c: Config = CONFIG) -> list[Alert]:
-    """The threshold alerts and the site-health ones."""
-    return rules.alerts(c) + health.alerts(c)
+    """The threshold alerts, the site-health ones and the frontend operators'."""
+    return rules.alerts(c) + health.alerts(c) + frontend_rules.alerts(c)
 
 
 def alerts_yaml(c: Config = CONFIG) -> str:
