@@ -23,6 +23,11 @@ which is written here and nowhere else:
    the event log;
 8. forget what is gone, and save the checkpoint.
 
+A watching daemon (:meth:`Ingest.watch`, ingest/watch.py) runs this full scan at start and
+every ``full_scan_seconds``; in between, each tick runs the same steps on what the inotify
+events say changed (and the pilots still waiting to settle), prunes nothing, and saves the
+checkpoint at most every ``CHECKPOINT_SECONDS``.
+
 A step that fails is counted as ``scan_failed`` under its stage's first
 source, and the other steps go on. All state is saved in one checkpoint file
 (:mod:`gwms_obs.ingest.checkpoint`) written atomically, so a restart neither
