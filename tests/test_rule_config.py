@@ -84,6 +84,7 @@ SHARED = {
     "queue_slow_ratio": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
     "queue_slow_seconds": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
     "queue_slow_pilots": ({"GwmsEntryQueueSlow"}, {"queue_slow"}),
+    "submit_failures": ({"GwmsEntrySubmitFailing"}, {"submit_failing"}),
 }
 
 

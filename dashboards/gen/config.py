@@ -68,6 +68,9 @@ class Thresholds:
     queue_slow_ratio: float = 4
     queue_slow_seconds: int = 3600
     queue_slow_pilots: int = 10
+    # condor_submit refused at the entry this many times in the window (the factory's own log):
+    # GwmsEntrySubmitFailing = submit_failing.
+    submit_failures: int = 3
     # Pilots that ended without running a job (GwmsPilotsNeverMatched).
     never_matched_pilots: int = 10
     never_matched_share: float = 0.5

@@ -36,7 +36,7 @@ from gwms_obs.tracing import conventions as C
 
 from . import names as N
 from .config import CONFIG, MAD_SCALE, Config
-from .rules import Alert, ce_unreachable, mostly_held, queue_slow
+from .rules import Alert, ce_unreachable, mostly_held, queue_slow, submit_failing
 
 
 class Status(enum.IntEnum):
@@ -61,6 +61,7 @@ class Reason(enum.StrEnum):
     HELD = "held"
     CE_UNREACHABLE = "ce_unreachable"
     QUEUE_SLOW = "queue_slow"
+    SUBMIT_FAILING = "submit_failing"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,6 +182,13 @@ def problems(c: Config = CONFIG) -> list[Problem]:
             f" to execution over {th.queue_slow_ratio:g} times the entry's own median of the last"
             f" {t.queue_baseline_range}, over {th.queue_slow_seconds} s, from at least"
             f" {th.queue_slow_pilots} pilots",
+        ),
+        Problem(
+            reason=Reason.SUBMIT_FAILING,
+            status=Status.FAILING,
+            expr=submit_failing(c),
+            meaning="GwmsEntrySubmitFailing's condition without its wait: condor_submit failed at least"
+            f" {th.submit_failures} times in the last {t.window} at the entry (the factory's own log)",
         ),
     ]
 

@@ -53,6 +53,7 @@ RR_HELD_TOP_CLASS = "gwms:entry_held_glideins:top_class"  # {entry, site, class}
 RR_QUEUE_P50 = "gwms:entry_queue_seconds:p50_1h"  # submit -> first execute, median of the window's pilots
 RR_QUEUE_PILOTS = "gwms:entry_queue_pilots:increase1h"
 RR_QUEUE_BASELINE = "gwms:entry_queue_seconds:p50_1h_week_median"  # the entry's own last week
+RR_SUBMIT_FAILURES = "gwms:entry_submit_failures:increase1h"  # condor_submit refused (the factory's log)
 RR_SITE_PROBLEM = "gwms:site_problem"  # {entry, site, reason}: 1 degraded, 2 failing
 RR_SITE_STATUS = "gwms:site_status"  # {site}: 0 ok, 1 degraded, 2 failing
 PHASE_RECORDED = (RR_PHASE_P95, RR_PHASE_MEDIAN, RR_PHASE_MAD, RR_PHASE_Z)
@@ -78,6 +79,7 @@ RECORDING: tuple[str, ...] = (
     RR_QUEUE_P50,
     RR_QUEUE_PILOTS,
     RR_QUEUE_BASELINE,
+    RR_SUBMIT_FAILURES,
     RR_SITE_PROBLEM,
     RR_SITE_STATUS,
 )

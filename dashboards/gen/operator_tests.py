@@ -1,5 +1,6 @@
 """promtool unit tests of the factory operator's alerts and red-light reasons (issue 33): glideins
-mostly held, the CE unreachable, time in queue far above the entry's own last week.
+mostly held, the CE unreachable, time in queue far above the entry's own last week, submissions
+failing.
 
 Each alert fires where it must, stays quiet on a healthy entry, just below each threshold and
 during the entry's downtime; its red-light problem (health.py) is checked in the same group, so
@@ -19,6 +20,7 @@ from .rule_tests import EXP, expect, firing, group, pool, quiet, s
 G, HG, D = catalogue.ENTRY_GLIDEINS.name, catalogue.HELD_GLIDEINS.name, catalogue.ENTRY_DOWNTIME.name
 SINCE, DOWN = catalogue.ENTRY_CE_DOWN_SINCE.name, catalogue.ENTRY_CE_DOWN.name
 Q = catalogue.PILOT_QUEUE_TIME
+F = catalogue.SUBMIT_FAILURES.name
 
 
 def _entry(name: str, entry: str, site: str, values: str) -> dict[str, str]:
@@ -182,6 +184,41 @@ def _queue_slow() -> dict[str, Any]:
     )
 
 
+def _submit_failing() -> dict[str, Any]:
+    name = "GwmsEntrySubmitFailing"
+    series = [
+        # condor_submit refused every minute: 60 in the hour.
+        _entry(F, "E_sub", "S_sub", "0+1x120"),
+        _entry(D, "E_sub", "S_sub", "0x120"),
+        # 2.5 an hour: quiet (at least 3).
+        _entry(F, "E_two", "S_two", "0+0.041666x120"),
+        # Refused as often, in downtime: quiet.
+        _entry(F, "E_sdt", "S_sdt", "0+1x120"),
+        _entry(D, "E_sdt", "S_sdt", "1x120"),
+        # Healthy: none.
+        _entry(F, "E_sok", "S_sok", "0x120"),
+    ]
+    return group(
+        series,
+        quiet("12m", name),  # for: 15m
+        firing(
+            "90m",
+            name,
+            expect(
+                "warning",
+                "site",
+                "Submissions to E_sub at S_sub are failing",
+                "condor_submit failed 60 times in the last 1h at entry E_sub: the factory's requests for it are"
+                " not submitted. The failure as the factory logged it is in the exporter's log (redacted):"
+                " 'condor_submit failed at entry E_sub'.",
+                entry="E_sub",
+                site="S_sub",
+            ),
+        ),
+        promql_expr_test=[problems("90m", "submit_failing", ("E_sub", "S_sub", 2))],
+    )
+
+
 def tests() -> list[dict[str, Any]]:
     """Groups for gwms-alerts.test.yml (rules evaluated every minute)."""
-    return [_held(), _ce_unreachable(), _queue_slow()]
+    return [_held(), _ce_unreachable(), _queue_slow(), _submit_failing()]

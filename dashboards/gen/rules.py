@@ -100,6 +100,11 @@ def queue_slow(c: Config = CONFIG) -> str:
     )
 
 
+def submit_failing(c: Config = CONFIG) -> str:
+    """The entries where condor_submit keeps failing, as the failures in the window."""
+    return f"{N.RR_SUBMIT_FAILURES} >= {c.thresholds.submit_failures} {_up(c)}"
+
+
 def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
     keep = "without (instance, job)"
     job = _re(tuple(x.value for x in JOB_TIME))
@@ -140,6 +145,11 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         {
             "record": N.RR_QUEUE_BASELINE,
             "expr": f"quantile_over_time(0.5, {N.RR_QUEUE_P50}[{c.timing.queue_baseline_range}])",
+        },
+        # condor_submit failures in the window (the factory's entry log, issue 33).
+        {
+            "record": N.RR_SUBMIT_FAILURES,
+            "expr": f"sum by (entry, site) (increase({catalogue.SUBMIT_FAILURES.name}[{w}]))",
         },
     ]
 
@@ -211,6 +221,17 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             description="The glideins of entry {{ $labels.entry }} that started in the last"
             f" {w} waited {{{{ $value | humanizeDuration }}}} (median) from submission, over"
             f" {th.queue_slow_ratio:g} times the entry's own median of the last {t.queue_baseline_range}.",
+        ),
+        Alert(
+            name="GwmsEntrySubmitFailing",
+            expr=submit_failing(c),
+            for_=t.for_site,
+            severity="warning",
+            audience="site",
+            summary="Submissions to {{ $labels.entry }} at {{ $labels.site }} are failing",
+            description=f'condor_submit failed {{{{ $value | printf "%.0f" }}}} times in the last {w} at entry'
+            " {{ $labels.entry }}: the factory's requests for it are not submitted. The failure as the factory"
+            " logged it is in the exporter's log (redacted): 'condor_submit failed at entry {{ $labels.entry }}'.",
         ),
         Alert(
             name="GwmsPilotsNeverMatched",
