@@ -1012,3 +1012,19 @@ def test_multi_factory_preflight_refuses_an_ha_pair_with_one_replica_label(tmp_p
     r = _preflight(tmp_path, secrets, inventory=str(inv), limit="factory-cern-b.example.org")
     assert r.returncode != 0
     assert "have the same external labels" in r.stdout and "refusing to deploy" in r.stdout, r.stdout[-4000:]
+
+
+def test_the_exporter_role_installs_rrdtool_for_import_rrd_unless_turned_off() -> None:
+    """`gwms-obs import-rrd` runs `rrdtool dump` on the factory host: the exporter role installs the
+    distribution's package there, behind gwms_exporter_rrdtool, and the air-gapped test host's
+    mirror (tests/support/nspawn.py) carries it, so the deployment test installs it too."""
+    from tests.support import nspawn
+
+    tasks = yaml.safe_load((ANSIBLE / "roles" / "gwms_exporter" / "tasks" / "main.yml").read_text())
+    install = next(t for t in tasks if t.get("name") == "Install the exporter")["block"]
+    (task,) = [t for t in install if (t.get("ansible.builtin.package") or {}).get("name") == "rrdtool"]
+    assert task["when"] == "gwms_exporter_rrdtool | bool"
+    assert render.role_defaults("gwms_exporter")["gwms_exporter_rrdtool"] is True
+    spec = _specs("gwms_exporter")["main"]["options"]["gwms_exporter_rrdtool"]
+    assert spec["type"] == "bool" and "import-rrd" in spec["description"]
+    assert "rrdtool" in nspawn.DEBS

@@ -740,7 +740,7 @@ def parser() -> argparse.ArgumentParser:
         "import-rrd",
         "a factory's GlideinWMS RRD history, before a cutover, as OpenMetrics for promtool's backfill",
         "gwms-obs import-rrd /var/lib/gwms-factory/web-area/monitor --cutover 2026-11-01T00:00 -o rrd.om\n"
-        "  promtool tsdb create-blocks-from openmetrics rrd.om /var/lib/prometheus/data",
+        "  promtool tsdb create-blocks-from openmetrics --max-block-duration=4374h rrd.om /var/lib/prometheus/data",
     )
     ir.add_argument("monitor_dir", help="the factory's monitor dir (entry_*/frontend_*/*.rrd)")
     ir.add_argument(
@@ -754,7 +754,8 @@ def parser() -> argparse.ArgumentParser:
         type=_entry_site,
         action="append",
         metavar="ENTRY=SITE",
-        help="the site label of an entry's series, as the exporter reads it from descript (repeatable; default empty)",
+        help="the site label of an entry's series (repeatable; default: its GLIDEIN_Site in the monitor dir's "
+        "descript.xml files, as the exporter reads it, else unknown)",
     )
     ir.add_argument("--output", "-o", help="write here instead of stdout")
     ir.set_defaults(func=cmd_import_rrd)

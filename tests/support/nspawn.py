@@ -39,7 +39,7 @@ SUITE = rootfs.SUITE
 # iproute2: the network facts, e.g. the default IPv4 address the multi-host inventory listens on).
 INCLUDE = ("systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2")
 # what the roles install from the distribution (the air-gapped host's mirror serves these)
-DEBS = ("prometheus", "prometheus-alertmanager", "python3-venv")
+DEBS = ("prometheus", "prometheus-alertmanager", "python3-venv", "rrdtool")
 MIRROR_IN_CONTAINER = "/srv/gwms-mirror"
 
 

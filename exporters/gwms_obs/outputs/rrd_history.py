@@ -17,12 +17,20 @@ What maps where (catalogue.py names and labels, the live exporter's state words)
   Log_Completed_Stats -> gwms_legacy_completed_stats_rate{stat}: GlideinWMS's
   per-mille waste, Lasted and JobsNr buckets have no counterpart in our
   accounting (docs/migration.md), so they keep their meaning under their own names.
+  No panel draws them, so each RRD row is one sample at its own time (most of a
+  factory's data sources are these buckets: filled, a year of one entry was
+  3.6 M samples, benchmarks/results/import-rrd.md).
+* ``site``: ``--site ENTRY=SITE``, else the GLIDEIN_Site of the monitor dir's
+  descript.xml files (where the exporter reads it), else ``unknown`` as the
+  exporter says it, so imported and live series are one series.
 * ``total/`` directories are sums of the frontends' and are skipped: Prometheus
   sums the per-client series, and importing both would count twice. Other files
   (Log_Counts, Log_Completed, ...) are not imported yet.
 
 The cutover: no sample at or after it. Start the live exporter's Prometheus at
-the cutover and the two never overlap.
+the cutover and the two never overlap. promtool reads its whole input once per
+block it cuts (2 hours by default): give it ``--max-block-duration=4374h`` and a
+year is three passes, not 4,380.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import IO
 from .. import catalogue
 from ..catalogue import MetricDef
 from ..parse_errors import ParseErrors
-from ..sources import rrd
+from ..sources import descript, rrd
 from .prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
 
 log = logging.getLogger(__name__)
@@ -52,6 +60,7 @@ STATUS_ATTRIBUTES: dict[str, tuple[MetricDef, str]] = {
     **{f"Client{a}": (catalogue.ENTRY_VO_GLIDEINS, w) for a, w in VO_GLIDEIN_STATES.items()},
 }
 Labels = tuple[str, ...]
+UNKNOWN_SITE = "unknown"  # the live exporter's site for an entry its descript does not name (ingest/entry_status.py)
 
 
 @dataclass
@@ -72,12 +81,25 @@ class RrdHistory:
 
     def add_tree(self, monitor: Path) -> None:
         """Every entry's per-client RRDs under a factory's monitor dir."""
+        self.sites = {**self.descript_sites(monitor), **self.sites}  # --site wins over descript
         for entry_dir in sorted(monitor.glob("entry_*")):
             entry = entry_dir.name.removeprefix("entry_")
             for client_dir in sorted(entry_dir.glob("frontend_*")):
                 client = client_dir.name.removeprefix("frontend_")
                 for f in sorted(client_dir.glob("*.rrd")):
                     self.add_file(f, entry, client)
+
+    def descript_sites(self, monitor: Path) -> dict[str, str]:
+        """Each entry's GLIDEIN_Site from the descript.xml files beside the RRDs, where the live
+        exporter reads it (ingest/descript.py): the factory's, then each entry's own, which wins."""
+        out: dict[str, str] = {}
+        paths = [monitor / "descript.xml", *sorted(monitor.glob("entry_*/descript.xml"))]
+        for path in paths:
+            if path.is_file():
+                for ed in descript.read_descript(str(path), self.errors, root=str(monitor)):
+                    if ed.site:
+                        out[ed.entry] = ed.site
+        return out
 
     def add_file(self, path: Path, entry: str, client: str) -> None:
         kind = path.stem
@@ -93,13 +115,15 @@ class RrdHistory:
         if parsed is None:
             return
         self.files += 1
-        pool = (entry, client, self.sites.get(entry, ""))
+        pool = (entry, client, self.sites.get(entry) or UNKNOWN_SITE)
         for i, (ds, _) in enumerate(parsed.ds):
             target = self._target(kind, ds)
             if target is None:
                 continue
             metric, extra = target
-            pts = rrd.points(parsed, i, until=self.cutover)
+            # The panels' series (instant selectors, 5-minute lookback) need a sample every step;
+            # the legacy families are read in Explore at a step of one's choosing: a row once.
+            pts = rrd.points(parsed, i, until=self.cutover, fill=metric in catalogue.RRD_IMPORTED)
             if not pts:
                 continue
             spool = self._spools.get(metric)

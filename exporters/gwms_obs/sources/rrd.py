@@ -12,10 +12,12 @@ The import takes, for each period, the finest archive that still covers it: an
 archive of ``pdp_per_row`` steps and ``rows`` rows ends at the row holding the
 last update and reaches back ``rows`` of its rows. Only AVERAGE archives are
 read (what GlideinWMS creates and its pages plot). A row's time is the end of
-the period it consolidates, as rrdtool stamps it; a coarser row is written at
-every base step of its period (its average stands for all of it, as on
-GlideinWMS's graphs), so Prometheus's 5-minute lookback shows no holes between
-hourly rows. Unknown rows (NaN) are gaps, not zeros. Bad input (a dump that is
+the period it consolidates, as rrdtool stamps it. For a series a panel draws, a
+coarser row is written at every base step of its period (its average stands
+for all of it, as on GlideinWMS's graphs), so Prometheus's 5-minute lookback
+shows no holes between hourly rows; other series get each row once, at its own
+time (``fill``; benchmarks/results/import-rrd.md has the cost of each).
+Unknown rows (NaN) are gaps, not zeros. Bad input (a dump that is
 not an RRD, a row with the wrong number of values) is counted in ParseErrors
 under source ``rrd`` with the file's path and the file or row skipped; the
 other files go on.
@@ -114,11 +116,13 @@ def parse(xml: bytes, path: str, errors: ParseErrors) -> Rrd | None:
     return Rrd(step, last, ds, tuple(archives))
 
 
-def points(rrd: Rrd, ds: int, until: float | None = None) -> list[tuple[int, float]]:
+def points(rrd: Rrd, ds: int, until: float | None = None, *, fill: bool = True) -> list[tuple[int, float]]:
     """One data source's known values, time-ordered, from the finest archive covering each period.
 
-    ``until``: the cutover; no sample at or after it. One data source at a time: a year of
-    12-hour rows written every 5 minutes is ~105,000 samples, and a file has dozens.
+    ``until``: the cutover; no sample at or after it. ``fill``: a coarse row at every base
+    step of its period (for series panels draw with an instant selector), else once, at its
+    own time. One data source at a time: a year of 12-hour rows written every 5 minutes is
+    ~105,000 samples, and a file has dozens.
     """
     out: list[tuple[int, float]] = []
     covered_from: float = math.inf  # the oldest row time a finer archive already gave
@@ -130,10 +134,13 @@ def points(rrd: Rrd, ds: int, until: float | None = None) -> list[tuple[int, flo
         end = min(covered_from, math.inf if until is None else until)
         for i, vals in enumerate(arc.rows):
             t = oldest + i * width
-            # A coarse row stands for its whole period, as on GlideinWMS's graphs: one sample
-            # per base step, so Prometheus's 5-minute lookback draws it without holes; the
-            # row a finer archive begins inside gives only the steps before that.
-            steps = [s for s in range(t - width + rrd.step, t + 1, rrd.step) if s < end]
+            # Filled, a coarse row stands for its whole period, as on GlideinWMS's graphs: one
+            # sample per base step, so Prometheus's 5-minute lookback draws it without holes;
+            # the row a finer archive (or the cutover) begins inside gives the steps before that.
+            if fill:
+                steps = [s for s in range(t - width + rrd.step, t + 1, rrd.step) if s < end]
+            else:
+                steps = [t] if t < end else []
             if not steps:
                 break
             if not math.isnan(v := vals[ds]):
