@@ -160,6 +160,66 @@ def entry_health() -> Board:
         question="How long has each unreachable CE been down?",
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
     )
+    SUB, REM, FAIL = catalogue.GLIDEINS_SUBMITTED, catalogue.GLIDEINS_REMOVED, catalogue.SUBMIT_FAILURES
+    submitted = over_range(SUB, SEL, BY_ENTRY)  # one ranking: the three lines of an entry come together
+    b.add(
+        "timeseries",
+        "Submitted, running and removed glideins, top $topn entries",
+        "Glideins per second the factory submitted (its entry log's 'Submitted N glideins') and set out to"
+        " remove (unrecoverable held, stale, excess: its 'Removing' and sanitize lines), beside the glideins"
+        " running in the factory queue (right axis), for the $topn entries that submitted the most over the"
+        " range. Submissions with nothing running after them: the glideins die or wait at the CE.",
+        SUB.rate_grafana_unit,
+        [
+            Target(
+                ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(SUB)})", submitted),
+                legend("entry", FACTORY) + " submitted",
+            ),
+            Target(
+                ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(REM, SEL_ENTRY)})", submitted),
+                legend("entry", FACTORY) + " removed",
+            ),
+            Target(
+                ranked(BY_ENTRY, f'sum by ({BY_ENTRY}) ({G}{{{SEL},state="running"}})', submitted),
+                legend("entry", FACTORY) + " running",
+                unit=catalogue.ENTRY_GLIDEINS.grafana_unit,
+            ),
+        ],
+        budget=10 * 3,
+        question="Are submissions going out, and is the factory removing what it submitted?",
+        drill=ENTRY_LINKS,
+    )
+    removed = f"increase({REM.name}{{{SEL_ENTRY}}}[$__range])"
+    b.add(
+        "table",
+        "Glideins removed by the factory by reason, top $topn entries and reasons",
+        "Glideins the factory set out to remove over the range, per entry and reason (its entry log):"
+        " unrecoverable_held and held, stale_idle and stale_running (older than the entry's stale age),"
+        " excess_idle and excess_running (the frontend asked for fewer).",
+        REM.grafana_unit,
+        [Target(f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, reason) ({removed})))")],
+        budget=10,
+        question="Why does the factory remove an entry's glideins?",
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+    )
+    failed = over_range(FAIL, SEL_ENTRY, BY_ENTRY)
+    b.add(
+        "timeseries",
+        "condor_submit failures, top $topn entries",
+        "condor_submit calls that failed per second at the entry (the factory's ERROR 'condor_submit failed'),"
+        " the $topn entries with the most over the range; GwmsEntrySubmitFailing mails the site at 3 in an"
+        " hour. The failure's text is in the exporter's log ('condor_submit failed at entry ...').",
+        FAIL.rate_grafana_unit,
+        [
+            Target(
+                ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(FAIL, SEL_ENTRY)})", failed),
+                LEGEND_ENTRY,
+            )
+        ],
+        budget=10,
+        question="Where does condor_submit fail?",
+        drill=ENTRY_LINKS,
+    )
     b.add(
         "timeseries",
         "Validation failures by site, top $topn",
