@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(shim))
     # At run time, from the checkout (not a dependency of this project).
     log_support = importlib.import_module("glideinwms.lib.logSupport")
-    log_support.log = logging.getLogger("glideinwms")  # set by the frontend's own startup, unset here
+    # Set by the frontend's own startup, unset here.
+    log_support.log = logging.getLogger("glideinwms")  # type: ignore[attr-defined]
     gfm = importlib.import_module("glideinwms.frontend.glideinFrontendMonitoring")
     agg = importlib.import_module("glideinwms.frontend.glideinFrontendMonitorAggregator")
 

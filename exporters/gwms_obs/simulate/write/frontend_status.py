@@ -246,16 +246,14 @@ def simulated(
         for name, g in groups.items():
             up = _sum_common(m.classes() for m in g.factories.values())
             zero = {c: dict.fromkeys(v, 0) for c, v in up.items()}
+            down = Match(True, zero["MatchedJobs"], zero["MatchedGlideins"], zero["MatchedCores"], zero["Requested"])
+            # Every entry is up and every job matched: MatchedUp is their sum, the others zero.
             g.states = {
                 "MatchedUp": Match(
                     False, up["MatchedJobs"], up["MatchedGlideins"], up["MatchedCores"], up["Requested"]
                 ),
-                "MatchedDown": Match(
-                    True, *(zero[c] for c in ("MatchedJobs", "MatchedGlideins", "MatchedCores", "Requested"))
-                ),
-                "Unmatched": Match(
-                    True, *(zero[c] for c in ("MatchedJobs", "MatchedGlideins", "MatchedCores", "Requested"))
-                ),
+                "MatchedDown": down,
+                "Unmatched": down,
             }
             idle, run = up["MatchedJobs"]["Idle"], up["MatchedJobs"]["Running"]
             g.jobs = {"Idle": idle, "OldIdle": 0, "Running": run, "Total": idle + run, "Idle_3600": 0}
