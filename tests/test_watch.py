@@ -128,3 +128,21 @@ def test_the_discovery_keys_are_checked() -> None:
     problems = value_problems(from_dict({"tick_seconds": 0, "full_scan_seconds": float("nan")}))
     assert "tick_seconds must be a finite number of seconds > 0, got 0.0" in problems
     assert any(p.startswith("full_scan_seconds must be a finite number") for p in problems)
+
+
+def test_a_renamed_entry_directory_is_scanned_then_watched_under_its_new_name(tree: Path, tmp_path: Path) -> None:
+    root = copy(tree, tmp_path)
+    ing = daemon(root)
+    assert ing.watch()
+    ing.scan()
+    old = sorted(root.glob("client/*/*/entry_*"))[0]
+    src = sorted(old.glob("job.*.out"))[0]
+    new = old.with_name(old.name + "_renamed")
+    old.rename(new)  # the pilots' keys change with their entry: counted again under it, as report does
+    ing.scan()
+    assert ing.last_scan_full  # a directory moved: the events cannot say what it held
+    shutil.copy(new / src.name, new / "job.9.0.out")
+    shutil.copy((new / src.name).with_suffix(".err"), new / "job.9.0.err")
+    res = ing.scan()
+    assert not ing.last_scan_full and res.by_source == {Source.GLIDEIN_OUT: 1}, res
+    assert ing.seen.keys() >= report(root).seen.keys()

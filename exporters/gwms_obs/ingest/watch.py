@@ -32,6 +32,7 @@ event loop).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -325,11 +326,15 @@ class Discovery:
         d = self._dirs.get(wd)
         if d is None:
             return
-        if mask & IN_IGNORED or mask & (IN_DELETE_SELF | IN_MOVE_SELF):
-            if mask & IN_IGNORED:
-                del self._dirs[wd]
-                if self._wd_of.get(d.path) == wd:
-                    del self._wd_of[d.path]
+        if mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF):
+            # Gone or moved: its watch no longer names its path (a directory made again under that
+            # path is watched by the full scan this asks for).
+            del self._dirs[wd]
+            if self._wd_of.get(d.path) == wd:
+                del self._wd_of[d.path]
+            if mask & IN_MOVE_SELF and self.ino is not None:
+                with contextlib.suppress(OSError):
+                    self.ino.rm_watch(wd)
             self._full_due = self._full_due or "a watched directory went"
             return
         if mask & IN_ISDIR:
