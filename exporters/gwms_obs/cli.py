@@ -205,6 +205,7 @@ def cmd_report(a: argparse.Namespace) -> int:
         outlets=Outlets(
             accounts=history.add if history else rep.add,
             traces=sender[2] if sender is not None else None,
+            factory_log=rep.add_factory_log,
             progress=True,
         ),
         errors=errors,

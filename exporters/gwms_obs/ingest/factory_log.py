@@ -25,6 +25,7 @@ from ..accounting.pilot import EntryDefaults
 from ..catalogue import Source
 from ..sources import factory_log, files, layout
 from .books import Listing
+from .outlets import FactoryLogCount
 from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.ingest.factory_log")
@@ -116,6 +117,7 @@ class FactoryLogStage(Stage):
         b = self.books
         site = (b.defaults.get(entry) or EntryDefaults()).site or "unknown"
         seen = self.seen.setdefault(entry, {})
+        sink = self.outlets.factory_log
         for r in records:
             if r.kind is factory_log.Kind.CLIENT:
                 self.clients[name] = r.client
@@ -127,11 +129,18 @@ class FactoryLogStage(Stage):
                 del seen[next(iter(seen))]
             with b.lock:
                 if r.kind is factory_log.Kind.SUBMITTED:
-                    b.ledger.add_submitted(entry, self.clients.get(name, UNKNOWN_CLIENT), site, r.n)
+                    what, label = "submitted", self.clients.get(name, UNKNOWN_CLIENT)
+                    b.ledger.add_submitted(entry, label, site, r.n)
                 elif r.kind is factory_log.Kind.SUBMIT_FAILED:
+                    what, label = "submit_failures", ""
                     b.ledger.add_submit_failure(entry, site)
                 elif r.reason is not None:
-                    b.ledger.add_removed(entry, site, r.reason.value, r.n)
+                    what, label = "removed", r.reason.value
+                    b.ledger.add_removed(entry, site, label, r.n)
+                else:
+                    continue
+            if sink is not None:
+                sink(FactoryLogCount(entry, site, what, label, r.n, r.t))
             if r.kind is factory_log.Kind.SUBMIT_FAILED:
                 self._log_failure(entry, r)
 

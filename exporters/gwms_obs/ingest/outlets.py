@@ -32,6 +32,23 @@ TraceSink = Callable[[PilotAccount, PilotFacts], None]
 
 
 @dataclass(frozen=True, slots=True)
+class FactoryLogCount:
+    """What the factory-log stage just added to the ledger, with the time the factory logged it:
+    ``what`` is submitted (``label``: the client), submit_failures, or removed (``label``: the reason)."""
+
+    entry: str
+    site: str
+    what: str
+    label: str
+    n: int
+    t: float
+
+
+# Each factory-log count (outputs/report.py ``Report.add_factory_log``: the window's).
+FactoryLogSink = Callable[[FactoryLogCount], None]
+
+
+@dataclass(frozen=True, slots=True)
 class Outlets:
     """The outputs a scan feeds as it counts; None: that output is off (and nothing is kept for it)."""
 
@@ -41,6 +58,7 @@ class Outlets:
     # Writes the traces built so far before a checkpoint marks their pilots counted (a kill in
     # between counts them, and sends them, again, rather than never).
     flush_traces: Callable[[], object] | None = None
+    factory_log: FactoryLogSink | None = None
     progress: bool = False  # a progress bar on a terminal for long first scans
 
     def counted(self, acc: PilotAccount, source: Source, facts: PilotFacts | None, times: PilotTimes | None) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import catalogue
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Accuracy, Category, Outcome, Resource
+from ..ingest.outlets import FactoryLogCount
 from .text import aligned, utc_minute
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class Report:
     # report --pilots ENTRY:CATEGORY: the cell whose pilots are listed, and those pilots
     cell: tuple[str, Category] | None = None
     cell_pilots: list[CellPilot] = field(default_factory=list)
+    # The factory's own entry logs in the window, per entry: (site, {what: {label: glideins}}), what
+    # being submitted (by client), submit_failures (label ""), removed (by reason).
+    factory_log: dict[str, tuple[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
 
     def wants(self, a: PilotAccount) -> bool:
         """A pilot belongs to the report when it ended inside [since, until)."""
@@ -106,6 +110,32 @@ class Report:
             cpu, gpu = a.partition.cpu.get(self.cell[1], 0.0), a.partition.gpu.get(self.cell[1], 0.0)
             if cpu > 0 or gpu > 0:
                 self.cell_pilots.append(CellPilot(a.cluster, a.proc, cpu, gpu, a.outcome.value, a.start, a.end))
+
+    def add_factory_log(self, c: FactoryLogCount) -> None:
+        """A count of the factory's entry log, when the factory logged it inside [since, until)."""
+        if (self.since is not None and c.t < self.since) or (self.until is not None and c.t >= self.until):
+            return
+        _, by = self.factory_log.setdefault(c.entry, (c.site, {}))
+        self.factory_log[c.entry] = (c.site, by)
+        labels = by.setdefault(c.what, {})
+        labels[c.label] = labels.get(c.label, 0) + c.n
+
+    def factory_log_rows(self) -> list[dict[str, Any]]:
+        """Per entry: glideins submitted (per client and in all), condor_submit failures, glideins removed by reason."""
+        out = []
+        for entry, (site, by) in sorted(self.factory_log.items()):
+            submitted = dict(sorted(by.get("submitted", {}).items()))
+            out.append(
+                {
+                    "entry": entry,
+                    "site": site,
+                    "submitted": sum(submitted.values()),
+                    "submitted_by_client": submitted,
+                    "submit_failures": sum(by.get("submit_failures", {}).values()),
+                    "removed": dict(sorted(by.get("removed", {}).items())),
+                }
+            )
+        return out
 
     # --- the pilots behind one cell (report --pilots) -----------------------------------------
     def pilot_rows(self, factory: str) -> list[tuple[str, float, float, str, str, str]]:
@@ -179,6 +209,8 @@ class Report:
             "accuracy": dict(self.accuracy),
             "approximate_cpu_seconds": {e: v for e, v in sorted(self.approximate.items()) if v > 0},
             "rows": [dict(zip(CSV_HEADER, r, strict=True)) for r in self.rows()],
+            # glideins, from the factory's own entry logs, by when it logged them
+            "factory_log": self.factory_log_rows(),
         }
         return json.dumps(doc, indent=2)
 
