@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.core import Metric
 
 from gwms_obs import catalogue
@@ -208,3 +210,24 @@ def scan_factory(factory: Path) -> Ingest:
     ing = Ingest(IngestConfig(factory_dir=str(factory), settle_seconds=0.0))
     ing.scan()
     return ing
+
+
+_GROUP = (FIXTURES / "group_main" / "frontend_status.xml").read_bytes()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(junk=st.binary(max_size=300), at=st.integers(0, len(_GROUP)), cut=st.integers(0, len(_GROUP)))
+def test_any_bytes_spliced_into_a_group_file_are_counted_never_raised(
+    tmp_path: Path, junk: bytes, at: int, cut: int
+) -> None:
+    """Whatever a half-written or corrupt file holds, the reader returns a status or None (counted)."""
+    d = tmp_path / "m" / f"group_g{at}_{cut}_{len(junk)}"
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / "frontend_status.xml"
+    p.write_bytes((_GROUP[:at] + junk + _GROUP[at:])[: max(cut, at)])
+    errors = ParseErrors()
+    st_ = read_group_status(str(p), errors)
+    if st_ is None:
+        assert errors.counts
+    else:
+        assert all(v >= 0 for m in st_.factories.values() for v in m.requested.values())
