@@ -307,7 +307,8 @@ def _searchable(jcfg: TB.JaegerConfig, pilots: int) -> list[dict[str, Any]]:
     counts a span accepted), or what it finds after 120 s."""
 
     def search() -> list[dict[str, Any]]:
-        return J.search(jcfg.query, start=0, end=time.time() + 86400, limit=10 * pilots)
+        # a search of every trace: slow on a loaded machine (30 s did not do under load 15)
+        return J.search(jcfg.query, start=0, end=time.time() + 86400, limit=10 * pilots, timeout=600)
 
     def all_found() -> list[dict[str, Any]] | None:
         found = search()
