@@ -211,7 +211,16 @@ def test_labels_name_exactly_the_anomalies(tree: tuple[Path, SimulationSummary])
     root, s = tree
     doc = json.loads((root / "anomalies.json").read_text())
     assert doc["version"] == 1 and doc["seed"] == 5 and doc["snapshot"] == s.snapshot
-    kinds = {"black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow"}
+    kinds = {
+        "black_hole",
+        "slow_script",
+        "resource_hog",
+        "drift",
+        "held",
+        "ce_unreachable",
+        "queue_slow",
+        "submit_failing",
+    }
     assert set(doc["kinds"]) == kinds and "leak" in doc["not_simulated"]
     by = {(a["kind"], a["entry"]): a for a in doc["anomalies"]}
     assert set(by) == {
@@ -222,6 +231,7 @@ def test_labels_name_exactly_the_anomalies(tree: tuple[Path, SimulationSummary])
         ("held", "OSG_US_AUTHFAIL_ce"),
         ("ce_unreachable", "CMSHTPC_T2_CEDOWN_ce"),
         ("queue_slow", "Fermilab_LONGQUEUE_ce"),
+        ("submit_failing", "OSG_US_AUTHFAIL_ce"),
     }
     assert s.anomalies == dict.fromkeys(kinds, 1)
     sites = {e.name: e.site for e in (*DEFAULT_ENTRIES, *ANOMALY_ENTRIES, *OPERATOR_ENTRIES)}

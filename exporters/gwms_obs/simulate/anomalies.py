@@ -7,7 +7,8 @@ kind, in entry order::
     {
       "version": 1,
       "seed": 5, "start": 1781000000, "end": 1781604800, "snapshot": 1781615600,
-      "kinds": ["black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow"],
+      "kinds": ["black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow",
+                "submit_failing"],
       "not_simulated": {"leak": "<why>"},
       "anomalies": [
         {"kind": "black_hole", "entry": "OSG_US_BLACKHOLE_ce", "site": "BlackHoleSite", "unit": "pilot",
@@ -24,7 +25,8 @@ kind, in entry order::
         {"kind": "held", "entry": "OSG_US_AUTHFAIL_ce", ..., "unit": "entry",
          "params": {"share": 0.9, "class": "auth_failed"}},
         {"kind": "ce_unreachable", ..., "unit": "entry", "params": {"down": 1781302400, "up": 1781306000}},
-        {"kind": "queue_slow", ..., "unit": "entry", "params": {"factor": 8.0, "since": 1781086400}}
+        {"kind": "queue_slow", ..., "unit": "entry", "params": {"factor": 8.0, "since": 1781086400}},
+        {"kind": "submit_failing", "entry": "OSG_US_AUTHFAIL_ce", ..., "unit": "entry", "params": {"share": 0.35}}
       ]
     }
 
@@ -48,7 +50,7 @@ from .usage import HOG_CPU, HOG_MEMORY
 
 FILE = "anomalies.json"
 VERSION = 1
-KINDS = ("black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow")
+KINDS = ("black_hole", "slow_script", "resource_hog", "drift", "held", "ce_unreachable", "queue_slow", "submit_failing")
 NOT_SIMULATED = {
     "leak": (
         "a pilot's own memory over its life is in no file the factory gets back: the .err returns job ads "
@@ -74,6 +76,8 @@ def _kinds(spec: EntrySpec) -> list[str]:
         kinds.append("ce_unreachable")
     if spec.queue_slow != 1.0:
         kinds.append("queue_slow")
+    if spec.submit_fail:
+        kinds.append("submit_failing")
     return kinds
 
 
@@ -153,6 +157,8 @@ def _unit_and_params(spec: EntrySpec, kind: str, start: int, span: int) -> dict[
     if kind == "resource_hog":
         params = {"share": spec.hog, "memory_factor": list(HOG_MEMORY), "cpu_factor": list(HOG_CPU)}
         return {"unit": "job", "params": params, "jobs": []}
+    if kind == "submit_failing":  # condor_submit refused a share of the submissions (the entry's log)
+        return {"unit": "entry", "params": {"share": spec.submit_fail}}
     if kind == "held":  # the CE refuses the factory's credentials: holds of class auth_failed
         return {"unit": "entry", "params": {"share": spec.refuse, "class": HoldClass.AUTH_FAILED.value}}
     if kind == "ce_unreachable":  # the gridmanager's 026 ... 025
