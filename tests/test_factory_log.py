@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwms_obs.catalogue import RemovalReason
 from gwms_obs.ingest.config import IngestConfig
@@ -286,3 +288,31 @@ def test_the_simulated_factory_logs_read_as_its_plan(tmp_path: Path) -> None:
     refused = [(t, sim_log._failures(spec, c)) for c, t in clusters.items()]
     want = sum(1 for t, k in refused for i in range(1, k + 1) if t - i * sim_log.CYCLE <= now)
     assert sum(led.submit_failures.values()) == want > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4096), st.integers(min_value=0, max_value=3))
+def test_any_bytes_are_read_without_an_exception_and_keep_the_good_lines(junk: bytes, where: int) -> None:
+    good = b"[2026-05-28 20:00:00,000] INFO: Submitted 2 glideins to s: [(1, 0), (1, 1)]\n"
+    parts = [good, good, good]
+    parts.insert(where, junk.replace(b"\n", b" ") + b"\n")  # one line of anything, among good ones
+    buf = b"".join(parts)
+    recs, used, errors = records(buf)
+    assert used == len(buf)
+    assert sum(r.n for r in recs if r.kind is fl.Kind.SUBMITTED) >= 6  # the junk line may itself read as one
+    assert errors.total() <= 1
+
+
+def test_a_log_that_is_not_a_regular_file_inside_the_tree_is_refused_and_counted(tmp_path: Path) -> None:
+    root = factory(tmp_path / "f")
+    d = root / "server" / f"entry_{ENTRY}"
+    outside = tmp_path / "secret.log"
+    outside.write_bytes(b"[2026-05-28 20:00:00,000] INFO: Submitted 99 glideins to s: []\n")
+    (d / f"{ENTRY}.all.log").symlink_to(outside)
+    os.mkfifo(d / f"{ENTRY}.debug.log")  # a FIFO would block a reader that opened it blindly
+    ing = scan(root)
+    assert ledger_totals(ing) == {k: EXPECTED[k] for k in ("submitted", "submit_failures", "removed")}
+    refused = {reason: n for (src, reason), n in ing.errors.counts.items() if src == SRC}
+    assert sum(refused.values()) == 2, refused
+    ing.scan()  # listed again: not counted again
+    assert sum(n for (src, _), n in ing.errors.counts.items() if src == SRC) == 2
