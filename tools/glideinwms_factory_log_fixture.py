@@ -131,7 +131,7 @@ def write(checkout: Path, out: Path = OUT) -> dict[str, Any]:
     sys.meta_path.insert(0, _M2CryptoStandIn())
     sys.path.insert(0, str(work))
     log_support = importlib.import_module("glideinwms.lib.logSupport")
-    gfl = importlib.import_module("glideinwms.factory.glideFactoryLib")
+    gfl: Any = importlib.import_module("glideinwms.factory.glideFactoryLib")  # patched: stand-ins set below
 
     clock = _Clock(float(START))
     make_record = logging.getLogRecordFactory()
