@@ -231,3 +231,25 @@ def test_any_bytes_spliced_into_a_group_file_are_counted_never_raised(
         assert errors.counts
     else:
         assert all(v >= 0 for m in st_.factories.values() for v in m.requested.values())
+
+
+def test_a_group_removed_from_the_frontend_leaves_with_its_series(monitor: Path) -> None:
+    ing = Ingest(IngestConfig(factory_dir="", frontend_monitor_dir=str(monitor)))
+    ing.scan()
+    groups = {k[0] for k in frontend_series(ing)[catalogue.FRONTEND_JOBS.name]}
+    assert groups == set(FX.GROUPS)
+    shutil.rmtree(monitor / "group_gpu")
+    ing.scan()
+    got = frontend_series(ing)
+    assert {k[0] for k in got[catalogue.FRONTEND_JOBS.name]} == {"main"}
+    assert {k[0] for k in got[catalogue.FRONTEND_GROUP_UPDATED.name]} == {"main"}
+
+
+def test_a_monitor_dir_gone_keeps_every_groups_last_values(monitor: Path) -> None:
+    ing = Ingest(IngestConfig(factory_dir="", frontend_monitor_dir=str(monitor)))
+    ing.scan()
+    before = frontend_series(ing)
+    monitor.rename(monitor.with_name("moved"))
+    ing.scan()
+    assert frontend_series(ing) == before  # their time ages: GwmsFrontendInfoStale says so
+    assert ing.errors.counts[(SRC, "unreadable_dir")] == 1

@@ -315,6 +315,13 @@ class Ledger:
         status.factories = {k: m for k, m in status.factories.items() if self.budget.admit("entry", k[0]) == k[0]}
         self.frontend_groups[status.group] = (status, client)
 
+    def drop_frontend_groups(self, groups: set[str]) -> None:
+        """Forget groups the frontend no longer has (their dir is gone): their series end."""
+        if groups & set(self.frontend_groups):
+            self.version += 1
+            for g in groups:
+                self.frontend_groups.pop(g, None)
+
     def update_frontend(self, updated: float | None) -> None:
         """The frontend-wide frontend_status.xml's time."""
         self.version += 1

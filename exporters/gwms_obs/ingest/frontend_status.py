@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..catalogue import Source
-from ..sources import frontend_status, layout
+from ..sources import files, frontend_status, layout
 from .stage import Scan, Stage
 
 MAX_GROUPS = 200  # a frontend has a handful; more group_* dirs are counted, not read
@@ -30,10 +30,16 @@ class FrontendStatusStage(Stage):
         self.mtimes: dict[str, float] = {}  # re-read a file only when it changed
         self.frontend_name: str | None = None  # monitor/descript.xml's FrontendName
 
-    def discover(self, scan: Scan) -> Sequence[tuple[str, str]]:
+    def discover(self, scan: Scan) -> Sequence[tuple[str, str]] | None:
         d = self.books.cfg.frontend_monitor_dir
         if not d:
             return []  # not a frontend host
+        try:
+            with os.scandir(d):
+                pass
+        except OSError as e:  # nothing read this scan: the groups keep their last values, which age
+            self.books.once.record(self.source.value, layout.UNREADABLE_DIR, d, None, files.describe(e))
+            return None
         groups = sorted(layout.frontend_groups(d, self.books.once))
         if len(groups) > MAX_GROUPS:
             self.books.once.record(self.source.value, "too_many_groups", d, None, f"{len(groups)} > {MAX_GROUPS}")
@@ -81,3 +87,7 @@ class FrontendStatusStage(Stage):
             with b.lock:
                 b.ledger.update_frontend_group(st, self.client(group))
         b.health.files[self.source] = len(present)
+        # A group whose dir is gone (removed from the frontend's config): its series end, rather
+        # than age into a stale alert that never clears. One whose file is only unreadable stays.
+        with b.lock:
+            b.ledger.drop_frontend_groups(set(b.ledger.frontend_groups) - {g for g, _ in found})
