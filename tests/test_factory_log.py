@@ -316,3 +316,18 @@ def test_a_log_that_is_not_a_regular_file_inside_the_tree_is_refused_and_counted
     assert sum(refused.values()) == 2, refused
     ing.scan()  # listed again: not counted again
     assert sum(n for (src, _), n in ing.errors.counts.items() if src == SRC) == 2
+
+
+def test_the_whole_buffer_search_finds_what_the_line_by_line_read_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffer with no line over MAX_LINE is searched for candidate lines at once; one with such a
+    line is read line by line: the same records and errors either way."""
+    hostile = (
+        b"[2026-05-28 20:00:00,000] INFO: Submitted many glideins to s: []\n"
+        b"[2026-02-30 20:00:00,000] INFO: Removing 1 idle glideins\n"
+    )
+    buf = INFO + ERR + hostile + INFO[:50]
+    fast = records(buf)
+    monkeypatch.setattr(fl, "_may_have_long_line", lambda buf, end: True)
+    slow = records(buf)
+    assert fast[0] == slow[0] and fast[1] == slow[1] and fast[2].counts == slow[2].counts
+    assert fast[2].counts == Counter({(SRC, "malformed_line"): 1, (SRC, "bad_timestamp"): 1})

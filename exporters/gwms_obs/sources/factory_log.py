@@ -143,13 +143,41 @@ _SANITIZE: tuple[tuple[re.Pattern[str], RemovalReason | None], ...] = (
 _FAILED = "condor_submit failed: "
 
 
+# A factory writes many lines a second: the epoch of each second is computed once (bounded).
+_SECONDS: dict[bytes, float | None] = {}
+_MAX_SECONDS = 4096
+
+
 def _epoch(m: re.Match[bytes]) -> float | None:
     """The prefix's time (the factory's local time, as this host's), or None if not a date."""
-    try:
-        y, mo, d, h, mi, s, ms = (int(g) for g in m.groups()[:7])
-        return datetime(y, mo, d, h, mi, s, ms * 1000).timestamp()
-    except (ValueError, OverflowError, OSError):
-        return None
+    key = m.string[m.start(1) : m.end(6)]
+    t = _SECONDS.get(key, -1.0)
+    if t == -1.0:
+        try:
+            y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+            t = datetime(y, mo, d, h, mi, sec).timestamp()
+        except (ValueError, OverflowError, OSError):
+            t = None
+        if len(_SECONDS) >= _MAX_SECONDS:
+            _SECONDS.clear()
+        _SECONDS[key] = t
+    return None if t is None else t + int(m[7]) / 1000
+
+
+# The lines that may count, found in a whole buffer at once (most of a factory's log does not):
+# the prefix, then the start of one of the messages above.
+_CANDIDATE = re.compile(
+    rb"(?m)^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3}\] (?:INFO|WARNING|ERROR): "
+    rb"(?:[A-Za-z_][A-Za-z0-9_]{0,63}:[0-9]{1,6}: )?"
+    rb"(?:Checking downtime for frontend |Submitted |Removing |Found |But removing only |condor_submit failed: )"
+)
+
+
+def _may_have_long_line(buf: bytes, end: int) -> bool:
+    """Whether a line of ``buf[:end]`` may be over MAX_LINE: one that is holds a whole aligned half of
+    MAX_LINE without a newline, so if every such half has one, none is (a few C finds a buffer)."""
+    half = MAX_LINE // 2
+    return any(buf.find(b"\n", k, min(k + half, end)) < 0 for k in range(0, end, half))
 
 
 def scan_buffer(buf: bytes, path: str, base_offset: int, errors: ParseErrors) -> tuple[list[Record], int]:
@@ -157,8 +185,19 @@ def scan_buffer(buf: bytes, path: str, base_offset: int, errors: ParseErrors) ->
     and the bytes they take; an unterminated last line waits for its end, unless it is
     already longer than ``MAX_LINE`` (counted ``line_too_long`` and passed)."""
     out: list[Record] = []
-    pos = 0
     end = buf.rfind(b"\n") + 1
+    if not _may_have_long_line(buf, end):  # the usual buffer: only the candidate lines are looked at
+        for c in _CANDIDATE.finditer(buf, 0, end):
+            line = buf[c.start() : buf.index(b"\n", c.start())]
+            m = _PREFIX.match(line)
+            got = _record(m, line) if m is not None else None
+            if isinstance(got, Record):
+                out.append(got)
+            elif got is not None:
+                errors.record(_SRC, got, path, base_offset + c.start(), line[:200].decode("utf-8", "replace"))
+        pos = end
+    else:
+        pos = 0
     while pos < end:
         eol = buf.index(b"\n", pos)
         line = buf[pos:eol]
@@ -181,10 +220,19 @@ def scan_buffer(buf: bytes, path: str, base_offset: int, errors: ParseErrors) ->
     return out, end
 
 
+# What a message that may count begins with, per level: any other line is passed without decoding it.
+_STARTS = {
+    b"INFO": (b"Checking downtime for frontend ", b"Submitted ", b"Removing "),
+    b"WARNING": (b"Found ", b"But removing only "),
+    b"ERROR": (_FAILED.encode(),),
+}
+
+
 def _record(m: re.Match[bytes], line: bytes) -> Record | str | None:
     """The line's record; None for a line that does not count; the reason of a bad one."""
     level = m[8]
-    if level not in (b"INFO", b"WARNING", b"ERROR"):
+    starts = _STARTS.get(level)
+    if starts is None or not line.startswith(starts, m.end()):
         return None
     msg = line[m.end() :].rstrip(b"\r").decode("utf-8", "replace")
     rec: Record | None = None
