@@ -281,6 +281,15 @@ def test_the_simulated_factory_logs_read_as_its_plan(tmp_path: Path) -> None:
             want_removed[(p.entry, "unrecoverable_held" if p.end_event == "held" else "excess_running")] += 1
     assert Counter({(e, c): n for (e, c, _), n in led.submitted.items()}) == want_submitted
     assert Counter({(e, r): n for (e, _, r), n in led.removed.items()}) == want_removed
+    # The event log corroborates: every glidein the factory removed has its 009 (aborted via condor_rm).
+    aborted: Counter[str] = Counter()
+    for log in tmp_path.glob("client/*/*/entry_*/condor_activity_*.log"):
+        text = b"\n" + log.read_bytes()
+        aborted[log.parent.name.removeprefix("entry_")] += text.count(b"\n009 (")
+    removed_by_entry: Counter[str] = Counter()
+    for (e, _, _), n in led.removed.items():
+        removed_by_entry[e] += n
+    assert +removed_by_entry == +aborted
     failing = {e for (e, _), n in led.submit_failures.items() if n}
     assert failing == {e.name for e in OPERATOR_ENTRIES if e.submit_fail} == {"OSG_US_AUTHFAIL_ce"}
     spec = next(e for e in OPERATOR_ENTRIES if e.submit_fail)
