@@ -94,7 +94,7 @@ class Labels:
                     "kind": kind,
                     "entry": spec.name,
                     "site": spec.site,
-                    **_unit_and_params(spec, kind, start, end - start),
+                    **_unit_and_params(spec, kind, start, end - start, snapshot),
                 }
 
     def pilot(self, p: SimPilot, spec: EntrySpec) -> None:
@@ -145,7 +145,7 @@ class Labels:
         return (json.dumps(doc, indent=1) + "\n").encode()
 
 
-def _unit_and_params(spec: EntrySpec, kind: str, start: int, span: int) -> dict[str, Any]:
+def _unit_and_params(spec: EntrySpec, kind: str, start: int, span: int, snapshot: int) -> dict[str, Any]:
     if kind == "black_hole":
         return {"unit": "pilot", "params": {"share": spec.blackhole}, "pilots": []}
     if kind == "slow_script":
@@ -162,7 +162,7 @@ def _unit_and_params(spec: EntrySpec, kind: str, start: int, span: int) -> dict[
     if kind == "held":  # the CE refuses the factory's credentials: holds of class auth_failed
         return {"unit": "entry", "params": {"share": spec.refuse, "class": HoldClass.AUTH_FAILED.value}}
     if kind == "ce_unreachable":  # the gridmanager's 026 ... 025
-        down, up = outage(spec, start, span)
+        down, up = outage(spec, snapshot)
         return {"unit": "entry", "params": {"down": down, "up": up}}
     if kind == "queue_slow":
         since = start + int(span * spec.queue_slow_from)

@@ -209,7 +209,7 @@ class Planner:
         """Decide the pilot's fate and timeline (ground truth)."""
         self._fate(p, spec)
         if spec.ce_down_hours:
-            down, up = outage(spec, self.start, self.span)
+            down, up = outage(spec, self.snapshot)
             assert p.ended is not None
             if p.submitted < up and p.ended > down:  # the gridmanager had it when the CE went down
                 p.ce_down = (max(down, p.submitted), up)
@@ -225,7 +225,7 @@ class Planner:
         if spec.queue_slow != 1.0 and p.submitted >= self.start + self.span * spec.queue_slow_from:
             queue = int(queue * spec.queue_slow)
         if spec.ce_down_hours:
-            down, up = outage(spec, self.start, self.span)
+            down, up = outage(spec, self.snapshot)
             if down <= p.grid_submitted < up:  # nothing reaches the CE: the glidein waits idle
                 p.grid_submitted = up + (p.grid_submitted - p.submitted)
         p.startup = p.grid_submitted + queue

@@ -110,8 +110,8 @@ class EntrySpec:
     # CE refuses at submission for the factory's credentials (held by the gridmanager with the
     # HTCondor-C GAHP's authentication error, never accepted; the factory removes them hours later).
     refuse: float = 0.0
-    # The CE is unreachable this many hours from three quarters of the span: the gridmanager writes
-    # 026 for the entry's glideins it holds then and 025 when it is back; submissions wait (idle).
+    # The CE is unreachable this many hours from 45 minutes before the snapshot (outage()): the
+    # gridmanager writes 026 for the entry's glideins it holds then and 025 when it is back.
     ce_down_hours: float = 0.0
     # Glideins submitted from ``queue_slow_from`` (a share of the span) on wait this many times
     # longer in the CE's queue than before (the site's batch system full).
@@ -312,9 +312,14 @@ ANOMALY_ENTRIES: tuple[EntrySpec, ...] = (
 )
 
 
-def outage(spec: EntrySpec, start: int, span: int) -> tuple[int, int]:
+# The CE goes down this long before the snapshot: the tree shows it down for over GwmsEntryCeUnreachable's
+# 30 minutes, as a factory would be seen while it is happening (its 025 falls after the snapshot).
+OUTAGE_BEFORE_SNAPSHOT = 45 * 60
+
+
+def outage(spec: EntrySpec, snapshot: int) -> tuple[int, int]:
     """When an entry with ``ce_down_hours`` has its CE down: (026, 025) times."""
-    down = start + int(span * 0.75)
+    down = snapshot - OUTAGE_BEFORE_SNAPSHOT
     return down, down + int(spec.ce_down_hours * 3600)
 
 
