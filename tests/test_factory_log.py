@@ -100,9 +100,9 @@ def test_the_debug_handler_prefix_and_time() -> None:
     (r,), _, _ = records(line)
     assert (r.kind, r.n, r.reason) == (fl.Kind.REMOVED, 2, RemovalReason.STALE_IDLE)
     assert r.t == datetime(2026, 5, 28, 20, 43, 14, 329000).timestamp()  # the factory's local time
-    # the same record from a handler without DEBUG (no "module:lineno: ") has the same fingerprint
+    # the same record from a handler without DEBUG (no "module:lineno: ") reads the same
     (r2,), _, _ = records(b"[2026-05-28 20:43:14,329] WARNING: Found 2 stale glideins\n")
-    assert r2.fp == r.fp
+    assert r2 == r and r.level == "WARNING"
 
 
 def test_only_the_entry_level_counts_and_other_lines_are_not_errors() -> None:
@@ -244,6 +244,12 @@ def test_two_files_that_keep_the_same_level_count_each_record_once(tmp_path: Pat
     ing = scan(root)
     assert ing.health.files["factory_log"] == 3
     assert ledger_totals(ing) == {k: EXPECTED[k] for k in ("submitted", "submit_failures", "removed")}
+    # The all log goes (a reconfig): the info log's new lines count from the next read on.
+    (d / f"{ENTRY}.all.log").unlink()
+    with (d / f"{ENTRY}.info.log").open("ab") as f:
+        f.write(b"[2026-05-28 21:10:00,000] INFO: Submitted 4 glideins to s: []\n")
+    ing.scan()
+    assert ledger_totals(ing)["submitted"] == {"CMSG-v1_0_cmspilot": 26, "OSG_Flock_frontend": 3}
 
 
 def test_the_site_label_comes_from_the_entry_description(tmp_path: Path) -> None:
@@ -340,3 +346,18 @@ def test_the_whole_buffer_search_finds_what_the_line_by_line_read_finds(monkeypa
     slow = records(buf)
     assert fast[0] == slow[0] and fast[1] == slow[1] and fast[2].counts == slow[2].counts
     assert fast[2].counts == Counter({(SRC, "malformed_line"): 1, (SRC, "bad_timestamp"): 1})
+
+
+def test_a_long_history_in_two_files_of_one_level_counts_once(tmp_path: Path) -> None:
+    """A first read of days of an entry whose ``all`` and ``info`` logs both keep INFO: each
+    submission once, however many lines come before the other file is read."""
+    d = tmp_path / "server" / "entry_E"
+    d.mkdir(parents=True)
+    lines = b"".join(
+        b"[2026-05-%02d %02d:%02d:00,000] INFO: Submitted 1 glideins to s: [(%d, 0)]\n"
+        % (1 + i // 1440, i // 60 % 24, i % 60, i)
+        for i in range(5000)
+    )
+    for ext in ("all", "info"):
+        (d / f"E.{ext}.log").write_bytes(lines)
+    assert sum(scan(tmp_path).ledger.submitted.values()) == 5000

@@ -9,8 +9,10 @@ removed tables as it reads, and runs last.
 
 Two things are kept between reads (and in the checkpoint, ``factory_log``):
 the client each file's newest request named (a submission line does not name
-it), and the fingerprints of the records counted lately per entry, so a record
-two of the entry's files both hold (two process logs keeping one level) counts once.
+it), and which of an entry's files each level is counted from: the first (in
+name order) that had a record of it. Two process logs that keep one level (an
+``all`` log beside ``info``) hold its records twice; the other file's are not
+counted. A file that is gone gives its levels up.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.ingest.factory_log")
 
-SEEN_PER_ENTRY = 1024  # fingerprints of counted records kept per entry (a few cycles' worth)
 # Between full scans the inotify watch names the files that changed, not these logs: its ticks read
 # them at most this often (a submission shows within it; the alert waits far longer).
 TICK_SECONDS = 30.0
@@ -78,7 +79,7 @@ class FactoryLogStage(Stage):
     def __init__(self, *args: Any) -> None:  # the Stage's own arguments
         super().__init__(*args)
         self.clients: dict[str, str] = {}  # a log file's path (rotated copies: their file's) -> its newest client
-        self.seen: dict[str, dict[str, None]] = {}  # entry -> fingerprints counted lately, oldest first
+        self.owners: dict[str, dict[str, str]] = {}  # entry -> level -> the file (path) it is counted from
         self._failure_logged: dict[str, tuple[str, float]] = {}  # entry -> (text, when) last logged
         self._read_at = float("-inf")  # the start of the scan that last read the logs
 
@@ -93,6 +94,10 @@ class FactoryLogStage(Stage):
         b = self.books
         src = Source.FACTORY_LOG
         self._read_at = scan.t0
+        # A level's file that is no longer listed gives the level up (to a file of the entry that has it).
+        listed = {os.path.join(os.path.dirname(path), name) for _, name, path in found}
+        for entry, owners in list(self.owners.items()):
+            self.owners[entry] = {level: p for level, p in owners.items() if p in listed}
         b.health.files[src] = len(found)
         b.health.backlog.setdefault(src, scan.t0)
         for entry, name, path in found:
@@ -116,17 +121,14 @@ class FactoryLogStage(Stage):
     def _count(self, entry: str, name: str, records: list[factory_log.Record]) -> None:
         b = self.books
         site = (b.defaults.get(entry) or EntryDefaults()).site or "unknown"
-        seen = self.seen.setdefault(entry, {})
+        owners = self.owners.setdefault(entry, {})
         sink = self.outlets.factory_log
         for r in records:
             if r.kind is factory_log.Kind.CLIENT:
                 self.clients[name] = r.client
                 continue
-            if r.fp in seen:
-                continue  # another of the entry's files had it
-            seen[r.fp] = None
-            if len(seen) > SEEN_PER_ENTRY:
-                del seen[next(iter(seen))]
+            if owners.setdefault(r.level, name) != name:
+                continue  # another of the entry's files keeps this level: counted from there
             with b.lock:
                 if r.kind is factory_log.Kind.SUBMITTED:
                     what, label = "submitted", self.clients.get(name, UNKNOWN_CLIENT)
@@ -156,15 +158,14 @@ class FactoryLogStage(Stage):
         log.warning("condor_submit failed at entry %s: %s", entry, r.text)
 
     def prune(self, listing: Listing) -> None:
-        """Forget the clients and fingerprints of entries whose log directory is gone."""
-        self.clients = {p: c for p, c in self.clients.items() if os.path.isdir(os.path.dirname(p))}
-        server = os.path.join(self.books.cfg.factory_dir, "server")
-        self.seen = {e: s for e, s in self.seen.items() if os.path.isdir(os.path.join(server, f"entry_{e}"))}
+        """Forget the clients of files gone, and the entries whose files all went."""
+        self.clients = {p: c for p, c in self.clients.items() if os.path.exists(p)}
+        self.owners = {e: o for e, o in self.owners.items() if o}
 
     def state(self) -> dict[str, Any]:
-        return {"factory_log": {"clients": dict(self.clients), "seen": {e: list(s) for e, s in self.seen.items()}}}
+        return {"factory_log": {"clients": dict(self.clients), "owners": {e: dict(o) for e, o in self.owners.items()}}}
 
     def restore(self, data: dict[str, Any]) -> None:
         got = data.get("factory_log", {})
         self.clients = {str(k): str(v) for k, v in got.get("clients", {}).items()}
-        self.seen = {str(e): dict.fromkeys(str(f) for f in fps) for e, fps in got.get("seen", {}).items()}
+        self.owners = {str(e): {str(level): str(p) for level, p in o.items()} for e, o in got.get("owners", {}).items()}

@@ -47,9 +47,9 @@ Where and how GlideinWMS writes them (glideinWMS/glideinwms @ efdc530a5, 2026-02
   at ``max_removes`` a call and its ``Removed %i glideins on %s`` carries no reason
   (L2060), so the count is the one decided.
 
-Each kind is read at the level its writer uses, so a deployment with two files that
-both keep a level writes the same record twice; the stage keeps each counted record's
-fingerprint (its time, level and message) a while and counts it once. Structured
+Each kind is read at the level its writer uses (``Record.level``), so a deployment with two
+files that both keep a level writes its records twice: the stage counts each level of an
+entry from one file only. Structured
 (``structured="True"``, structlog JSON) logs are not read: their lines have no prefix.
 
 The logs are the factory's own, but condor_submit's output and the names in them come
@@ -61,7 +61,6 @@ above but does not read as it is counted (``malformed_line``) with its file and 
 from __future__ import annotations
 
 import enum
-import hashlib
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -93,7 +92,7 @@ class Kind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One line of the factory log that counts. ``fp``: its fingerprint (dedup across files)."""
+    """One line of the factory log that counts, and the level it was written at."""
 
     t: float
     kind: Kind
@@ -101,7 +100,7 @@ class Record:
     client: str = ""  # Kind.CLIENT: <security name>_<security class>
     reason: RemovalReason | None = None  # Kind.REMOVED
     text: str = ""  # Kind.SUBMIT_FAILED: the failure, redacted and bounded
-    fp: str = ""
+    level: str = ""  # INFO, WARNING or ERROR
 
 
 # INFO messages: (what a message of this kind begins with, the whole message); one that
@@ -268,6 +267,4 @@ def _record(m: re.Match[bytes], line: bytes) -> Record | str | None:
     when = _epoch(m)
     if when is None:
         return "bad_timestamp"
-    # The record as any handler writes it: without the "module:lineno: " of a DEBUG handler.
-    fp = hashlib.blake2b(line[: m.end(8)] + b": " + line[m.end() :], digest_size=8).hexdigest()
-    return replace(rec, t=when, fp=fp)
+    return replace(rec, t=when, level=level.decode())
