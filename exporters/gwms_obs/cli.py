@@ -206,6 +206,8 @@ def cmd_report(a: argparse.Namespace) -> int:
             accounts=history.add if history else rep.add,
             traces=sender[2] if sender is not None else None,
             factory_log=rep.add_factory_log,
+            holds=rep.health.add_hold,
+            times=rep.health.add_times,
             progress=True,
         ),
         errors=errors,

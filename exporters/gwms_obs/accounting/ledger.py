@@ -98,6 +98,17 @@ class LabelBudget:
         return (self.admit("entry", entry), self.admit("client", client), self.admit("site", site))
 
 
+def queue_seconds(times: PilotTimes) -> tuple[float | None, float | None]:
+    """A pilot's time in queue (submit to first execute) and in the CE's queue (027 grid submit, the CE
+    accepting it, to first execute); None where the event log lacks an end. The ledger's histograms and
+    the report's quantiles (outputs/entry_health.py) both take them from here."""
+    if times.submitted is None or times.started is None:
+        return None, None
+    first = times.first_started if times.first_started is not None else times.started
+    grid = max(0.0, first - times.grid_submitted) if times.grid_submitted is not None else None
+    return max(0.0, first - times.submitted), grid
+
+
 @dataclass
 class Ledger:
     cpu: dict[Labels, float] = field(default_factory=dict)  # (entry, client, site, category, accuracy)
@@ -187,17 +198,18 @@ class Ledger:
             if h is None:
                 h = self.validation[pool] = Histogram.empty(catalogue.PILOT_VALIDATION.buckets)
             h.observe(a.validation_duration, a)
-        if times is not None and times.submitted is not None and times.started is not None:
-            h = self.queue.get(pool)
-            if h is None:
-                h = self.queue[pool] = Histogram.empty(catalogue.PILOT_QUEUE_TIME.buckets)
-            h.observe(max(0.0, times.started - times.submitted), a)
-            first = times.first_started if times.first_started is not None else times.started
-            if times.grid_submitted is not None:  # the CE accepted it: its time in the CE's queue
+        if times is not None:
+            queued, grid = queue_seconds(times)
+            if queued is not None:
+                h = self.queue.get(pool)
+                if h is None:
+                    h = self.queue[pool] = Histogram.empty(catalogue.PILOT_QUEUE_TIME.buckets)
+                h.observe(queued, a)
+            if grid is not None:
                 h = self.grid_queue.get(pool)
                 if h is None:
                     h = self.grid_queue[pool] = Histogram.empty(catalogue.PILOT_GRID_QUEUE_TIME.buckets)
-                h.observe(max(0.0, first - times.grid_submitted), a)
+                h.observe(grid, a)
         last = self.last_completed.get(pool, 0.0)
         self.last_completed[pool] = a.end if a.end > last else last  # max(last, end)
 

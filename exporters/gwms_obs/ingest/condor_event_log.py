@@ -22,7 +22,7 @@ from ..sources import condor_event_log, files, layout
 from ..sources.hold_reasons import classify
 from ..tracing.redact import mask_text
 from .books import Books, PilotFacts, key_str
-from .outlets import Outlets
+from .outlets import HoldCount, Outlets
 from .stage import Scan, Stage
 
 log = logging.getLogger("gwms_obs.holds")
@@ -107,17 +107,22 @@ class CondorEventLogStage(Stage):
         begun, ended, grid = self.timeline.drain()
         if not (begun or ended or grid):
             return
+        counted: list[HoldCount] = []
         with b.lock:
             for log_key, e in begun:
                 cls = classify(e.reason_code, e.reason_subcode, e.reason)
                 entry, client, site = self._pool(log_key)
                 b.ledger.add_hold(entry, client, site, cls.value)
                 self._note(entry, client, cls, e, f.path)
+                counted.append(HoldCount(entry, site, cls.value, e.time))
             for log_key, seconds in ended:
                 b.ledger.add_held_seconds(*self._pool(log_key), seconds)
             for log_key, code, t in grid:
                 entry, _, site = self._pool(log_key)
                 b.ledger.grid_resource(entry, site, code == condor_event_log.GRID_RESOURCE_DOWN, t)
+        if self.outlets.holds is not None:  # outside the lock, which /metrics waits for
+            for h in counted:
+                self.outlets.holds(h)
 
     def _note(self, entry: str, client: str, cls: HoldClass, e: condor_event_log.CondorEvent, path: str) -> None:
         """Log an entry's newest hold (its reason never becomes a label): when its class changes, else

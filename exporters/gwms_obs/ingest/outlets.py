@@ -49,6 +49,22 @@ FactoryLogSink = Callable[[FactoryLogCount], None]
 
 
 @dataclass(frozen=True, slots=True)
+class HoldCount:
+    """A hold (012) the event-log stage just counted in the ledger: its entry, site, class and time."""
+
+    entry: str
+    site: str
+    cls: str
+    t: float
+
+
+# Each hold counted (outputs/entry_health.py ``EntryHealth.add_hold``: the window's).
+HoldSink = Callable[[HoldCount], None]
+# Each counted pilot the event log holds, with its times (outputs/entry_health.py: its time in queue).
+TimesSink = Callable[[PilotAccount, PilotTimes], None]
+
+
+@dataclass(frozen=True, slots=True)
 class Outlets:
     """The outputs a scan feeds as it counts; None: that output is off (and nothing is kept for it)."""
 
@@ -59,6 +75,8 @@ class Outlets:
     # between counts them, and sends them, again, rather than never).
     flush_traces: Callable[[], object] | None = None
     factory_log: FactoryLogSink | None = None
+    holds: HoldSink | None = None
+    times: TimesSink | None = None
     progress: bool = False  # a progress bar on a terminal for long first scans
 
     def counted(self, acc: PilotAccount, source: Source, facts: PilotFacts | None, times: PilotTimes | None) -> None:
@@ -68,6 +86,8 @@ class Outlets:
         no key has no trace (nothing names it)."""
         if self.accounts is not None:
             self.accounts(acc)
+        if self.times is not None and times is not None:
+            self.times(acc, times)
         if self.traces is None or acc.key is None:
             return
         traced = facts or PilotFacts(source)

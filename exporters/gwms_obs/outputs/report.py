@@ -14,6 +14,7 @@ from .. import catalogue
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Accuracy, Category, Outcome, Resource
 from ..ingest.outlets import FactoryLogCount
+from .entry_health import EntryHealth
 from .text import aligned, utc_minute
 
 if TYPE_CHECKING:
@@ -87,6 +88,11 @@ class Report:
     # The factory's own entry logs in the window, per entry: (site, {what: {label: glideins}}), what
     # being submitted (by client), submit_failures (label ""), removed (by reason).
     factory_log: dict[str, tuple[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
+    # Holds by class and time in queue per entry, the window's (its outlets: health.add_hold, add_times).
+    health: EntryHealth = field(default_factory=EntryHealth)
+
+    def __post_init__(self) -> None:
+        self.health.since, self.health.until = self.since, self.until
 
     def wants(self, a: PilotAccount) -> bool:
         """A pilot belongs to the report when it ended inside [since, until)."""
@@ -211,6 +217,8 @@ class Report:
             "rows": [dict(zip(CSV_HEADER, r, strict=True)) for r in self.rows()],
             # glideins, from the factory's own entry logs, by when it logged them
             "factory_log": self.factory_log_rows(),
+            # holds (by when HTCondor logged them) and times in queue (of the pilots above), seconds
+            "entries": self.health.to_json(),
         }
         return json.dumps(doc, indent=2)
 
@@ -257,6 +265,10 @@ class Report:
         if self.accuracy:
             out.append("pilots by accuracy: " + ", ".join(f"{k} {v}" for k, v in sorted(self.accuracy.items())))
             out.append("approx = share of the entry's CPU time not from per-job records (docs/accounting.md)")
+        health = self.health.table()
+        if len(health) > 1:
+            out += ["", "holds by class and time in queue (submit to first execute; CE: from the CE accepting it)"]
+            out += aligned(health, 2, rules_after=(0,))
         return "\n".join(out) if out else "no pilots in range\n"
 
     # --- the plot -----------------------------------------------------------------------------
