@@ -286,6 +286,8 @@ def test_the_simulated_factory_logs_read_as_its_plan(tmp_path: Path) -> None:
         if p.kind == "lost" and p.ended is not None and p.ended <= now:
             want_removed[(p.entry, "unrecoverable_held" if p.end_event == "held" else "excess_running")] += 1
     assert Counter({(e, c): n for (e, c, _), n in led.submitted.items()}) == want_submitted
+    # HTCondor's count of the same glideins: the 000 events of the event logs, per entry and client.
+    assert Counter({(e, c): n for (e, c, _), n in led.submit_events.items()}) == want_submitted
     assert Counter({(e, r): n for (e, _, r), n in led.removed.items()}) == want_removed
     # The event log corroborates: every glidein the factory removed has its 009 (aborted via condor_rm).
     aborted: Counter[str] = Counter()

@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from gwms_obs import catalogue
+from gwms_obs.cli import SCRAPE_INSTANCE, SCRAPE_JOB
 from gwms_obs.outputs.prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
 from gwms_obs.outputs.rrd_history import STATUS_ATTRIBUTES
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import rrd
 from gwms_obs.sources.schedd_status import read_schedd_status
 from tests.support.servers import prom_query, prometheus
+from tools import render
 from tools.glideinwms_rrd_fixtures import CLIENT, ENTRY, FILES, START, STEP, UPDATES, fed, update_time
 
 pytestmark = pytest.mark.skipif(shutil.which("rrdtool") is None, reason="Debian rrdtool not installed")
@@ -37,6 +39,7 @@ FINE_FROM = LAST - (FINE_ROWS - 1) * STEP  # the oldest 5-minute row
 CUTOVER = update_time(UPDATES - 100)  # the last 100 updates are "live": none imported
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 Series = dict[tuple[tuple[str, str], ...], list[tuple[int, float]]]
+SCRAPE = {"job": SCRAPE_JOB, "instance": SCRAPE_INSTANCE}
 
 
 def parse(text: str) -> dict[str, Series]:
@@ -75,7 +78,7 @@ def expected(t: int, ds_type: str, ds: str) -> float:
 
 def where(ds: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The metric and labels a Status_Attributes data source goes to."""
-    pool = {"entry": ENTRY, "client": CLIENT, "site": SITE}
+    pool = {"entry": ENTRY, "client": CLIENT, "site": SITE, **SCRAPE}
     for prefix, words, metric, label in (
         ("Status", STATUS_STATES, catalogue.ENTRY_GLIDEINS, "state"),
         ("Req", REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, "kind"),
@@ -125,7 +128,7 @@ def test_every_sample_is_what_was_fed_within_the_rrds_consolidation(text: str) -
                 extra = {"kind": kind, "range": rng}
             else:
                 extra = {"stat": ds}
-            points = fam[tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, **extra}.items()))]
+            points = fam[tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, **SCRAPE, **extra}.items()))]
             assert [t for t, _ in points] == rows, ds
             for t, v in points:
                 assert v == pytest.approx(expected(t, ds_type, ds), rel=1e-9), (ds, t)
@@ -251,3 +254,19 @@ def test_the_schedd_status_glideinwms_wrote_last_reads_as_the_last_update() -> N
 def test_what_is_imported_under_our_names_is_what_the_panels_say() -> None:
     """The dashboards' history notes (catalogue.RRD_IMPORTED) and the import's mapping are one set."""
     assert {m for m, _ in STATUS_ATTRIBUTES.values()} == set(catalogue.RRD_IMPORTED)
+
+
+def test_imported_series_carry_the_live_scrapes_job_and_instance(text: str) -> None:
+    """The live exporter's series get job and instance from the prometheus role's scrape; the
+    imported ones get the same by default, so the two are one series across the cutover (two
+    series would both count in a panel's sum for the 5 minutes Prometheus looks back)."""
+    defaults = render.role_defaults("prometheus")
+    assert defaults["prometheus_exporter_job"] == SCRAPE_JOB
+    assert defaults["prometheus_exporter_targets"] == [SCRAPE_INSTANCE]
+    for series in parse(text).values():
+        for labels in series:
+            assert {k: v for k, v in labels if k in SCRAPE} == SCRAPE
+    cmd = [sys.executable, "-m", "gwms_obs.cli", "import-rrd", str(FIXTURES), "--cutover", str(CUTOVER)]
+    out = subprocess.run([*cmd, "--job", "", "--instance", "f1:9822"], check=True, capture_output=True, text=True)
+    names = {k for series in parse(out.stdout).values() for labels in series for k, _ in labels}
+    assert "job" not in names and "instance" in names

@@ -14,10 +14,13 @@ stopped, the query answers with the others and names the store it missed.
 
 from __future__ import annotations
 
+import itertools
 import json
+import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,8 @@ import pytest
 from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from tests.support import thanos_stack as T
+from tools.glideinwms_rrd_fixtures import CLIENT as RRD_CLIENT
+from tools.glideinwms_rrd_fixtures import ENTRY as RRD_ENTRY
 from tools.polling import http_get
 from tools.polling import poll as wait_for
 
@@ -40,6 +45,7 @@ STEP = 600.0  # seconds between history samples
 FACTORIES = {"factory-a": ("0",), "factory-b": ("0",), "factory-c": ("a", "b")}
 CPU = catalogue.CPU_SECONDS.name
 CLIENT = "client"
+RRD_FIXTURES = Path(__file__).parent / "fixtures" / "glideinwms_rrd"
 
 
 def report(tree: Path, until: float | None = None) -> dict[str, float]:
@@ -176,6 +182,124 @@ def test_the_compactor_compacts_and_downsamples_the_backfilled_blocks(stack: T.T
     # the HA pair's blocks stay one group per replica (the query, not the compactor, dedups them)
     groups = {tuple(sorted(b["thanos"]["labels"].items())) for b in after}
     assert len(groups) == 4
+
+
+def test_imported_rrd_history_and_the_live_exporter_meet_at_the_cutover(
+    stack: T.ThanosStack, trees: dict[str, T.FactorySpec], tmp_path: Path
+) -> None:
+    """issue 35: GlideinWMS's RRD history of an entry, imported with ``--cutover`` at the instant the
+    factory's Prometheus first scraped it, shipped by the sidecar and served by the store gateway,
+    continues the live series through the global query: every sample before the cutover is the
+    RRD's, every one from it on the exporter's, none of both, and no lookback without a sample.
+
+    The RRD has GlideinWMS's layout (rrdtool create --template of the fixture GlideinWMS wrote)
+    and is updated here by rrdtool, at times before the cutover; the import's values against what
+    GlideinWMS's own writer was fed are tests/test_import_rrd.py's. The site label comes from the
+    factory's descript.xml, as the exporter's does (no --site); job and instance are the scrape's,
+    so history and live data are one series.
+    """
+    rep = stack.replica("factory-a")
+    held = f'{catalogue.ENTRY_GLIDEINS.name}{{state="held"}}'
+    live = json.loads(http_get(f"{rep.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": f"{held}[1d]"})))
+    series = live["data"]["result"][0]
+    labels = {k: series["metric"][k] for k in ("entry", "client", "site", "job", "instance")}
+    cutover = float(series["values"][0][0])  # the first live sample: Prometheus's start for this series
+    live_value = float(series["values"][-1][1])
+
+    monitor = tmp_path / "monitor"
+    shutil.copytree(trees["factory-a"].tree / "monitor", monitor)  # descript.xml and all
+    rrd = monitor / f"entry_{labels['entry']}" / f"frontend_{labels['client']}" / "Status_Attributes.rrd"
+    rrd.parent.mkdir(parents=True)
+    template = RRD_FIXTURES / f"entry_{RRD_ENTRY}" / f"frontend_{RRD_CLIENT}" / "Status_Attributes.rrd"
+    last = int(cutover // 300) * 300  # the last 5-minute update before the cutover (or at it: left out)
+    if last >= cutover:
+        last -= 300
+    updates = [last - 300 * k for k in range(3 * 288, -1, -1)]  # three days of them
+    subprocess.run(
+        ["rrdtool", "create", str(rrd), "--start", str(updates[0] - 300), "--template", str(template)],
+        check=True,
+        timeout=60,
+    )
+    ds = subprocess.run(["rrdtool", "info", str(rrd)], check=True, capture_output=True, text=True, timeout=60).stdout
+    names = sorted({line.split("[", 1)[1].split("]", 1)[0] for line in ds.splitlines() if line.startswith("ds[")})
+    fed = {t: 1000 + k % 97 for k, t in enumerate(updates)}  # StatusHeld; the rest 0
+    for i in range(0, len(updates), 200):
+        subprocess.run(
+            ["rrdtool", "update", str(rrd), "--template", ":".join(names)]
+            + [
+                f"{t}:" + ":".join(str(fed[t]) if n == "StatusHeld" else "0" for n in names)
+                for t in updates[i : i + 200]
+            ],
+            check=True,
+            timeout=60,
+        )
+    om = tmp_path / "rrd.om"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gwms_obs.cli",
+        "import-rrd",
+        str(monitor),
+        "--cutover",
+        f"{cutover:.3f}",
+        *("--job", labels["job"], "--instance", labels["instance"]),  # the test's scrape target, not the role's
+        "-o",
+        str(om),
+    ]
+    subprocess.run(cmd, check=True, timeout=300)
+    before = stack.bucket_blocks()
+    r = subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=4374h", str(om), str(rep.data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    wait_for("the sidecar to ship the imported blocks", lambda: len(stack.bucket_blocks()) > len(before), 120, 0.5)
+    blocks = len(stack.bucket_blocks())
+    wait_for(
+        "the store gateway to load them",
+        lambda: (
+            T.metric_value(http_get(f"{stack.store_http}/metrics").decode(), "thanos_bucket_store_blocks_loaded")
+            >= blocks
+        ),
+        120,
+        0.5,
+    )
+
+    sel = held[:-1] + "".join(f',{k}="{v}"' for k, v in labels.items()) + "}"
+    at = cutover + 60
+
+    def samples(time: float, **kw: Any) -> list[tuple[float, float]]:
+        res = stack.query_api(f"{sel}[2h]", time=time, **kw)["data"]["result"]
+        return [(float(t), float(v)) for t, v in res[0]["values"]] if len(res) == 1 else []
+
+    # The history from the bucket, by the store gateway alone; then through the global query, with
+    # the live data beside it.
+    store_only = {"storeMatch[]": f'{{__address__="{stack.store_grpc}"}}'}
+    # A lookback's window before the cutover: the query asks a store only for times it has said it
+    # holds, and it learns the store's new time range on its next look (a wider window answers sooner).
+    wait_for(
+        "the imported history's last samples from the store gateway",
+        lambda: stack.query_api(sel, time=cutover - 1, **store_only)["data"]["result"],
+        120,
+        0.5,
+    )
+    pts = samples(at)
+    old = [(t, v) for t, v in pts if t < cutover]
+    new = [(t, v) for t, v in pts if t >= cutover]
+    # Before the cutover: the RRD's 5-minute rows, each once, with what was fed; no live sample.
+    assert old == [(float(t), float(fed[t])) for t in updates if t > at - 7200]
+    # From it on: the exporter's, every scrape, none of the RRD's.
+    assert new and new[0][0] == cutover and all(v == live_value for _, v in new)
+    assert max(b[0] - a[0] for a, b in itertools.pairwise(pts)) <= 300  # within the 5-minute lookback
+    # Instant queries every 10 s across the cutover: always one answer, the RRD's then the exporter's.
+    for t in range(int(cutover) - 900, int(at), 10):
+        res = stack.query_api(sel, time=float(t))["data"]["result"]
+        assert len(res) == 1, (t - cutover, [p for p in pts if abs(p[0] - t) < 400])
+        want = live_value if t >= cutover else float(fed[max(u for u in updates if u <= t)])
+        assert float(res[0]["value"][1]) == want, t
 
 
 def test_a_stopped_prometheus_leaves_the_others_answering_and_is_named(

@@ -488,6 +488,14 @@ SUBMIT_FAILURES = MetricDef(
     " redacted, per entry.",
     ENTRY,
 )
+GLIDEIN_SUBMIT_EVENTS = MetricDef(
+    "gwms_glidein_submit_events_total",
+    "counter",
+    "Glideins the factory's schedd accepted, from the 000 'Job submitted' events of the entry's event logs:"
+    " the glideins of gwms_glideins_submitted_total as HTCondor counts them, per client (a glidein whose"
+    " 000 is in no log read, a log cleaned or read from its middle, is not counted).",
+    POOL,
+)
 GLIDEINS_REMOVED = MetricDef(
     "gwms_glideins_removed_total",
     "counter",

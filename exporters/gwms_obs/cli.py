@@ -167,7 +167,7 @@ def cmd_import_rrd(a: argparse.Namespace) -> int:
     if shutil.which("rrdtool") is None:
         log.error("rrdtool not found: import-rrd reads the RRDs with `rrdtool dump` (Debian package rrdtool)")
         return 2
-    h = RrdHistory(cutover=a.cutover, sites=dict(a.site or ()))
+    h = RrdHistory(cutover=a.cutover, sites=dict(a.site or ()), scrape={"job": a.job, "instance": a.instance})
     h.add_tree(monitor)
     if a.output:
         with open(a.output, "w", encoding="utf-8") as out:
@@ -612,6 +612,10 @@ def _trace_names(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The prometheus role's exporter job and target (tests/test_import_rrd.py holds them equal).
+SCRAPE_JOB, SCRAPE_INSTANCE = "gwms-obs", "localhost:9822"
+
+
 def _entry_site(s: str) -> tuple[str, str]:
     """ENTRY=SITE, for import-rrd."""
     entry, sep, site = s.partition("=")
@@ -759,6 +763,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="ENTRY=SITE",
         help="the site label of an entry's series (repeatable; default: its GLIDEIN_Site in the monitor dir's "
         "descript.xml files, as the exporter reads it, else unknown)",
+    )
+    ir.add_argument(
+        "--job",
+        default=SCRAPE_JOB,
+        help=f"the job label Prometheus gives the live exporter's series (default {SCRAPE_JOB}, the prometheus "
+        "role's prometheus_exporter_job; empty: none): the same labels make imported and live data one series",
+    )
+    ir.add_argument(
+        "--instance",
+        default=SCRAPE_INSTANCE,
+        help=f"the instance label, the exporter's target as Prometheus scrapes it (default {SCRAPE_INSTANCE}, "
+        "the prometheus role's prometheus_exporter_targets; empty: none)",
     )
     ir.add_argument("--output", "-o", help="write here instead of stdout")
     ir.set_defaults(func=cmd_import_rrd)

@@ -137,6 +137,7 @@ class Ledger:
     submitted: dict[Labels, int] = field(default_factory=dict)
     submit_failures: dict[Labels, int] = field(default_factory=dict)
     removed: dict[Labels, int] = field(default_factory=dict)
+    submit_events: dict[Labels, int] = field(default_factory=dict)  # (entry, client, site): the event log's 000
     last_completed: dict[Labels, float] = field(default_factory=dict)
     # Entry status: the latest file per entry, and the integrals over time.
     entries: dict[str, tuple[EntryStatus, str]] = field(default_factory=dict)  # entry -> (status, site)
@@ -280,6 +281,12 @@ class Ledger:
         k = self._admit(entry, client, site)
         self.submitted[k] = self.submitted.get(k, 0) + n
 
+    def add_submit_events(self, entry: str, client: str, site: str, n: int) -> None:
+        """``n`` glideins the schedd accepted (000 events of the entry's event log for ``client``)."""
+        self.version += 1
+        k = self._admit(entry, client, site)
+        self.submit_events[k] = self.submit_events.get(k, 0) + n
+
     def add_submit_failure(self, entry: str, site: str) -> None:
         """One condor_submit that failed at the entry."""
         self.version += 1
@@ -367,6 +374,7 @@ class Ledger:
             "submitted": rows(self.submitted),
             "submit_failures": rows(self.submit_failures),
             "removed": rows(self.removed),
+            "submit_events": rows(self.submit_events),
             "last_completed": rows(self.last_completed),
             "bottleneck_seconds": rows(self.bottleneck_seconds),
             "demand_seconds": rows(self.demand_seconds),
@@ -398,7 +406,7 @@ class Ledger:
         led.grid_queue = hload("grid_queue", catalogue.PILOT_GRID_QUEUE_TIME.buckets)
         led.holds, led.held_seconds = load("holds", 4), load("held_seconds", 3)
         led.submitted, led.submit_failures = load("submitted", 3), load("submit_failures", 2)
-        led.removed = load("removed", 3)
+        led.removed, led.submit_events = load("removed", 3), load("submit_events", 3)
         for e, (site, since, up, down) in data.get("ce", {}).items():
             led.ce[str(e)] = [
                 str(site),
@@ -407,7 +415,7 @@ class Ledger:
             ]
         led._ce_served()
         # The values already in series keep their place under the budget.
-        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds, *led.holds, *led.submitted):
+        for k in (*led.pilots, *led.lifetime, *led.bottleneck_seconds, *led.holds, *led.submitted, *led.submit_events):
             led.budget.known.setdefault("entry", set()).add(k[0])
             led.budget.known.setdefault("client", set()).add(k[1])
             led.budget.known.setdefault("site", set()).add(k[2])
@@ -445,6 +453,7 @@ COUNTERS: tuple[Served, ...] = (
     Served(catalogue.GLIDEINS_SUBMITTED, lambda led: led.submitted, from_accounts=False),
     Served(catalogue.SUBMIT_FAILURES, lambda led: led.submit_failures, from_accounts=False),
     Served(catalogue.GLIDEINS_REMOVED, lambda led: led.removed, from_accounts=False),
+    Served(catalogue.GLIDEIN_SUBMIT_EVENTS, lambda led: led.submit_events, from_accounts=False),
 )
 HISTOGRAMS: tuple[Served, ...] = (
     Served(catalogue.PILOT_LIFETIME, lambda led: led.lifetime),

@@ -104,6 +104,14 @@ class CondorEventLogStage(Stage):
     def _count(self, f: layout.EventLogFile) -> None:
         """Count what the last feed saw besides ends: holds begun and ended, the CE down or up."""
         b = self.books
+        if submits := self.timeline.drain_submits():  # glideins the schedd accepted (000), per pool
+            pools: dict[tuple[str, str, str], int] = {}
+            for log_key in submits:
+                pool = self._pool(log_key)
+                pools[pool] = pools.get(pool, 0) + 1
+            with b.lock:
+                for pool, n in pools.items():
+                    b.ledger.add_submit_events(*pool, n)
         begun, ended, grid = self.timeline.drain()
         if not (begun or ended or grid):
             return

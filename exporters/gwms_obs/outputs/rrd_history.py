@@ -28,7 +28,11 @@ What maps where (catalogue.py names and labels, the live exporter's state words)
   (Log_Counts, Log_Completed, ...) are not imported yet.
 
 The cutover: no sample at or after it. Start the live exporter's Prometheus at
-the cutover and the two never overlap. promtool reads its whole input once per
+the cutover and the two never overlap. ``job`` and ``instance``: the live series
+have them from the scrape, so the imported ones get the same (the prometheus
+role's job and target by default). Without them the two are separate series,
+and for the 5 minutes Prometheus looks back past the last imported sample a
+panel's sum would count both. promtool reads its whole input once per
 block it cuts (2 hours by default): give it ``--max-block-duration=4374h`` and a
 year is three passes, not 4,380.
 """
@@ -74,6 +78,9 @@ class RrdHistory:
 
     cutover: float
     sites: dict[str, str] = field(default_factory=dict)  # entry -> site label
+    # job and instance as the live exporter's series get them from Prometheus's scrape (empty
+    # values are left out): the same labels make imported and live samples one series
+    scrape: dict[str, str] = field(default_factory=dict)
     errors: ParseErrors = field(default_factory=ParseErrors)
     files: int = 0
     samples: int = 0
@@ -130,7 +137,8 @@ class RrdHistory:
             if spool is None:
                 # Closed by write(); unlinked from the start, so nothing is left if it never runs.
                 spool = self._spools[metric] = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
-            head = metric.name + _labels(metric.labels, (*pool, *extra))
+            scrape = {k: v for k, v in self.scrape.items() if v}
+            head = metric.name + _labels((*metric.labels, *scrape), (*pool, *extra, *scrape.values()))
             spool.writelines(f"{head} {v!r} {t}\n" for t, v in pts)  # repr: the shortest exact float
             self.samples += len(pts)
 

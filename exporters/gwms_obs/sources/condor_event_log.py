@@ -299,6 +299,8 @@ class PilotTimeline:
         self.holds_begun: list[tuple[LogKey, CondorEvent]] = []
         self.holds_ended: list[tuple[LogKey, float]] = []
         self.grid_resource: list[tuple[LogKey, int, float]] = []
+        # The log of each 000 of a pilot not seen before: a glidein the schedd accepted (drain_submits()).
+        self.submits: list[LogKey] = []
 
     def __len__(self) -> int:
         return len(self._open)
@@ -324,6 +326,7 @@ class PilotTimeline:
             if e.code == SUBMITTED:
                 if p.submitted is None:
                     p.submitted = e.time
+                    self.submits.append(log)
             elif e.code == GRID_SUBMITTED:
                 p.grid_submitted = e.time
             elif e.code == EXECUTING:
@@ -382,6 +385,11 @@ class PilotTimeline:
         """Take what the feeds since the last drain saw: (holds begun, seconds of holds ended, 025/026 events)."""
         out = (self.holds_begun, self.holds_ended, self.grid_resource)
         self.holds_begun, self.holds_ended, self.grid_resource = [], [], []
+        return out
+
+    def drain_submits(self) -> list[LogKey]:
+        """Take the logs of the glideins submitted (their 000) that the feeds since the last call saw."""
+        out, self.submits = self.submits, []
         return out
 
     def held_now(self) -> list[tuple[LogKey, HoldInterval | None, PilotTimes]]:
