@@ -38,6 +38,7 @@ from ..accounting.pilot import PilotAccount
 from ..ingest.books import ScanResult
 from ..ingest.config import IngestConfig
 from ..ingest.outlets import Outlets
+from ..outputs.entry_health import EntryHealth
 from ..parse_errors import ParseErrors
 from ..pipeline import Ingest
 from ..tracing import lifetime as L
@@ -82,6 +83,8 @@ class Dataset:
     jaeger_spans: int = 0  # pilot spans read from Jaeger
     dropped_names: int = 0  # spans past MAX_NAMES_PER_ENTRY
     beyond_life: int = 0  # spans beyond their pilot's life (tracing.lifetime)
+    # Per entry, the window's holds by class, time in queue and the factory's entry logs' counts
+    health: EntryHealth = field(default_factory=EntryHealth)
 
     @property
     def window_seconds(self) -> float:
@@ -121,6 +124,7 @@ class Collector:
         self.spools = 0
         self.jaeger_spans = 0
         self.errors = ParseErrors()
+        self.health = EntryHealth(since, until)
 
     def _wants(self, a: PilotAccount) -> bool:
         return (self.since is None or a.end >= self.since) and (self.until is None or a.end < self.until)
@@ -156,7 +160,9 @@ class Collector:
             self.spans.setdefault((s.trace_id, s.span_id), (s, key, False, f"jaeger trace {s.trace_id}"))
 
     def dataset(self) -> Dataset:
-        d = Dataset(since=self.since, until=self.until, spools=self.spools, jaeger_spans=self.jaeger_spans)
+        d = Dataset(
+            since=self.since, until=self.until, spools=self.spools, jaeger_spans=self.jaeger_spans, health=self.health
+        )
         units: dict[str, list[float]] = {}
         for a in self.all_accounts:
             d.pilots[a.entry] = d.pilots.get(a.entry, 0) + 1
@@ -222,7 +228,14 @@ def collect(
     c = Collector(since, until)
     ingest = Ingest(
         IngestConfig.one_shot(factory_dir, monitor_dir, lost_after_seconds, workers),  # as report reads it
-        outlets=Outlets(accounts=c.account, spools=c.spool, progress=progress),
+        outlets=Outlets(
+            accounts=c.account,
+            spools=c.spool,
+            holds=c.health.add_hold,
+            times=c.health.add_times,
+            factory_log=c.health.add_factory_log,
+            progress=progress,
+        ),
     )
     c.errors = ingest.errors  # a spool's bad lines are counted with the rest of the tree's
     res = ingest.scan()

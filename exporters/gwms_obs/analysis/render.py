@@ -90,6 +90,14 @@ def summary(an: Analysis) -> str:
 
 def to_table(an: Analysis) -> str:
     out = [summary(an), ""]
+    if an.entry_actions:
+        out.append("entries whose glideins do not run (held, condor_submit failing, a slow queue):")
+        out += [f"{a.rank:>3}. {a.text}" for a in an.entry_actions]
+        out.append("")
+    health = an.data.health.table()
+    if len(health) > 1:
+        out.append("holds by class and time in queue per entry (minutes; CE: from the CE accepting the glidein)")
+        out += [*_aligned(health, 2), ""]
     if an.actions:
         out.append(
             f"actions, by excess cost (median ≥ {A.ACTION_RATIO:g}× the fleet median and robust z ≥ {A.ACTION_Z:g}):"
@@ -231,6 +239,20 @@ def to_json(an: Analysis) -> str:
             }
             for a in an.actions
         ],
+        "entry_actions": [
+            {
+                "rank": a.rank,
+                "entry": a.entry,
+                "site": a.site,
+                "reason": a.reason,
+                "glideins": a.glideins,
+                "share": _json_num(a.share),
+                "hold_class": a.hold_class or None,
+                "text": a.text,
+            }
+            for a in an.entry_actions
+        ],
+        "entries": d.health.to_json(),
         "distributions": [dict(zip(CSV_HEADER, row, strict=True)) for row in csv.reader(io.StringIO(to_csv(an)))][1:],
         "flagged_pilots_total": len(an.flags),
         "flagged_pilots": [

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .actions import Action, actions
 from .collect import Dataset
 from .distributions import Distribution, Key, distributions, traced_pilots
+from .entry_actions import EntryAction, entry_actions
 from .outliers import EntryScore, Fleet, PilotFlag, entry_scores, fleet, pilot_flags
 
 
@@ -19,6 +20,7 @@ class Analysis:
     flags: list[PilotFlag]
     actions: list[Action]
     traced: dict[str, int]  # entry -> pilots with spans
+    entry_actions: list[EntryAction]  # entries whose glideins do not run (held, submit failing, slow queue)
 
 
 def analyze(data: Dataset) -> Analysis:
@@ -27,5 +29,12 @@ def analyze(data: Dataset) -> Analysis:
     scores = entry_scores(dists, fl)
     traced = traced_pilots(data.samples)
     return Analysis(
-        data, dists, fl, scores, pilot_flags(data.samples, dists), actions(data, dists, fl, scores, traced), traced
+        data,
+        dists,
+        fl,
+        scores,
+        pilot_flags(data.samples, dists),
+        actions(data, dists, fl, scores, traced),
+        traced,
+        entry_actions(data.health, data.pilots),
     )

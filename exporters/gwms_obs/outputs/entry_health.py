@@ -17,7 +17,7 @@ from typing import Any
 
 from ..accounting.ledger import queue_seconds
 from ..accounting.pilot import PilotAccount
-from ..ingest.outlets import HoldCount
+from ..ingest.outlets import FactoryLogCount, HoldCount
 from ..model import PilotTimes
 
 
@@ -80,6 +80,9 @@ class EntryHealth:
     queue: dict[str, list[float]] = field(default_factory=dict)  # entry -> seconds, one a pilot
     grid_queue: dict[str, list[float]] = field(default_factory=dict)
     sites: dict[str, str] = field(default_factory=dict)
+    # The factory's own entry logs, per entry: (site, {what: {label: glideins}}), what being submitted
+    # (by client), submit_failures (label ""), removed (by reason).
+    factory_log: dict[str, tuple[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
 
     def _in(self, t: float) -> bool:
         return (self.since is None or t >= self.since) and (self.until is None or t < self.until)
@@ -102,6 +105,33 @@ class EntryHealth:
             self.sites[acc.entry] = acc.site
         if grid is not None:
             self.grid_queue.setdefault(acc.entry, []).append(grid)
+
+    # its Outlets.factory_log
+    def add_factory_log(self, c: FactoryLogCount) -> None:
+        """A count of the factory's entry log, when the factory logged it inside [since, until)."""
+        if not self._in(c.t):
+            return
+        _, by = self.factory_log.setdefault(c.entry, (c.site, {}))
+        self.factory_log[c.entry] = (c.site, by)
+        labels = by.setdefault(c.what, {})
+        labels[c.label] = labels.get(c.label, 0) + c.n
+
+    def factory_log_rows(self) -> list[dict[str, Any]]:
+        """Per entry: glideins submitted (per client and in all), condor_submit failures, glideins removed by reason."""
+        out = []
+        for entry, (site, by) in sorted(self.factory_log.items()):
+            submitted = dict(sorted(by.get("submitted", {}).items()))
+            out.append(
+                {
+                    "entry": entry,
+                    "site": site,
+                    "submitted": sum(submitted.values()),
+                    "submitted_by_client": submitted,
+                    "submit_failures": sum(by.get("submit_failures", {}).values()),
+                    "removed": dict(sorted(by.get("removed", {}).items())),
+                }
+            )
+        return out
 
     def rows(self) -> list[EntryRow]:
         out = []

@@ -85,10 +85,8 @@ class Report:
     # report --pilots ENTRY:CATEGORY: the cell whose pilots are listed, and those pilots
     cell: tuple[str, Category] | None = None
     cell_pilots: list[CellPilot] = field(default_factory=list)
-    # The factory's own entry logs in the window, per entry: (site, {what: {label: glideins}}), what
-    # being submitted (by client), submit_failures (label ""), removed (by reason).
-    factory_log: dict[str, tuple[str, dict[str, dict[str, int]]]] = field(default_factory=dict)
-    # Holds by class and time in queue per entry, the window's (its outlets: health.add_hold, add_times).
+    # Per entry, the window's holds by class, time in queue and the factory's own entry logs' counts
+    # (its outlets: health.add_hold, add_times, add_factory_log).
     health: EntryHealth = field(default_factory=EntryHealth)
 
     def __post_init__(self) -> None:
@@ -118,30 +116,10 @@ class Report:
                 self.cell_pilots.append(CellPilot(a.cluster, a.proc, cpu, gpu, a.outcome.value, a.start, a.end))
 
     def add_factory_log(self, c: FactoryLogCount) -> None:
-        """A count of the factory's entry log, when the factory logged it inside [since, until)."""
-        if (self.since is not None and c.t < self.since) or (self.until is not None and c.t >= self.until):
-            return
-        _, by = self.factory_log.setdefault(c.entry, (c.site, {}))
-        self.factory_log[c.entry] = (c.site, by)
-        labels = by.setdefault(c.what, {})
-        labels[c.label] = labels.get(c.label, 0) + c.n
+        self.health.add_factory_log(c)
 
     def factory_log_rows(self) -> list[dict[str, Any]]:
-        """Per entry: glideins submitted (per client and in all), condor_submit failures, glideins removed by reason."""
-        out = []
-        for entry, (site, by) in sorted(self.factory_log.items()):
-            submitted = dict(sorted(by.get("submitted", {}).items()))
-            out.append(
-                {
-                    "entry": entry,
-                    "site": site,
-                    "submitted": sum(submitted.values()),
-                    "submitted_by_client": submitted,
-                    "submit_failures": sum(by.get("submit_failures", {}).values()),
-                    "removed": dict(sorted(by.get("removed", {}).items())),
-                }
-            )
-        return out
+        return self.health.factory_log_rows()
 
     # --- the pilots behind one cell (report --pilots) -----------------------------------------
     def pilot_rows(self, factory: str) -> list[tuple[str, float, float, str, str, str]]:

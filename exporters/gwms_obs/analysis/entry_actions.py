@@ -1,0 +1,118 @@
+"""What the factory operator does about entries whose glideins do not run (issue 33 item 6).
+
+From the window's holds by class, time in queue and the factory's own entry logs
+(outputs/entry_health.py, filled by the same scan as the rest of the analysis):
+
+* **held**: the entry's holds are at least ``HELD_SHARE`` of its glideins and at least
+  ``HELD_MIN``; glideins = those the factory's entry log says it submitted in the window,
+  else (no entry log) the holds plus the pilots counted. The action names the class most
+  held and what to check for it (``ADVICE``).
+* **submit_failing**: condor_submit failed ``SUBMIT_FAILURES`` times or more at the entry.
+* **queue_slow**: the entry's median time in queue is ``QUEUE_RATIO`` times the fleet's
+  (the median of the entries' medians, from ``MIN_ENTRIES`` entries with ``QUEUE_MIN_PILOTS``
+  pilots each) and at least ``QUEUE_MIN_SECONDS``. The alert compares an entry with its own
+  last week; one scan of the tree has no last week, so this compares it with its peers.
+
+The thresholds are the alerts' (dashboards/gen/config.py ``Thresholds``; tests/test_entry_actions.py
+holds them equal), so analyze and the red light flag the same entries. Failing actions (held,
+submit_failing) come first, most glideins lost first; then queue_slow, slowest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Final
+
+from ..catalogue import HoldClass
+from ..outputs.entry_health import EntryHealth, quantile
+from .actions import MIN_ENTRIES
+
+HELD_SHARE: Final = 0.5  # Thresholds.held_share
+HELD_MIN: Final = 5  # Thresholds.held_mostly_glideins
+SUBMIT_FAILURES: Final = 3  # Thresholds.submit_failures
+QUEUE_RATIO: Final = 4.0  # Thresholds.queue_slow_ratio
+QUEUE_MIN_SECONDS: Final = 3600.0  # Thresholds.queue_slow_seconds
+QUEUE_MIN_PILOTS: Final = 10  # Thresholds.queue_slow_pilots
+
+HELD: Final = "held"
+SUBMIT_FAILING: Final = "submit_failing"
+QUEUE_SLOW: Final = "queue_slow"
+
+# What to check first for each hold class (catalogue.HoldClass; sources/hold_reasons.py says
+# which HTCondor codes and texts make each).
+ADVICE: Final[dict[str, str]] = {
+    HoldClass.AUTH_FAILED: "check the factory's credential for the CE (the token or proxy the entry sends, "
+    "and how the CE maps it)",
+    HoldClass.TOKEN_EXPIRED: "renew the token the entry sends (its lifetime, the factory's token refresh)",
+    HoldClass.PROXY_EXPIRED: "renew the X.509 proxy the entry sends (its lifetime, the factory's proxy renewal)",
+    HoldClass.CE_REFUSED: "ask the site about the CE's submit requirements and job limits; check the entry's "
+    "attributes",
+    HoldClass.CE_UNREACHABLE: "check that the factory reaches the CE's host and port (network, firewall, "
+    "the CE's service)",
+    HoldClass.PERIODIC_HOLD: "read the entry's and the CE's periodic hold expressions (the glidein's limits)",
+    HoldClass.TRANSFER_FAILED: "check the glidein's sandbox transfer (the factory's disk, the CE's staging)",
+    HoldClass.USER: "someone held them by hand (condor_hold): ask the factory's operators",
+    HoldClass.OTHER: "read the hold reason the exporter logs for the entry; if it is transient, list its code "
+    "in the entry's RecoverableExitcodes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EntryAction:
+    rank: int
+    entry: str
+    site: str
+    reason: str  # HELD, SUBMIT_FAILING or QUEUE_SLOW: the red light's reasons
+    glideins: int  # held, or condor_submit failures; pilots measured for queue_slow
+    share: float  # held share of the glideins; queue_slow: the ratio to the fleet median
+    hold_class: str  # held: the class most held
+    text: str
+
+
+def _held(e: str, site: str, holds: dict[str, int], submitted: int, pilots: int) -> EntryAction | None:
+    n = sum(holds.values())
+    glideins = submitted if submitted > 0 else n + pilots
+    share = min(1.0, n / glideins) if glideins else 0.0
+    if n < HELD_MIN or share < HELD_SHARE:
+        return None
+    top = next(iter(holds))
+    text = (
+        f"entry {e}: {100 * share:.0f} % of glideins held ({n:,} holds of {glideins:,}), "
+        f"{top} ({100 * holds[top] / n:.0f} % of holds): {ADVICE.get(top, ADVICE[HoldClass.OTHER])}"
+    )
+    return EntryAction(0, e, site, HELD, n, share, top, text)
+
+
+def entry_actions(health: EntryHealth, pilots: dict[str, int]) -> list[EntryAction]:
+    """The actions for the window in ``health``; ``pilots``: entry -> pilots counted in the window."""
+    found: list[EntryAction] = []
+    logged = {r["entry"]: r for r in health.factory_log_rows()}
+    rows = health.rows()
+    for r in rows:
+        a = _held(r.entry, r.site, r.holds, logged.get(r.entry, {}).get("submitted", 0), pilots.get(r.entry, 0))
+        if a is not None:
+            found.append(a)
+    for e, lr in logged.items():
+        n = lr["submit_failures"]
+        if n >= SUBMIT_FAILURES:
+            sub = lr["submitted"]
+            text = (
+                f"entry {e}: condor_submit failed {n:,} times ({sub:,} glideins submitted): read the entry's "
+                "log for condor_submit's error (the schedd, the credential, the entry's submit attributes)"
+            )
+            found.append(EntryAction(0, e, lr["site"], SUBMIT_FAILING, n, 0.0, "", text))
+    measured = [r for r in rows if r.queue.count >= QUEUE_MIN_PILOTS]
+    if len(measured) >= MIN_ENTRIES:
+        fleet = quantile(sorted(r.queue.p50 for r in measured), 0.5)
+        for r in measured:
+            ratio = r.queue.p50 / fleet if fleet > 0 else float("inf")
+            if ratio >= QUEUE_RATIO and r.queue.p50 >= QUEUE_MIN_SECONDS:
+                text = (
+                    f"entry {r.entry}: glideins wait {r.queue.p50 / 3600:,.1f} h in queue (median, p90 "
+                    f"{r.queue.p90 / 3600:,.1f} h), {ratio:,.1f}× the fleet median: ask the site about the CE's "
+                    "queue (its share, its limits) or lower the entry's idle glideins"
+                )
+                found.append(EntryAction(0, r.entry, r.site, QUEUE_SLOW, r.queue.count, ratio, "", text))
+    order = {HELD: 0, SUBMIT_FAILING: 0, QUEUE_SLOW: 1}
+    found.sort(key=lambda a: (order[a.reason], -a.glideins if a.reason != QUEUE_SLOW else -a.share, a.entry))
+    return [replace(a, rank=i + 1) for i, a in enumerate(found)]
