@@ -1,0 +1,392 @@
+"""A week in a test (issue 34 item 4): the real daemon while a factory's week is replayed, in
+compressed time, into a live tree that the factory's log retention keeps short.
+
+One simulation of --per-day x --days pilots (submitted over --days, seed --seed) is written
+to ``gen/``, the oracle. Its files are then replayed into ``live/`` in simulated-time order, one
+simulated day every --day-seconds of real time: a pilot's .out and .err appear (hard links) when
+its last event-log event happens; each condor_activity_* event (a block ending ``...``), each
+completed_jobs_* line and each entry-log line is appended when its time comes, so the per-day
+files start and end as GlideinWMS and HTCondor write them (condor_activity per submit day and
+client, completed_jobs per day). Retention: every file whose last write is older than
+--retention-days of simulated time is deleted, as the factory's cleanup does by mtime.
+
+`gwms-obs export` runs on ``live/`` as users start it (inotify, its checkpoint, a full rescan every
+--full-scan-seconds, lost_after_seconds 1e9 because the simulated pilots' times are months old).
+Every second: its RSS (VmRSS) and CPU (utime + stime); at each new checkpoint: its size, the
+size of each of its parts, and the time to write that state (json + fsync, the checkpoint's own
+write(), in this process). At the end /metrics is compared with `gwms-obs report` on ``gen/``,
+the whole week: every pilot counted once, none lost to the deletions.
+
+    .venv/bin/python benchmarks/soak.py [--per-day 4000] [--days 7] [--retention-days 2] [--day-seconds 90]
+
+Writes benchmarks/results/soak.md (and soak.json beside it, the samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import calendar
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gwms_obs.catalogue import Outcome
+from gwms_obs.ingest import checkpoint
+from gwms_obs.simulate.factory import simulate
+from tests.support.servers import first_scan_done
+from tests.test_live_numbers import Numbers, agree, gwms_obs, parse_csv, scrape
+from tools.polling import http_get
+from tools.polling import poll as wait_for
+from tools.tracing_backends import free_port
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TICK = os.sysconf("SC_CLK_TCK")
+LOST_AFTER = 10**9  # the simulated times are months old: no pilot may be declared lost by the wall clock
+T0 = 1_790_000_000  # 2026-09-21T14:13:20Z, the simulation's first submission window
+_EVENT = re.compile(rb"^\d{3} \((\d+)\.(\d+)\.\d+\) (\d{4}-\d\d-\d\d|\d\d/\d\d) (\d\d:\d\d:\d\d)", re.M)
+_TERMINATED = re.compile(rb'terminated="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)')
+_ENTRY_LINE = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+
+
+@dataclass(order=True)
+class Item:
+    t: int  # simulated time it is written
+    seq: int  # file order among equal times
+    rel: str = field(compare=False)  # path under the tree
+    data: bytes | None = field(compare=False)  # bytes appended; None: hard-link gen/rel (a pilot's file)
+
+
+def _epoch(day: bytes, hms: bytes) -> int:
+    d = day.decode()
+    if "/" in d:  # legacy MM/DD: the simulation's year
+        d = f"{time.gmtime(T0).tm_year}-{d.replace('/', '-')}"
+    return calendar.timegm(time.strptime(f"{d} {hms.decode()}", "%Y-%m-%d %H:%M:%S"))
+
+
+def plan(gen: Path) -> tuple[list[Item], int]:
+    """Every write the factory made, in simulated time order; and the number of pilot .out files."""
+    items: list[Item] = []
+    ends: dict[tuple[str, int, int], int] = {}  # (entry dir, cluster, proc) -> its last event
+    seq = 0
+    for log in sorted(gen.glob("client/*/*/entry_*/condor_activity_*.log")):
+        data = log.read_bytes()
+        rel = str(log.relative_to(gen))
+        start = 0
+        for m in _EVENT.finditer(data):
+            if m.start() > start:
+                items[-1].data = (items[-1].data or b"") + data[start : m.start()]
+            stop = data.find(b"...\n", m.start())
+            stop = len(data) if stop < 0 else stop + 4
+            t = _epoch(m[3], m[4])
+            items.append(Item(t, seq, rel, data[m.start() : stop]))
+            key = (log.parent.name, int(m[1]), int(m[2]))
+            ends[key] = max(ends.get(key, 0), t)
+            start = stop
+        seq += 1
+    outs = 0
+    for f in sorted(gen.glob("client/*/*/entry_*/job.*.*")):
+        _, cluster, proc, _ = f.name.split(".")
+        end = ends.get((f.parent.name, int(cluster), int(proc)))
+        if end is None:
+            raise SystemExit(f"soak: {f} has no event in its entry's event logs")
+        items.append(Item(end, seq, str(f.relative_to(gen)), None))
+        outs += f.suffix == ".out"
+    seq += 1
+    for log in sorted(gen.glob("server/entry_*/*.log")):
+        rel = str(log.relative_to(gen))
+        pat = _TERMINATED if log.name.startswith("completed_jobs_") else _ENTRY_LINE
+        t = T0
+        for line in log.read_bytes().splitlines(keepends=True):
+            if at := pat.search(line):
+                s = at[1].decode().replace("T", " ")
+                t = calendar.timegm(time.strptime(s, "%Y-%m-%d %H:%M:%S"))
+            items.append(Item(t, seq, rel, line))  # a line without a time goes with the one before
+        seq += 1
+    items.sort()
+    return items, outs
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def report(root: Path) -> Numbers:
+    """`gwms-obs report` on the whole week: cells from its CSV, pilots per entry from its JSON."""
+    args = ("report", "--factory-dir", str(root), "--lost-after-seconds", str(LOST_AFTER), "--format")
+    n = parse_csv(gwms_obs(*args, "csv"))
+    for row in json.loads(gwms_obs(*args, "json"))["pilots"]:
+        n.pilots[row["entry"]] = n.pilots.get(row["entry"], 0) + sum(row[o.value] for o in Outcome)
+    return n
+
+
+def measure_checkpoint(path: Path, scratch: Path) -> dict[str, object] | None:
+    """The checkpoint as the daemon last wrote it: bytes, bytes per part, and its write() timed here."""
+    try:
+        raw = path.read_bytes()
+        state = json.loads(raw)
+    except (OSError, ValueError):
+        return None  # replaced while read: the next sample has it
+    parts = {k: len(json.dumps(v, separators=(",", ":"))) for k, v in state.items()}
+    t = time.perf_counter()
+    checkpoint.write(str(scratch), state)
+    return {"bytes": len(raw), "write_s": round(time.perf_counter() - t, 4), "parts": parts}
+
+
+def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
+    gen, live = work / "gen", work / "live"
+    t = time.monotonic()
+    summary = simulate(gen, a.per_day * a.days, seed=a.seed, start=T0, span_hours=24 * a.days)
+    gen_s = time.monotonic() - t
+    items, outs = plan(gen)
+    times = [i.t for i in items]
+    shutil.copytree(gen / "monitor", live / "monitor")
+    for d in gen.glob("client/*/*/entry_*"):
+        (live / d.relative_to(gen)).mkdir(parents=True)
+    for d in gen.glob("server/entry_*"):
+        (live / d.relative_to(gen)).mkdir(parents=True)
+    cfg = work / "exporter.toml"
+    cfg.write_text(
+        f'discovery = "inotify"\nfull_scan_seconds = {a.full_scan_seconds}\nlost_after_seconds = {LOST_AFTER}\n'
+    )
+    ckpt = work / "checkpoint.json"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    cmd = [sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(live), "--config", str(cfg)]
+    cmd += ["--listen", f"127.0.0.1:{port}", "--checkpoint", str(ckpt)]
+    log = open(work / "exporter.log", "wb")  # noqa: SIM115 - closed with the daemon below
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    samples: list[dict[str, object]] = []
+    ckpts: list[dict[str, object]] = []
+    written: dict[str, int] = {}  # live file -> simulated time of its last write (its mtime, to the cleanup)
+    deleted = {"files": 0, "outs": 0}
+    try:
+        wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120, 0.25)
+        start_sim, end_sim = T0, summary.snapshot
+        cpu0, r0 = cpu_seconds(p.pid), time.monotonic()
+        i, arrived, last_ino, next_sample = 0, 0, 0, r0
+        while True:
+            now = start_sim + (time.monotonic() - r0) / a.day_seconds * 86400
+            j = bisect.bisect_right(times, now)
+            appends: dict[str, list[bytes]] = defaultdict(list)
+            for it in items[i:j]:
+                dst = live / it.rel
+                if it.data is None:
+                    os.link(gen / it.rel, dst)
+                    arrived += it.rel.endswith(".out")
+                else:
+                    appends[it.rel].append(it.data)
+                written[it.rel] = it.t
+            for rel, chunks in appends.items():
+                with open(live / rel, "ab") as f:
+                    f.write(b"".join(chunks))
+            i = j
+            cutoff = now - a.retention_days * 86400
+            for rel in [r for r, w in written.items() if w < cutoff]:
+                (live / rel).unlink(missing_ok=True)
+                del written[rel]
+                deleted["files"] += 1
+                deleted["outs"] += rel.endswith(".out")
+            if time.monotonic() >= next_sample:
+                next_sample += 1.0
+                st = ckpt.stat() if ckpt.exists() else None
+                sample: dict[str, object] = {
+                    "real_s": round(time.monotonic() - r0, 1),
+                    "sim_day": round((now - start_sim) / 86400, 3),
+                    "rss_mb": round(rss_kb(p.pid) / 1024, 1),
+                    "cpu_s": round(cpu_seconds(p.pid) - cpu0, 2),
+                    "arrived": arrived,
+                    "outs_on_disk": sum(1 for r in written if r.endswith(".out")),
+                    "ckpt_bytes": st.st_size if st else 0,
+                }
+                samples.append(sample)
+                if st and st.st_ino != last_ino:
+                    last_ino = st.st_ino
+                    c = measure_checkpoint(ckpt, work / "scratch-checkpoint.json")
+                    if c:
+                        ckpts.append({"sim_day": sample["sim_day"], "outs_on_disk": sample["outs_on_disk"], **c})
+                if p.poll() is not None:
+                    raise SystemExit(f"soak: the exporter exited with {p.returncode}")
+            if i >= len(items) and now >= end_sim:
+                break
+            time.sleep(a.step)
+        replay_s = time.monotonic() - r0
+        cpu_replay = cpu_seconds(p.pid) - cpu0
+        want = report(gen)
+        got: Numbers | None = None
+        mismatch: list[str] = []
+
+        def caught_up() -> Numbers | None:
+            n = scrape(url)
+            return n if not agree(n, want) else None
+
+        try:
+            got = wait_for("/metrics equal to the report on the whole week", caught_up, 180, 1.0)
+        except TimeoutError:  # the disagreement is the result, recorded below
+            mismatch = agree(scrape(url), want)
+        final_rss = rss_kb(p.pid) / 1024
+    finally:
+        p.terminate()
+        p.wait(60)
+        log.close()
+    return {
+        "args": vars(a),
+        "generated": summary.describe()[0],
+        "gen_s": round(gen_s),
+        "items": len(items),
+        "pilot_outs": outs,
+        "replay_s": round(replay_s, 1),
+        "cpu_replay_s": round(cpu_replay, 2),
+        "arrived": arrived,
+        "deleted": deleted,
+        "equal": got is not None,
+        "pilots_counted": sum(want.pilots.values()),
+        "mismatch": mismatch[:10],
+        "final_rss_mb": round(final_rss, 1),
+        "samples": samples,
+        "checkpoints": ckpts,
+        "load": [os.getloadavg()],
+    }
+
+
+FINDINGS = "<!-- findings: written by hand from the run above; kept when the tables are rewritten -->"
+PARTS = ("ledger", "seen", "bad_out", "timeline", "cursors", "pending", "waiting", "evidence", "factory_log")
+
+
+def render(res: dict[str, Any]) -> str:
+    """soak.md from the run's results: the set-up, a row per half simulated day, each checkpoint."""
+    a = res["args"]
+    samples: list[dict[str, Any]] = res["samples"]
+    cmd = "`.venv/bin/python benchmarks/soak.py --per-day {per_day} --days {days} --retention-days {retention_days:g}"
+    cmd += " --day-seconds {day_seconds:g} --full-scan-seconds {full_scan_seconds:g} --seed {seed}`"
+    rate = a["per_day"] * 86400 / a["day_seconds"] / 86400
+    out = [
+        "# Soak: a week of a factory in compressed time (issue 34 item 4)",
+        "",
+        "Command: " + cmd.format(**a),
+        "",
+        f"Factory: {res['generated']} (a {a['days']}-day simulation, written in {res['gen_s']} s), replayed into a",
+        f"live tree at {a['per_day']:,} pilots a simulated day: 1/{100_000 // a['per_day']} of a 100,000-a-day factory",
+        f"(the 2-core shared machine and a {a['day_seconds']:g} s simulated day give {rate:.0f} arrivals a real",
+        "second; the simulator writes about 400 pilots a second, and the point is flatness over retention",
+        "cycles, not the rate). Each pilot's .out/.err appear when its last event-log event happens; event-log",
+        "events, completed_jobs lines and entry-log lines are appended at their own times, so the per-day",
+        "files (condor_activity per submit day and client, completed_jobs per day) begin and end as the",
+        "factory writes them. Retention: "
+        + f"{a['retention_days']:g} simulated days (a factory keeps 2-7): every file whose last",
+        "write is older is deleted, as GlideinWMS's cleanup does by mtime, so the run covers",
+        f"{a['days'] / a['retention_days']:.1f} retention periods. The entry process's own logs",
+        "(`<entry>.info.log`, `.err.log`) are appended to but, written all week, never age out here.",
+        "",
+        "Daemon: `gwms-obs export` with its checkpoint, inotify discovery, a full rescan every",
+        f"{a['full_scan_seconds']:g} s of real time (each full scan writes the checkpoint; ticks at most every",
+        "300 s), lost_after_seconds 1e9 (the simulated times are months old: no pilot may be declared lost",
+        "by the wall clock).",
+        f"Replay {res['replay_s']:g} s of real time; {res['arrived']:,} pilots arrived; {res['deleted']['files']:,}",
+        f"files deleted by retention ({res['deleted']['outs']:,} of them .out). Load average at the end:",
+        " ".join(f"{x:.2f}" for x in res["load"][0]) + " (2 cores, shared).",
+        "",
+        "**/metrics at the end equals `gwms-obs report` on the whole week** (the oracle tree, every file"
+        if res["equal"]
+        else "**/metrics at the end does NOT equal `gwms-obs report` on the whole week**:"
+        + " "
+        + "; ".join(res["mismatch"]),
+    ]
+    if res["equal"]:
+        out.append(
+            f"kept): {res['pilots_counted']:,} pilots per entry and every accounting cell, none lost to the "
+            "deletions, none counted twice."
+        )
+    out += [
+        "",
+        "## Over simulated time",
+        "",
+        "Each row: the half simulated day ending at *day*. RSS: the daemon's VmRSS (max in the half day).",
+        "Checkpoint: the file's size at the row's end. CPU: the daemon's utime + stime in the half day,",
+        "and per pilot arrived in it.",
+        "",
+        "| day | arrived | .out on disk | RSS MB | checkpoint KB | CPU s | CPU ms / pilot |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    prev: dict[str, Any] = {"arrived": 0, "cpu_s": 0.0}
+    edge = 0.5
+    rss = 0.0
+    for s in samples:
+        rss = max(rss, float(s["rss_mb"]))
+        if s["sim_day"] >= edge or s is samples[-1]:
+            n = s["arrived"] - prev["arrived"]
+            cpu = s["cpu_s"] - prev["cpu_s"]
+            per = f"{1000 * cpu / n:.1f}" if n else "-"
+            row = (s["sim_day"], s["arrived"], s["outs_on_disk"], rss, s["ckpt_bytes"] / 1024, cpu, per)
+            out.append("| {:.1f} | {:,} | {:,} | {:.1f} | {:,.0f} | {:.2f} | {} |".format(*row))
+            prev, rss = s, 0.0
+            while edge <= s["sim_day"]:
+                edge += 0.5
+    out += [
+        "",
+        "## Checkpoints",
+        "",
+        "Each checkpoint the daemon wrote (sampled once a second): its size, the time `checkpoint.write()`",
+        "takes for that state in the benchmark's process (JSON encoding, write, fsync; the daemon's own",
+        "`state()` not included), and the size of its parts in KB.",
+        "",
+        "| day | .out on disk | KB | write ms | " + " | ".join(PARTS) + " |",
+        "|---|---|---|---|" + "---|" * len(PARTS),
+    ]
+    for c in res["checkpoints"]:
+        parts = " | ".join(f"{c['parts'].get(k, 0) / 1024:,.0f}" for k in PARTS)
+        head = f"| {c['sim_day']:.2f} | {c['outs_on_disk']:,} | {c['bytes'] / 1024:,.0f} | {1000 * c['write_s']:.0f}"
+        out.append(f"{head} | {parts} |")
+    old = RESULTS / "soak.md"
+    kept = old.read_text().split(FINDINGS, 1)[1] if old.exists() and FINDINGS in old.read_text() else "\n"
+    return "\n".join(out) + "\n\n" + FINDINGS + kept
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-day", type=int, default=4000, help="pilots submitted per simulated day")
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--retention-days", type=float, default=2.0)
+    ap.add_argument("--day-seconds", type=float, default=90.0, help="real seconds per simulated day")
+    ap.add_argument("--full-scan-seconds", type=float, default=60.0)
+    ap.add_argument("--step", type=float, default=0.2, help="real seconds between writes")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--work", type=Path, help="keep the trees here (default: a temporary dir, removed)")
+    ap.add_argument("--render", action="store_true", help="only rewrite soak.md from soak.json")
+    a = ap.parse_args()
+    if a.render:
+        (RESULTS / "soak.md").write_text(render(json.loads((RESULTS / "soak.json").read_text())))
+        return
+    work = a.work or Path(tempfile.mkdtemp(prefix="soak-"))
+    try:
+        res = run(a, work)
+    finally:
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+    res["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()}
+    (RESULTS / "soak.json").write_text(json.dumps(res, indent=1) + "\n")
+    (RESULTS / "soak.md").write_text(render(res))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("samples", "checkpoints")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
