@@ -194,6 +194,11 @@ def cmd_report(a: argparse.Namespace) -> int:
     if a.pilots and (a.format == "openmetrics" or a.plot):
         log.error("--pilots lists the pilots of one cell as a table, csv or json: without --plot or openmetrics")
         return 2
+    if a.compare_glideinwms and (a.format not in ("table", "json") or a.plot or a.pilots or a.traces):
+        log.error("--compare-glideinwms is a table or json of its own: without --plot, --pilots or --traces")
+        return 2
+    if a.compare_glideinwms:
+        return _compare_glideinwms(a)
     rep = Report(since=a.since, until=a.until, cell=a.pilots)
     history = History(step=a.step, since=a.since, until=a.until) if a.format == "openmetrics" else None
     errors = ParseErrors()  # the scan's and the traces' forwarder's
@@ -223,6 +228,26 @@ def cmd_report(a: argparse.Namespace) -> int:
         text = {"table": rep.to_table, "csv": rep.to_csv, "json": rep.to_json}[a.format]()
     rc = _deliver(a, text, rep.plot, rep.plot_problem, ingest.errors.total(), res.failed, "report")
     return rc or (0 if traced else 1)  # traces left in the outbox: said above, and not a success
+
+
+def _compare_glideinwms(a: argparse.Namespace) -> int:
+    """``report --compare-glideinwms``: per entry, GlideinWMS's completed_jobs numbers beside ours."""
+    from .ingest.config import IngestConfig
+    from .ingest.outlets import Outlets
+    from .outputs.compare_glideinwms import Comparison
+    from .pipeline import Ingest
+
+    cmp = Comparison(since=a.since, until=a.until)
+    errors = ParseErrors()
+    ingest = Ingest(
+        IngestConfig.one_shot(a.factory_dir, a.monitor_dir, a.lost_after_seconds, a.workers),
+        outlets=Outlets(accounts=cmp.add, progress=True),
+        errors=errors,
+    )
+    res = ingest.scan()
+    cmp.add_factory(a.factory_dir, errors)
+    text = cmp.to_json() if a.format == "json" else cmp.to_table()
+    return _deliver(a, text, lambda _p: True, lambda: None, errors.total(), res.failed, "comparison")
 
 
 def _report_traces(a: argparse.Namespace, errors: ParseErrors, rep: Any) -> tuple[Any, Any, Any] | None:
@@ -724,6 +749,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="ENTRY:CATEGORY",
         help="list the pilots behind one cell of the table (their cluster.proc, seconds in CATEGORY, outcome and "
         f"trace id) instead of the table; CATEGORY one of {', '.join(c.value for c in Category)}",
+    )
+    r.add_argument(
+        "--compare-glideinwms",
+        action="store_true",
+        help="per entry, GlideinWMS's own numbers for the window (its completed_jobs lines: validation, idle, "
+        "nosuccess and badput waste, goodput, terminated) beside ours, with the documented reason for each "
+        "difference (docs/accounting.md); --format table or json",
     )
     _trace_names(r)
     r.add_argument(
