@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gwms_obs.outputs.compare_glideinwms import QUANTITIES, REASONS, VOCABULARY, WHY
+from gwms_obs.outputs.compare_glideinwms import QUANTITIES, REASONS, RRD_COMPLETED, VOCABULARY, WHY, Comparison
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.sources import completed_jobs, layout
+from tools.glideinwms_rrd_fixtures import ENTRY as RRD_ENTRY
+from tools.glideinwms_rrd_fixtures import STEP, UPDATES, fed, update_time
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "accounting.md"
+RRD_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "glideinwms_rrd"
 
 
 def _section() -> str:
@@ -95,3 +99,23 @@ def test_the_comparison_refuses_what_it_cannot_draw(factory: Path) -> None:
     cmd = [sys.executable, "-m", "gwms_obs.cli", "report", "--factory-dir", str(factory), "--compare-glideinwms"]
     r = subprocess.run([*cmd, "--format", "csv"], capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "--compare-glideinwms" in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("rrdtool") is None, reason="Debian rrdtool not installed")
+def test_the_log_completed_rrd_sums_are_what_glideinwms_was_fed() -> None:
+    """Log_Completed.rrd written by GlideinWMS's own writer (tools/glideinwms_rrd_fixtures.py): the
+    window's sum is what its cycles fed, from 5-minute rows and, further back, from hourly ones."""
+    fine_from = update_time(UPDATES - 1) - 739 * STEP  # the oldest 5-minute row (740 rows)
+    hour = 12 * STEP
+    for since, until in (
+        (update_time(UPDATES - 300), update_time(UPDATES - 100)),  # 5-minute rows
+        ((update_time(10) // hour + 1) * hour, (update_time(10) // hour + 25) * hour),  # a day of hourly rows
+    ):
+        assert until <= update_time(UPDATES - 1) and (since >= fine_from or until <= fine_from)
+        cmp = Comparison(since=since, until=until)
+        errors = ParseErrors()
+        cmp.add_rrd_tree(RRD_FIXTURES, errors)
+        assert errors.total() == 0
+        for ds, q in RRD_COMPLETED.items():
+            want = sum(fed(k, ds) for k in range(1, UPDATES) if since < update_time(k) <= until)
+            assert cmp.rrd_sums[RRD_ENTRY][q] == pytest.approx(want, rel=1e-9), (ds, since)

@@ -20,7 +20,8 @@ its default step (300 s), heartbeat and archives (5 min x 740, 1 h x 740,
 12 h x 740), ``entry_<name>/{total,frontend_<client>}/Status_Attributes.rrd``
 with its own data source names. Log_Completed_WasteTime.rrd
 (``<kind>_<range>``) and Log_Completed_Stats.rrd (``Lasted_*``,
-``JobsLasted_*``, ``JobsNr_*``) are written with
+``JobsLasted_*``, ``JobsNr_*``) and Log_Completed.rrd (the cycle's sums:
+``Glideins``, ``Lasted``, ``JobsGoodput``, ...) are written with
 ``MonitoringConfig.write_rrd_multi`` (ABSOLUTE) as
 ``condorLogSummary.write_file`` calls it: driving that class needs parsed
 glidein logs, and the RRD call is the same. Every value is :func:`fed` of the
@@ -83,11 +84,23 @@ STATUS_DS = (
 WASTE_DS = tuple(f"{w}_{p}" for w in ("validation", "idle", "nosuccess", "badput") for p in ("0m", "10m", "25m"))
 # A few of its Lasted_, JobsLasted_ and JobsNr_ buckets.
 STATS_DS = ("Lasted_5m", "Lasted_2hours", "JobsLasted_5m", "JobsLasted_2hours", "JobsNr_None", "JobsNr_1", "JobsNr_11")
+# condorLogSummary's Log_Completed sums per cycle (getLogCompletedDefaults' keys).
+COMPLETED_DS = (
+    "Glideins",
+    "Lasted",
+    "FailedNr",
+    "JobsNr",
+    "JobsLasted",
+    "JobsTerminated",
+    "JobsGoodput",
+    "CondorLasted",
+)
 FILES = {
     f"entry_{ENTRY}/frontend_{CLIENT}/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/total/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_WasteTime": ("ABSOLUTE", WASTE_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_Stats": ("ABSOLUTE", STATS_DS),
+    f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed": ("ABSOLUTE", COMPLETED_DS),
 }
 
 

@@ -246,6 +246,12 @@ def _compare_glideinwms(a: argparse.Namespace) -> int:
     )
     res = ingest.scan()
     cmp.add_factory(a.factory_dir, errors)
+    monitor = Path(a.monitor_dir or os.path.join(a.factory_dir, "monitor"))
+    if any(monitor.glob("entry_*/frontend_*/Log_Completed.rrd")):
+        if shutil.which("rrdtool") is None:
+            log.warning("%s has Log_Completed RRDs, but rrdtool (Debian package rrdtool) is not installed", monitor)
+        else:
+            cmp.add_rrd_tree(monitor, errors)
     text = cmp.to_json() if a.format == "json" else cmp.to_table()
     return _deliver(a, text, lambda _p: True, lambda: None, errors.total(), res.failed, "comparison")
 

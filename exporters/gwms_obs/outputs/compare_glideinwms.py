@@ -9,6 +9,12 @@ mille of the glidein's duration, idle of HTCondor's duration, nosuccess of the j
 A line belongs to the window when it was written in it (``terminated``), as on
 GlideinWMS's pages; our pilots belong to it when they ended in it.
 
+Given the factory's monitor dir with its RRDs, GlideinWMS's Log_Completed.rrd sums
+(glideins, jobs' goodput and terminated seconds, per client, summed per entry) are
+shown too: the numbers its factoryCompletedStats page draws, for every glidein of the
+entry, from the rows wholly inside the window (older rows are hourly or 12-hour
+consolidations, so the window's edges fall on row boundaries).
+
 Ours are the report's canonical CPU seconds by category, summed into GlideinWMS's
 vocabulary (``VOCABULARY``). Where the two differ, each difference is given with the
 reasons docs/accounting.md documents for that quantity ("GlideinWMS's vocabulary"):
@@ -20,15 +26,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Category, Source
 from ..model import CompletedJob
 from ..parse_errors import ParseErrors
-from ..sources import completed_jobs, layout
+from ..sources import completed_jobs, layout, rrd
 
 QUANTITIES = ("pilots", "validation", "idle", "nosuccess", "badput", "goodput", "terminated")
 # GlideinWMS's word -> our categories whose canonical CPU seconds stand for it.
@@ -68,6 +76,8 @@ WHY: dict[str, tuple[str, ...]] = {
     "goodput": ("units", "nonzero_exit", "late_signal"),
     "terminated": ("units", "late_signal"),
 }
+# Log_Completed.rrd's data sources (condorLogSummary's per-cycle sums) -> our quantity.
+RRD_COMPLETED = {"Glideins": "pilots", "JobsGoodput": "goodput", "JobsTerminated": "terminated"}
 TOLERANCE = 0.01  # relative: below it the two agree
 
 
@@ -90,6 +100,8 @@ class Comparison:
     ours: dict[Key, PilotAccount] = field(default_factory=dict)
     flags: dict[Key, CompletedJob] = field(default_factory=dict)
     ours_unkeyed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # GlideinWMS's Log_Completed RRDs, per entry: its pages' own sums (all the entry's glideins)
+    rrd_sums: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def _in(self, t: float) -> bool:
         return (self.since is None or t >= self.since) and (self.until is None or t < self.until)
@@ -133,6 +145,23 @@ class Comparison:
                 if isinstance(rec, CompletedJob):
                     self.add_line(rec, entry)
 
+    def add_rrd_tree(self, monitor: Path, errors: ParseErrors) -> None:
+        """The window's sums in each entry's per-client Log_Completed.rrd (its ``total/`` is
+        their sum): rows wholly inside the window, at the finest archive that has them."""
+        for path in sorted(monitor.glob("entry_*/frontend_*/Log_Completed.rrd")):
+            entry = path.parent.parent.name.removeprefix("entry_")
+            try:
+                parsed = rrd.parse(rrd.dump(str(path)), str(path), errors)
+            except (OSError, subprocess.SubprocessError) as e:
+                errors.record(rrd.SOURCE, "unreadable", str(path), detail=str(e)[:200])
+                continue
+            if parsed is None:
+                continue
+            sums = self.rrd_sums.setdefault(entry, defaultdict(float))
+            for i, (ds, _) in enumerate(parsed.ds):
+                if (q := RRD_COMPLETED.get(ds)) is not None:
+                    sums[q] += rrd.total(parsed, i, self.since, self.until)
+
     @staticmethod
     def _ours(a: PilotAccount) -> dict[str, float]:
         return {w: sum(a.partition.cpu.get(c, 0.0) for c in cats) for w, cats in VOCABULARY.items()}
@@ -171,11 +200,13 @@ class Comparison:
             only_ours = sum(1 for k in self.ours if k[0] == entry and k not in self.theirs) + self.ours_unkeyed[entry]
             why = [r for r, n in (("window", only_theirs), ("unlogged", only_ours)) if n]
             out.append(self._row(entry, "pilots", len(both) + only_theirs, len(both) + only_ours, why))
+            out[-1]["glideinwms_rrd"] = self.rrd_sums.get(entry, {}).get("pilots")
             applies: set[str] = set().union(*(self._applies(k) for k in both)) if both else set()
             for q in QUANTITIES[1:]:
                 g = sum(self.theirs[k][q] for k in both)
                 o = sum(self._ours(self.ours[k])[q] for k in both)
                 out.append(self._row(entry, q, g, o, [r for r in WHY[q] if r in applies] or ["unexplained"]))
+                out[-1]["glideinwms_rrd"] = self.rrd_sums.get(entry, {}).get(q)
         return out
 
     @staticmethod
@@ -187,14 +218,19 @@ class Comparison:
         return json.dumps({"rows": self.rows(), "reasons": REASONS}, indent=1)
 
     def to_table(self) -> str:
-        head = f"{'entry':<32} {'quantity':<11} {'GlideinWMS':>14} {'gwms-obs':>14}  why they differ"
+        head = f"{'entry':<32} {'quantity':<11} {'GlideinWMS':>14} {'its RRD':>14} {'gwms-obs':>14}  why they differ"
         lines = [head, "-" * len(head)]
         for r in self.rows():
             unit = "" if r["quantity"] == "pilots" else " s"
+            in_rrd = "" if r["glideinwms_rrd"] is None else f"{r['glideinwms_rrd']:>12,.0f}{unit:2}"
             lines.append(
-                f"{r['entry'][:32]:<32} {r['quantity']:<11} {r['glideinwms']:>12,.0f}{unit:2} "
+                f"{r['entry'][:32]:<32} {r['quantity']:<11} {r['glideinwms']:>12,.0f}{unit:2} {in_rrd:>14} "
                 f"{r['gwms_obs']:>12,.0f}{unit:2}  {', '.join(r['reasons'])}"
             )
-        lines += ["", "GlideinWMS: its completed_jobs lines; gwms-obs: canonical CPU seconds. Reasons:"]
+        lines += [
+            "",
+            "GlideinWMS: its completed_jobs lines (the glideins both count); its RRD: Log_Completed.rrd's sums "
+            "(every glidein of the entry, rows wholly in the window); gwms-obs: canonical CPU seconds. Reasons:",
+        ]
         lines += [f"  {k}: {v}" for k, v in REASONS.items()]
         return "\n".join(lines) + os.linesep

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from xml.etree.ElementTree import Element, ParseError
 
@@ -116,6 +117,27 @@ def parse(xml: bytes, path: str, errors: ParseErrors) -> Rrd | None:
     return Rrd(step, last, ds, tuple(archives))
 
 
+def _rows(rrd: Rrd, ds: int, until: float | None) -> Iterator[tuple[int, int, float, float]]:
+    """``(end, width, value, cut)`` of one data source's known rows, from the finest archive
+    covering each period: ``cut`` is where a finer archive (or ``until``) takes over, and only
+    rows whose period begins before it are given."""
+    covered_from: float = math.inf  # the oldest row time a finer archive already gave
+    for arc in sorted(rrd.archives, key=lambda a: a.pdp_per_row):
+        width = rrd.step * arc.pdp_per_row
+        newest = (rrd.last_update // width) * width
+        n = len(arc.rows)
+        oldest = newest - (n - 1) * width
+        cut = min(covered_from, math.inf if until is None else until)
+        for i, vals in enumerate(arc.rows):
+            t = oldest + i * width
+            if t - width + rrd.step >= cut:
+                break
+            if not math.isnan(v := vals[ds]):
+                yield t, width, v, cut
+        if n:
+            covered_from = min(covered_from, oldest)
+
+
 def points(rrd: Rrd, ds: int, until: float | None = None, *, fill: bool = True) -> list[tuple[int, float]]:
     """One data source's known values, time-ordered, from the finest archive covering each period.
 
@@ -125,30 +147,25 @@ def points(rrd: Rrd, ds: int, until: float | None = None, *, fill: bool = True) 
     ~105,000 samples, and a file has dozens.
     """
     out: list[tuple[int, float]] = []
-    covered_from: float = math.inf  # the oldest row time a finer archive already gave
-    for arc in sorted(rrd.archives, key=lambda a: a.pdp_per_row):
-        width = rrd.step * arc.pdp_per_row
-        newest = (rrd.last_update // width) * width
-        n = len(arc.rows)
-        oldest = newest - (n - 1) * width
-        end = min(covered_from, math.inf if until is None else until)
-        for i, vals in enumerate(arc.rows):
-            t = oldest + i * width
-            # Filled, a coarse row stands for its whole period, as on GlideinWMS's graphs: one
-            # sample per base step, so Prometheus's 5-minute lookback draws it without holes;
-            # the row a finer archive (or the cutover) begins inside gives the steps before that.
-            if fill:
-                steps = [s for s in range(t - width + rrd.step, t + 1, rrd.step) if s < end]
-            else:
-                steps = [t] if t < end else []
-            if not steps:
-                break
-            if not math.isnan(v := vals[ds]):
-                out.extend((s, v) for s in steps)
-        if n:
-            covered_from = min(covered_from, oldest)
+    for t, width, v, cut in _rows(rrd, ds, until):
+        if fill:
+            # A coarse row stands for its whole period, as on GlideinWMS's graphs: one sample
+            # per base step, so Prometheus's 5-minute lookback draws it without holes; the
+            # row a finer archive (or the cutover) begins inside gives the steps before that.
+            out.extend((s, v) for s in range(t - width + rrd.step, t + 1, rrd.step) if s < cut)
+        elif t < cut:
+            out.append((t, v))
     out.sort()
     return out
+
+
+def total(rrd: Rrd, ds: int, since: float | None = None, until: float | None = None) -> float:
+    """An ABSOLUTE data source's sum over the rows wholly inside ``[since, until]``, each row's
+    per-second rate times its width: what GlideinWMS's cycles fed it, as rrdtool consolidated it
+    (a row a finer archive begins inside is left to the finer one)."""
+    lo = -math.inf if since is None else since
+    hi = math.inf if until is None else until
+    return sum(v * w for t, w, v, cut in _rows(rrd, ds, None) if t <= cut and lo <= t - w and t <= hi)
 
 
 def series(rrd: Rrd, until: float | None = None) -> dict[str, list[tuple[int, float]]]:
