@@ -202,15 +202,15 @@ class _Trace:
         name: str,
         start: float,
         end: float,
-        attrs: dict[str, object] | str | None = None,
+        attrs: dict[str, object] | None = None,
         *,
         error: str | None = None,
         events: list[tuple[str, float, dict[str, object]]] | None = None,
     ) -> str:
-        """Add a span (``name``: one of ours; ``attrs``: a dict, or KeyValues encoded); returns its
-        path, its children's ``parent``."""
+        """Add a span (``name``: one of ours); returns its path, its children's ``parent``. The
+        job spans are written by :func:`_jobs`, inlined."""
         sid = self.ids[path] = self.span_id(path)
-        kvs = attrs if type(attrs) is str else _attrs(attrs)  # type: ignore[arg-type]
+        kvs = _attrs(attrs)
         evs = f',"events":[{_events(events)}]' if events else ""
         self.spans.append(
             f'{self.head}{sid}","parentSpanId":"{self.ids[parent] if parent is not None else ""}",'
