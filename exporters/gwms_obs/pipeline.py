@@ -288,6 +288,8 @@ class Ingest:
             read(self.events, logs)  # 5
         if ch.monitor:
             read(self.status)  # 6
+        if self.cfg.frontend_monitor_dir:  # not watched: a few group files, looked at each tick
+            read(self.frontend)
         if self.factory_log.due(scan.t0):  # the watch does not name these logs: read them every few ticks
             read(self.factory_log)
         # 7: when what they wait for changed, else once a SETTLE_SECONDS (a lost pilot's hour is long)
