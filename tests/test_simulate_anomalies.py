@@ -61,15 +61,18 @@ def _canonical_err(data: bytes) -> bytes:
 
 
 # The entry processes' own logs, written since (simulate/write/factory_log.py; tests/test_factory_log.py
-# holds them to the plan): files added beside the pinned tree, which stays what it was.
+# holds them to the plan), and the VO frontends' monitor dirs (simulate/write/frontend_status.py;
+# tests/test_frontend_status_writer.py holds them to GlideinWMS's writer): files added beside the
+# pinned tree, which stays what it was.
 _FACTORY_LOG = re.compile(r".+\.(?:info|err)\.log")
+_FRONTEND_DIR = "frontend"
 
 
 def _hashes(root: Path) -> tuple[str, str]:
     """(hash of every file but the .err, hash of the canonical .err files), paths included."""
     other, err = hashlib.sha256(), hashlib.sha256()
     for p in sorted(root.rglob("*")):
-        if p.is_file() and not _FACTORY_LOG.fullmatch(p.name):
+        if p.is_file() and not _FACTORY_LOG.fullmatch(p.name) and p.relative_to(root).parts[0] != _FRONTEND_DIR:
             h, data = (err, _canonical_err(p.read_bytes())) if p.suffix == ".err" else (other, p.read_bytes())
             h.update(str(p.relative_to(root)).encode())
             h.update(data)
