@@ -14,7 +14,6 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from gwms_obs import catalogue
 from gwms_obs.accounting.ledger import Ledger
-from gwms_obs.catalogue import Source
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs import pilot_traces as P
@@ -26,7 +25,12 @@ from tests.test_pilot_traces import Box, Pilot
 from tools.tracing_backends import free_port
 
 FACTORY = "exemplarfactory"
-HISTOGRAMS = (catalogue.PILOT_LIFETIME, catalogue.PILOT_VALIDATION, catalogue.PILOT_QUEUE_TIME)
+HISTOGRAMS = (
+    catalogue.PILOT_LIFETIME,
+    catalogue.PILOT_VALIDATION,
+    catalogue.PILOT_QUEUE_TIME,
+    catalogue.PILOT_GRID_QUEUE_TIME,
+)
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
@@ -40,12 +44,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationSumma
 def daemon(
     sim: tuple[Path, SimulationSummary], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Ingest, dict[str, Pilot]]:
-    """The daemon's usual order: a first scan reads the event log while the .out files settle,
-    the second counts every pilot; the traces built are kept by trace id."""
+    """One scan counts every pilot, the event log read before the .out files (their queue time);
+    the traces built are kept by trace id."""
     cp = str(tmp_path_factory.mktemp("cp") / "cp.json")
-    first = Ingest(IngestConfig(str(sim[0]), checkpoint=cp, settle_seconds=1e9, lost_after_seconds=1e9))
-    first.scan()
-    assert first.held(Source.CONDOR_EVENT_LOG) and not first.seen
     box = Box()
     sink = P.PilotTraces(box, FACTORY)
     ing = Ingest(
@@ -103,7 +104,7 @@ def test_every_bucket_with_pilots_has_an_exemplar_naming_a_built_trace(
     names = {m.name for m in HISTOGRAMS}
     assert {f for f, *_ in found} == names
     led = ing.books.ledger
-    for m, table in zip(HISTOGRAMS, (led.lifetime, led.validation, led.queue), strict=True):
+    for m, table in zip(HISTOGRAMS, (led.lifetime, led.validation, led.queue, led.grid_queue), strict=True):
         # One exemplar per bucket that a pilot fell in (a pilot whose bucket is empty has none).
         filled = sum(1 for h in table.values() for c in h.counts if c)
         assert sum(1 for f, *_ in found if f == m.name) == filled, m.name

@@ -22,15 +22,15 @@ ORDER = [
     "list_clients",  # 2
     "completed_jobs name_clients",  # 2: listed users with no frontend name (none configured here)
     "completed_jobs discover",  # the logs it looks in for their names
+    "condor_event_log discover",
+    "condor_event_log read",  # 3: before the .out files, whose pilots take their queue from it
     "glidein_out discover",
-    "glidein_out read",  # 3
+    "glidein_out read",  # 4
     "checkpoint",
     "completed_jobs discover",
-    "completed_jobs read",  # 4
-    "glidein_out settle",  # 4: the pilots whose frontend the lines named
+    "completed_jobs read",  # 5
+    "glidein_out settle",  # 5: the pilots whose frontend the lines named
     "checkpoint",
-    "condor_event_log discover",
-    "condor_event_log read",  # 5
     "schedd_status discover",
     "schedd_status read",  # 6
     "frontend_status discover",

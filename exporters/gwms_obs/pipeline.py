@@ -9,12 +9,15 @@ which is written here and nowhere else:
 2. one walk of the client directories (the pilots' files, the event logs); when
    a listed user has no frontend name yet, the completed_jobs lines this scan
    will read are searched for it first;
-3. the pilots' own files: every ``job.C.P.out`` present is the pilot's source,
+3. new event-log events, before the files they time: a pilot that ended and is
+   not counted waits, and a pilot the next steps count takes its submit,
+   queue and holds from them (on a first scan too, when every ``.out`` is
+   counted at once);
+4. the pilots' own files: every ``job.C.P.out`` present is the pilot's source,
    read once it has settled (checkpoint);
-4. new completed_jobs lines; a line of a pilot not yet counted waits. Then the
+5. new completed_jobs lines; a line of a pilot not yet counted waits. Then the
    pilots whose frontend had no name, which these lines may have taught
    (checkpoint);
-5. new event-log events; a pilot that ended and is not counted waits;
 6. entry status (schedd_status.xml), then the VO frontend's (frontend_status.xml,
    on a frontend host: with no factory_dir, the only step);
    then the factory's own entry logs (submissions, condor_submit failures, removals);
@@ -223,12 +226,12 @@ class Ingest:
             d.adopt(scan.listing)
         if b.names.unmapped:
             phase(self.lines.source, self.lines.name_clients, scan)
-        read(self.pilot_files)  # 3
+        read(self.events)  # 3
+        read(self.pilot_files)  # 4
         self.save_checkpoint()
-        read(self.lines)  # 4
+        read(self.lines)  # 5
         phase(self.pilot_files.source, self.pilot_files.settle, scan)
         self.save_checkpoint()
-        read(self.events)  # 5
         read(self.status)  # 6
         read(self.frontend)
         read(self.factory_log)
@@ -278,14 +281,14 @@ class Ingest:
             b.names.listed(ch.users)
         if b.names.unmapped:
             phase(self.lines.source, self.lines.name_clients, scan)
+        if logs := d.logs(ch):
+            read(self.events, logs)  # 3
         pilots = d.pilots(ch, [*self.pilot_files.unsettled, *self.pilot_files.unmapped_since])
         if pilots:
-            read(self.pilot_files, pilots)  # 3
+            read(self.pilot_files, pilots)  # 4
         if completed := d.completed(ch, b.once):
-            read(self.lines, completed)  # 4
+            read(self.lines, completed)  # 5
         phase(self.pilot_files.source, self.pilot_files.settle, scan)
-        if logs := d.logs(ch):
-            read(self.events, logs)  # 5
         if ch.monitor:
             read(self.status)  # 6
         if self.cfg.frontend_monitor_dir:  # not watched: a few group files, looked at each tick
