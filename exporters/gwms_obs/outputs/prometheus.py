@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import gzip
 import logging
+import math
 import platform
 import threading
 import time
@@ -44,6 +45,7 @@ from ..ingest import watch
 from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
+    from ..model import EntryStatus, FrontendGroupStatus
     from ..pipeline import Ingest
     from ..tracing.outbox import ForwarderStats
 
@@ -150,17 +152,21 @@ def _hist(m: catalogue.MetricDef, rows: Iterable[tuple[Labels, Histogram]], fact
     """A histogram family; with ``factory``, each bucket's exemplar names its last pilot's trace."""
     fam = HistogramMetricFamily(m.name, m.help, labels=list(m.labels))
     for labels, h in rows:
-        buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = list(h.cumulative())
-        if factory is not None and h.exemplars is not None:
-            for i, ex in enumerate(h.exemplars):
-                if ex is not None:
-                    entry, cluster, proc, start, v = ex
-                    tid = _trace_id(factory, entry, cluster, proc, start)
-                    # No timestamp: Prometheus stamps it with the scrape's, so a bucket's exemplar
-                    # never arrives older than the one before it (which its storage would refuse).
-                    buckets[i] = (*buckets[i][:2], Exemplar({catalogue.EXEMPLAR_TRACE_ID: tid}, v))
-        fam.add_metric(list(labels), buckets, h.total)
+        _hist_row(fam, labels, h, factory)
     return fam
+
+
+def _hist_row(fam: HistogramMetricFamily, labels: Labels, h: Histogram, factory: str | None) -> None:
+    buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = list(h.cumulative())
+    if factory is not None and h.exemplars is not None:
+        for i, ex in enumerate(h.exemplars):
+            if ex is not None:
+                entry, cluster, proc, start, v = ex
+                tid = _trace_id(factory, entry, cluster, proc, start)
+                # No timestamp: Prometheus stamps it with the scrape's, so a bucket's exemplar
+                # never arrives older than the one before it (which its storage would refuse).
+                buckets[i] = (*buckets[i][:2], Exemplar({catalogue.EXEMPLAR_TRACE_ID: tid}, v))
+    fam.add_metric(list(labels), buckets, h.total)
 
 
 def ledger_families(led: L.Ledger, factory: str | None = None) -> list[Metric]:
@@ -175,12 +181,17 @@ def ledger_families(led: L.Ledger, factory: str | None = None) -> list[Metric]:
 
 
 def _entries(led: L.Ledger) -> list[Metric]:
+    return _entry_families(sorted(led.entries.items()))
+
+
+def _entry_families(entries: Iterable[tuple[str, tuple[EntryStatus, str]]]) -> list[Metric]:
+    """ENTRY_GAUGES' families of ``entries``, in the order given."""
     fams = {m.name: _family(m) for m in ENTRY_GAUGES}
 
     def put(m: catalogue.MetricDef, labels: list[str], v: float) -> None:
         fams[m.name].add_metric(labels, v)
 
-    for entry, (st, site) in sorted(led.entries.items()):
+    for entry, (st, site) in entries:
         put(catalogue.ENTRY_DOWNTIME, [entry, site], 1.0 if st.downtime else 0.0)
         if st.updated is not None:
             put(catalogue.ENTRY_UPDATED, [entry, site], st.updated)
@@ -206,6 +217,13 @@ def _entries(led: L.Ledger) -> list[Metric]:
 
 def _frontend(led: L.Ledger) -> list[Metric]:
     """The VO frontend's view (catalogue.FRONTEND_METRICS), from its groups' latest files."""
+    return _frontend_families(led.frontend_updated, sorted(led.frontend_groups.items()))
+
+
+def _frontend_families(
+    updated: float | None, groups: Iterable[tuple[str, tuple[FrontendGroupStatus, str]]]
+) -> list[Metric]:
+    """catalogue.FRONTEND_METRICS' families: the frontend-wide file's time, then ``groups`` in the order given."""
     fams = {m.name: _family(m) for m in catalogue.FRONTEND_METRICS}
 
     def put(m: catalogue.MetricDef, labels: list[str], src: dict[str, int], names: dict[str, str] | None) -> None:
@@ -213,9 +231,9 @@ def _frontend(led: L.Ledger) -> list[Metric]:
             if attr in src:
                 fams[m.name].add_metric([*labels, label], src[attr])
 
-    if led.frontend_updated is not None:
-        fams[catalogue.FRONTEND_UPDATED.name].add_metric([], led.frontend_updated)
-    for group, (st, client) in sorted(led.frontend_groups.items()):
+    if updated is not None:
+        fams[catalogue.FRONTEND_UPDATED.name].add_metric([], updated)
+    for group, (st, client) in groups:
         g = [group, client]
         if st.updated is not None:
             fams[catalogue.FRONTEND_GROUP_UPDATED.name].add_metric(g, st.updated)
@@ -381,14 +399,17 @@ def _registry(first: Collector, stats: ForwarderStats | None) -> CollectorRegist
 
 
 # --- /metrics rendered once per change -----------------------------------------------------------
-# The ledger's families are rendered when it changes (a render of 500 entries is ~40,000 samples,
-# ~20 us each) and served as bytes; the health and process families are built per scrape (a
-# few dozen samples). Renders come from a thread of their own; their gap bounds their CPU.
+# The ledger's families are rendered when it changes and served as bytes; the health and process
+# families are built per scrape (a few dozen samples). A render encodes only the rows (and entries,
+# frontend groups) whose values moved since the one before (~20 us a sample; 500 entries are
+# ~40,000) and joins the others' bytes as they were (_Incremental); its gzip, a member per chunk,
+# compresses only the chunks that moved (_Body). Renders come from a thread of their own.
 MIN_GAP = 1.0  # seconds between two renders that no scan's end asked for (the ledger moving mid-scan)
 RENDER_SHARE = 0.1  # ... and at most this share of the time spent rendering: a backfill keeps its CPU
 POLL = 1.0  # seconds between two looks at the ledger's version while nothing wakes the renderer
 MAX_VARIANTS = 8  # encodings kept rendered (text, OpenMetrics, their escapings); others per scrape
 GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
+CHUNK_BYTES = 16384  # a gzip member's text: a change compresses again the chunks it falls in
 _OM_EOF = b"# EOF\n"
 
 Encoder = Callable[[Any], bytes]
@@ -414,24 +435,196 @@ class _Families:
         return self.families
 
 
+def _gzip_member(data: bytes) -> bytes:
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return z.compress(data) + z.flush()
+
+
 class _Body:
-    """One encoding of one render; its gzip stream is kept open so a scrape only compresses its tail."""
+    """One encoding of one render, as chunks (a family's header and rows, ~CHUNK_BYTES each).
 
-    __slots__ = ("data", "lock", "zobj", "zprefix")
+    Gzipped as a member per chunk: a gzip stream may be several members, one after the other
+    (RFC 1952; Go's gzip.Reader, which Prometheus uses, reads them all by default, as do Python's
+    gzip and curl), so a chunk that did not change keeps its compressed bytes from the render
+    before, and a scrape compresses only its own tail.
+    """
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    __slots__ = ("chunks", "data", "gz", "inc", "lock")
+
+    def __init__(self, chunks: list[tuple[Any, bytes]], inc: _Incremental | None = None) -> None:
+        self.chunks = chunks
+        self.data = b"".join(c for _, c in chunks)
+        self.inc = inc  # its encoding's state: the chunks compressed for the render before
+        self.gz: bytes | None = None
         self.lock = threading.Lock()
-        self.zobj: zlib._Compress | None = None
-        self.zprefix = b""
 
     def gzipped(self, tail: bytes) -> bytes:
+        return self.compress() + _gzip_member(tail)
+
+    def compress(self) -> bytes:
+        """The chunks gzipped, a member each: kept from the render before where a chunk is the same."""
         with self.lock:
-            if self.zobj is None:
-                self.zobj = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # a gzip member
-                self.zprefix = self.zobj.compress(self.data)
-            z = self.zobj.copy()  # the stream so far, finished below with this scrape's tail
-        return self.zprefix + z.compress(tail) + z.flush()
+            if self.gz is None:
+                old = self.inc.gzipped if self.inc is not None else {}
+                now: dict[Any, tuple[bytes, bytes]] = {}
+                for key, raw in self.chunks:
+                    had = old.get(key)
+                    now[key] = (raw, had[1] if had is not None and had[0] == raw else _gzip_member(raw))
+                if self.inc is not None:
+                    self.inc.gzipped = now  # one store; the dict it replaces is never changed
+                self.gz = b"".join(z for _, z in now.values())
+            return self.gz
+
+
+Key = Any  # a unit's key in its section: a table's labels, an entry's or a group's name
+
+
+@dataclass(slots=True)
+class _Section:
+    """Families served from one set of units, in the order served: a table's rows (one family), the
+    entries (ENTRY_GAUGES), the frontend's groups (FRONTEND_METRICS). ``units``: (key, what it is
+    rendered from); ``build(units)``: each family holding those units' samples, with where each
+    unit's samples end in it."""
+
+    units: list[tuple[Key, Any]]
+    build: Callable[[list[tuple[Key, Any]]], list[tuple[Metric, list[int]]]]
+
+
+def _sections(snap: L.Ledger, factory: str | None) -> list[_Section]:
+    """:func:`ledger_families` as sections, the families in the same order."""
+
+    def table(m: catalogue.MetricDef, rows: dict[Labels, Any], hist: bool) -> _Section:
+        def build(units: list[tuple[Key, Any]]) -> list[tuple[Metric, list[int]]]:
+            ends = []
+            if hist:
+                fam: Metric = (hf := HistogramMetricFamily(m.name, m.help, labels=list(m.labels)))
+                for labels, h in units:
+                    _hist_row(hf, labels, h, factory)
+                    ends.append(len(hf.samples))
+            else:
+                fam = vf = _family(m)
+                for labels, v in units:
+                    vf.add_metric(list(labels), v)
+                    ends.append(len(vf.samples))
+            return [(fam, ends)]
+
+        return _Section(list(rows.items()), build)
+
+    def grouped(
+        families: Callable[[tuple[Key, Any]], list[Metric]], empty: Callable[[], list[Metric]]
+    ) -> Callable[..., Any]:
+        def build(units: list[tuple[Key, Any]]) -> list[tuple[Metric, list[int]]]:
+            out: list[tuple[Metric, list[int]]] = [(f, []) for f in empty()]  # new ones: a build per encoding
+            for u in units:
+                for (fam, ends), part in zip(out, families(u), strict=True):
+                    fam.samples.extend(part.samples)
+                    ends.append(len(fam.samples))
+            return out
+
+        return build
+
+    def entries() -> _Section:
+        return _Section(
+            sorted(snap.entries.items()), grouped(lambda u: _entry_families([u]), lambda: _entry_families([]))
+        )
+
+    def frontend() -> _Section:
+        def families(u: tuple[Key, Any]) -> list[Metric]:  # key None: the frontend-wide file's time
+            return _frontend_families(u[1], []) if u[0] is None else _frontend_families(None, [u])
+
+        units: list[tuple[Key, Any]] = [(None, snap.frontend_updated), *sorted(snap.frontend_groups.items())]
+        return _Section(units, grouped(families, lambda: _frontend_families(None, [])))
+
+    out = [table(t.metric, t.read(snap), False) for t in L.COUNTERS]
+    out += [table(t.metric, t.read(snap), True) for t in L.HISTOGRAMS]
+    out += [table(t.metric, t.read(snap), False) for t in L.GAUGES]
+    out += [entries(), frontend()]
+    out += [table(t.metric, t.read(snap), False) for t in L.ENTRY_COUNTERS]
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``b`` renders as ``a`` did: equal, and 0.0 not -0.0 (equal, but written apart)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    return type(a) is not float or a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+class _Unsplittable(Exception):
+    """An encoder wrote a family's samples other than a line each (the render falls back to whole)."""
+
+
+class _Incremental:
+    """One encoding's state between renders: each unit's lines in each family of its section, with
+    what they were rendered from; a render encodes only the units that moved (one encoder call per
+    family for all of them, its lines split back per unit) and joins the rest as they were."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self.rows: list[dict[Key, tuple[Any, tuple[bytes, ...]]]] = []  # per section
+        self.headers: dict[str, bytes] = {}  # family name -> its HELP/TYPE/UNIT lines
+        self.per_chunk: dict[str, int] = {}  # family name -> units a chunk (set once: chunks keep their bounds)
+        self.gzipped: dict[Any, tuple[bytes, bytes]] = {}  # chunk key -> (its bytes, gzipped), see _Body
+        self.encoded = 0  # units encoded by the last render
+
+    def render(self, sections: list[_Section]) -> list[tuple[Any, bytes]]:
+        if len(self.rows) != len(sections):
+            self.rows = [{} for _ in sections]
+        chunks: list[tuple[Any, bytes]] = []
+        encoded = fi = 0
+        rows_after = []
+        for sec, old in zip(sections, self.rows, strict=True):
+            new: dict[Key, tuple[Any, tuple[bytes, ...]]] = {}
+            changed = []
+            for key, marker in sec.units:
+                had = old.get(key)
+                if had is not None and _same(had[0], marker):
+                    new[key] = had
+                else:
+                    changed.append((key, marker))
+            built = sec.build(changed)
+            lines = [self._split(fam, ends) for fam, ends in built]
+            for j, (key, marker) in enumerate(changed):
+                new[key] = (marker, tuple(per_unit[j] for per_unit in lines))
+            encoded += len(changed)
+            rows_after.append(new)
+            for f, (fam, _) in enumerate(built):
+                rows = [new[key][1][f] for key, _ in sec.units]
+                n = self.per_chunk.get(fam.name)
+                if n is None and rows:
+                    n = self.per_chunk[fam.name] = max(1, CHUNK_BYTES * len(rows) // max(1, sum(map(len, rows))))
+                head = self.headers[fam.name]
+                if not rows or n is None:
+                    chunks.append(((fi, 0), head))
+                else:
+                    for c, i in enumerate(range(0, len(rows), n)):
+                        part = b"".join(rows[i : i + n])
+                        chunks.append(((fi, c), head + part if c == 0 else part))
+                fi += 1
+        self.rows = rows_after
+        self.encoded = encoded
+        return chunks
+
+    def _split(self, fam: Metric, ends: list[int]) -> list[bytes]:
+        """The family's lines, per unit (``ends``: where each unit's samples end)."""
+        head = self.headers.get(fam.name)
+        if head is None:
+            head = self.headers[fam.name] = _encode(
+                self.encoder, [Metric(fam.name, fam.documentation, fam.type, fam.unit)]
+            )
+        if not ends:
+            return []
+        data = _encode(self.encoder, [fam])
+        lines = data[len(head) :].split(b"\n")
+        if not data.startswith(head) or len(lines) != len(fam.samples) + 1 or lines[-1]:
+            raise _Unsplittable(fam.name)
+        out, start = [], 0
+        for end in ends:
+            out.append(b"\n".join(lines[start:end]) + b"\n" if end > start else b"")
+            start = end
+        return out
 
 
 @dataclass(slots=True)
@@ -491,6 +684,7 @@ class Exposition:
         self.poll = poll
         self.renders = 0
         self.last_render_seconds = 0.0
+        self.last_units = 0  # rows, entries and groups encoded by the last render, all encodings
         text, _ = choose_encoder("")
         om, _ = choose_encoder("application/openmetrics-text")
         # Encodings rendered with every change -> whether their gzip stream is, too: Prometheus asks for
@@ -500,6 +694,7 @@ class Exposition:
             _variant(om): (om, True),
         }
         self._current: _Rendered | None = None
+        self._inc: dict[tuple[Any, ...], _Incremental] = {}  # per encoding rendered, its rows (refresh only)
         self._render_lock = threading.Lock()  # one render at a time
         self._lock = threading.Lock()  # _wanted
         self._wake = threading.Event()
@@ -523,17 +718,29 @@ class Exposition:
                 version = led.version
                 snap = _snapshot(led)
             t0 = time.perf_counter()
-            families = ledger_families(snap, self.factory)
+            sections = _sections(snap, self.factory)
             with self._lock:
                 wanted = list(self._wanted.items())
             bodies = {}
+            units = 0
             for key, (encoder, gz) in wanted:
-                body = bodies[key] = _Body(_encode(encoder, families))
+                inc = self._inc.get(key)
+                if inc is None:
+                    inc = self._inc[key] = _Incremental(encoder)
+                try:
+                    body = _Body(inc.render(sections), inc)
+                    units += inc.encoded
+                except _Unsplittable as e:  # never seen with prometheus_client's encoders: whole, as before
+                    log.warning("/metrics: family %s not written a line a sample: rendered whole", e)
+                    self._inc.pop(key)
+                    body = _Body([((-1, 0), _encode(encoder, ledger_families(snap, self.factory)))])
+                bodies[key] = body
                 if gz:
-                    body.gzipped(b"")
+                    body.compress()
             self._current = _Rendered(led, version, snap, self.factory, bodies, scan)  # one store: old or new
             self.renders += 1
             self.last_render_seconds = time.perf_counter() - t0
+            self.last_units = units
             self._last_end = time.monotonic()
             return True
 
@@ -595,7 +802,7 @@ class Exposition:
             key = _variant(encoder)
             cached = cur.bodies.get(key)
             if cached is None:  # an encoding not asked for before: rendered once for this change
-                cached = cur.bodies.setdefault(key, _Body(_encode(encoder, cur.families())))
+                cached = cur.bodies.setdefault(key, _Body([((-1, 0), _encode(encoder, cur.families()))]))
             self._want(key, encoder, gz)
             tail = encoder(self.per_scrape)
             body = cached.gzipped(tail) if gz else cached.data + tail
