@@ -404,9 +404,11 @@ def _registry(first: Collector, stats: ForwarderStats | None) -> CollectorRegist
 # frontend groups) whose values moved since the one before (~20 us a sample; 500 entries are
 # ~40,000) and joins the others' bytes as they were (_Incremental); its gzip, a member per chunk,
 # compresses only the chunks that moved (_Body). Renders come from a thread of their own.
-MIN_GAP = 1.0  # seconds between two renders that no scan's end asked for (the ledger moving mid-scan)
+# A render of what a watched tick changed costs a few ms: the gap and the poll set how soon a
+# pilot reaches /metrics (within ~POLL + MIN_GAP of its tick), RENDER_SHARE the CPU of big ones.
+MIN_GAP = 0.5  # seconds between two renders that no scan's end asked for (the ledger moving mid-scan)
 RENDER_SHARE = 0.1  # ... and at most this share of the time spent rendering: a backfill keeps its CPU
-POLL = 1.0  # seconds between two looks at the ledger's version while nothing wakes the renderer
+POLL = 0.25  # seconds between two looks at the ledger's version (a lock and a compare) while nothing wakes it
 MAX_VARIANTS = 8  # encodings kept rendered (text, OpenMetrics, their escapings); others per scrape
 GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
 CHUNK_BYTES = 16384  # a gzip member's text: a change compresses again the chunks it falls in
