@@ -44,6 +44,7 @@ from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DashboardLinkType,
     DataSourceRef,
+    DataTransformerConfig,
     DynamicConfigValue,
     GridPos,
     ValueMap,
@@ -188,6 +189,9 @@ class PanelSpec:
     percent: bool = False  # stacked to 100 %
     drill: tuple[Link, ...] = ()
     states: tuple[tuple[int, str, str], ...] = ()  # value mappings: (value, text, colour)
+    # A table of one row per label set: its targets' instant tables merged on their labels, each
+    # target a column named by its legend (in its own unit, if it has one).
+    merge: bool = False
 
 
 @dataclass
@@ -221,9 +225,13 @@ class Board:
         percent: bool = False,
         drill: tuple[Link, ...] = (),
         states: tuple[tuple[int, str, str], ...] = (),
+        merge: bool = False,
     ) -> None:
+        assert not merge or (kind == "table" and all(t.legend for t in targets)), "merge: a table, columns named"
         self.specs.append(
-            PanelSpec(kind, title, description, unit, targets, budget, question, w, h, stacked, percent, drill, states)
+            PanelSpec(
+                kind, title, description, unit, targets, budget, question, w, h, stacked, percent, drill, states, merge
+            )
         )
 
     def build(self) -> dict[str, object]:
@@ -392,6 +400,18 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
         p = stat.Panel()
     elif spec.kind == "statetimeline":
         p = statetimeline.Panel().show_value(VisibilityMode.NEVER).merge_values(True).row_height(0.8)
+    elif spec.kind == "table" and spec.merge:  # sorted by its first column
+        first = spec.targets[0].legend
+        p = (
+            table.Panel()
+            .sort_by([common.TableSortByFieldState().display_name(first).desc(True)])
+            .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+            .with_transformation(DataTransformerConfig(id_val="organize", options={"excludeByName": {"Time": True}}))
+        )
+        for i, t in enumerate(spec.targets):
+            unit = [DynamicConfigValue(id_val="unit", value=t.unit)] if t.unit else []
+            named = [DynamicConfigValue(id_val="displayName", value=t.legend), *unit]
+            p = p.override_by_name(f"Value #{chr(ord('A') + i)}", named)
     elif spec.kind == "table":
         p = table.Panel().sort_by([common.TableSortByFieldState().display_name("Value").desc(True)])
     elif spec.kind == "heatmap":
@@ -434,7 +454,7 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
         if t.exemplar:
             q = q.exemplar(True)
         p = p.with_target(q)
-        if t.unit:
+        if t.unit and not spec.merge:  # a merged table's column has it already
             assert isinstance(p, timeseries.Panel), "a second unit needs a time series' second axis"
             p = p.override_by_query(
                 chr(ord("A") + i),

@@ -7,6 +7,7 @@ from gwms_obs.catalogue import Category
 
 from .. import names as N
 from ..board import TOPN, Board, Drill, Target, at_end, pilot_links, ranked
+from ..config import CONFIG
 from .common import (
     BY_ENTRY,
     ENTRY_HEALTH,
@@ -220,6 +221,7 @@ def entry_health() -> Board:
         question="Where does condor_submit fail?",
         drill=ENTRY_LINKS,
     )
+    why_not_running(b)
     b.add(
         "timeseries",
         "Validation failures by site, top $topn",
@@ -496,3 +498,55 @@ def entry_health() -> Board:
         drill=ENTRY_LINKS,
     )
     return b
+
+
+def why_not_running(b: Board) -> None:
+    """The factory-wide table: a row per entry with a reason its glideins are not running (issue 33)."""
+    HG, CE, Q = catalogue.HELD_GLIDEINS, catalogue.ENTRY_CE_DOWN, catalogue.PILOT_QUEUE_TIME
+    FAIL, REM = catalogue.SUBMIT_FAILURES, catalogue.GLIDEINS_REMOVED
+    ratio = CONFIG.thresholds.queue_slow_ratio
+    by = f"{BY_ENTRY}, site"
+    zero = f"0 * max by ({by}) ({catalogue.ENTRY_GLIDEINS.name}{{{SEL}}})"  # every entry the factory lists
+    held = f"sum by ({by}) ({HG.name}{{{SEL}}})"
+    down = f"max by ({by}) ({CE.name}{{{SEL_ENTRY}}})"
+    slow = f"{N.RR_QUEUE_P50}{{{SEL_ENTRY}}} / {N.RR_QUEUE_BASELINE}{{{SEL_ENTRY}}}"
+    failed = f"sum by ({by}) (increase({FAIL.name}{{{SEL_ENTRY}}}[$__range]))"
+    removed = f"sum by ({by}) (increase({REM.name}{{{SEL_ENTRY}}}[$__range]))"
+    # One ranking, so every column shows the same entries: glideins held, refused and removed, a CE
+    # down (as 100), a queue over GwmsEntryQueueSlow's ratio (the ratio); entries with none are left out.
+    score = (
+        f"(({held} or {zero}) + 100 * ({down} or {zero}) + ({failed} or {zero}) + ({removed} or {zero})"
+        f" + (({slow}) >= {ratio:g} or {zero})) > 0"
+    )
+    keep = f" and on ({by}) topk(${TOPN}, {score})"
+    b.add(
+        "table",
+        "Why are glideins not running? Top $topn entries",
+        "A row per entry with glideins held now (and the class most held, by each glidein's newest hold), its"
+        " CE down (1: the gridmanager's 026, no 025 since), the time in queue's p90 over the range and the last"
+        f" hour's median over the entry's own weekly median (GwmsEntryQueueSlow at {ratio:g}), condor_submit"
+        " failures and glideins the factory removed over the range. Entries with none of these are left out.",
+        HG.grafana_unit,
+        [
+            Target(f"{held}{keep}", "held now", unit=HG.grafana_unit),
+            Target(
+                f"topk by ({by}) (1, sum by ({by}, class) ({HG.name}{{{SEL}}})){keep}",
+                "held of the newest class",
+                unit=HG.grafana_unit,
+            ),
+            Target(f"{down}{keep}", "CE down", unit=CE.grafana_unit),
+            Target(
+                f"histogram_quantile(0.9, sum by ({by}, le) (increase({Q.name}_bucket{{{SEL}}}[$__range]))){keep}",
+                "queue p90",
+                unit=Q.grafana_unit,
+            ),
+            Target(f"({slow}){keep}", "queue median / its week's", unit="none"),
+            Target(f"{failed}{keep}", "submit failures", unit=FAIL.grafana_unit),
+            Target(f"{removed}{keep}", "removed", unit=REM.grafana_unit),
+        ],
+        budget=7 * 10,
+        question="Why are an entry's glideins not running: held, CE down, a slow queue, refused or removed?",
+        w=24,
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
+        merge=True,
+    )
