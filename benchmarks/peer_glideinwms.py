@@ -50,14 +50,15 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import record
+from tools import glideinwms_checkout
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -135,9 +136,7 @@ def gwms_version(d: Path, given: str | None) -> str:
 
 def import_gwms(d: Path) -> tuple[types.ModuleType, types.ModuleType, list[str]]:
     """glideFactoryLogParser and gWftLogParser from the checkout, stubbing missing third-party modules."""
-    shim = Path(tempfile.mkdtemp(prefix="gwms-peer-"))
-    (shim / "glideinwms").symlink_to(d, target_is_directory=True)
-    sys.path.insert(0, str(shim))
+    glideinwms_checkout.importable(d, "gwms-peer-")
     stubbed: list[str] = []
     for _ in range(50):
         try:

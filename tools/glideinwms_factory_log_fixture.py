@@ -48,11 +48,13 @@ import logging
 import os
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, or imported as tools.*
+from tools import glideinwms_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "glideinwms_factory_log"
@@ -126,10 +128,8 @@ def write(checkout: Path, out: Path = OUT) -> dict[str, Any]:
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/var/lib/gwms-factory", "USER": "gfactory", "TZ": "UTC"})
     time.tzset()
-    work = Path(tempfile.mkdtemp(prefix="gwms-factory-log-"))
-    (work / "glideinwms").symlink_to(checkout.resolve())
     sys.meta_path.insert(0, _M2CryptoStandIn())
-    sys.path.insert(0, str(work))
+    work = glideinwms_checkout.importable(checkout, "gwms-factory-log-")
     log_support = importlib.import_module("glideinwms.lib.logSupport")
     gfl: Any = importlib.import_module("glideinwms.factory.glideFactoryLib")  # patched: stand-ins set below
 
@@ -297,10 +297,11 @@ def write(checkout: Path, out: Path = OUT) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--glideinwms", type=Path, required=True, help="a checkout of glideinWMS/glideinwms")
+    glideinwms_checkout.add_argument(ap)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    print(json.dumps(write(args.glideinwms, args.out), sort_keys=True))
+    tree = glideinwms_checkout.checkout(ap, args.glideinwms, "factory/glideFactoryLib.py")
+    print(json.dumps(write(tree, args.out), sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import shutil
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, or imported as tools.*
+from tools import glideinwms_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "glideinwms_frontend"
@@ -81,14 +82,11 @@ def update_time(k: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--glideinwms", default=os.environ.get("GLIDEINWMS_SRC"), help="a GlideinWMS source tree")
+    glideinwms_checkout.add_argument(ap)
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
-    if not a.glideinwms or not (Path(a.glideinwms) / "frontend" / "glideinFrontendMonitoring.py").is_file():
-        ap.error("--glideinwms (or $GLIDEINWMS_SRC) must name a GlideinWMS source tree")
-    shim = Path(tempfile.mkdtemp(prefix="gwms-fe-"))
-    (shim / "glideinwms").symlink_to(Path(a.glideinwms).resolve(), target_is_directory=True)
-    sys.path.insert(0, str(shim))
+    tree = glideinwms_checkout.checkout(ap, a.glideinwms, "frontend/glideinFrontendMonitoring.py")
+    shim = glideinwms_checkout.importable(tree, "gwms-fe-")
     # At run time, from the checkout (not a dependency of this project).
     log_support = importlib.import_module("glideinwms.lib.logSupport")
     # Set by the frontend's own startup, unset here.

@@ -41,9 +41,11 @@ import importlib
 import logging
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, or imported as tools.*
+from tools import glideinwms_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "glideinwms_rrd"
@@ -116,17 +118,14 @@ def update_time(k: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--glideinwms", default=os.environ.get("GLIDEINWMS_SRC"), help="a GlideinWMS source tree")
+    glideinwms_checkout.add_argument(ap)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument(
         "--updates", type=int, default=UPDATES, help="cycles to write (a year, 105120, to measure an import)"
     )
     a = ap.parse_args(argv)
-    if not a.glideinwms or not (Path(a.glideinwms) / "factory" / "glideFactoryMonitoring.py").is_file():
-        ap.error("--glideinwms (or $GLIDEINWMS_SRC) must name a GlideinWMS source tree")
-    shim = Path(tempfile.mkdtemp(prefix="gwms-rrd-"))
-    (shim / "glideinwms").symlink_to(Path(a.glideinwms).resolve(), target_is_directory=True)
-    sys.path.insert(0, str(shim))
+    tree = glideinwms_checkout.checkout(ap, a.glideinwms, "factory/glideFactoryMonitoring.py")
+    glideinwms_checkout.importable(tree, "gwms-rrd-")
     # At run time, from the checkout (not a dependency of this project).
     gfm = importlib.import_module("glideinwms.factory.glideFactoryMonitoring")
     rrdSupport = importlib.import_module("glideinwms.lib.rrdSupport")
