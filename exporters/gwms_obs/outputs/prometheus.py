@@ -566,6 +566,7 @@ class _Incremental:
     def __init__(self, encoder: Encoder) -> None:
         self.encoder = encoder
         self.rows: list[dict[Key, tuple[Any, tuple[bytes, ...]]]] = []  # per section
+        self.joined: list[tuple[list[Key], list[tuple[Any, bytes]]] | None] = []  # per section: its keys, its chunks
         self.headers: dict[str, bytes] = {}  # family name -> its HELP/TYPE/UNIT lines
         self.per_chunk: dict[str, int] = {}  # family name -> units a chunk (set once: chunks keep their bounds)
         self.gzipped: dict[Any, tuple[bytes, bytes]] = {}  # chunk key -> (its bytes, gzipped), see _Body
@@ -574,38 +575,49 @@ class _Incremental:
     def render(self, sections: list[_Section]) -> list[tuple[Any, bytes]]:
         if len(self.rows) != len(sections):
             self.rows = [{} for _ in sections]
+            self.joined = [None for _ in sections]  # None: not rendered yet
         chunks: list[tuple[Any, bytes]] = []
         encoded = fi = 0
-        rows_after = []
-        for sec, old in zip(sections, self.rows, strict=True):
+        rows_after: list[dict[Key, tuple[Any, tuple[bytes, ...]]]] = []
+        joined_after: list[tuple[list[Key], list[tuple[Any, bytes]]] | None] = []
+        for sec, old, was in zip(sections, self.rows, self.joined, strict=True):
             new: dict[Key, tuple[Any, tuple[bytes, ...]]] = {}
             changed = []
             for key, marker in sec.units:
                 had = old.get(key)
-                if had is not None and _same(had[0], marker):
+                if had is not None and (had[0] is marker or _same(had[0], marker)):
                     new[key] = had
                 else:
                     changed.append((key, marker))
+            keys = [key for key, _ in sec.units]
+            rows_after.append(new)
+            if was is not None and not changed and keys == was[0]:  # its chunks as they were (most sections)
+                joined_after.append(was)
+                chunks += was[1]
+                fi += len({k[0] for k, _ in was[1]})
+                continue
             built = sec.build(changed)
             lines = [self._split(fam, ends) for fam, ends in built]
             for j, (key, marker) in enumerate(changed):
                 new[key] = (marker, tuple(per_unit[j] for per_unit in lines))
             encoded += len(changed)
-            rows_after.append(new)
+            mine: list[tuple[Any, bytes]] = []
             for f, (fam, _) in enumerate(built):
-                rows = [new[key][1][f] for key, _ in sec.units]
+                rows = [new[key][1][f] for key in keys]
                 n = self.per_chunk.get(fam.name)
                 if n is None and rows:
                     n = self.per_chunk[fam.name] = max(1, CHUNK_BYTES * len(rows) // max(1, sum(map(len, rows))))
                 head = self.headers[fam.name]
                 if not rows or n is None:
-                    chunks.append(((fi, 0), head))
+                    mine.append(((fi, 0), head))
                 else:
                     for c, i in enumerate(range(0, len(rows), n)):
                         part = b"".join(rows[i : i + n])
-                        chunks.append(((fi, c), head + part if c == 0 else part))
+                        mine.append(((fi, c), head + part if c == 0 else part))
                 fi += 1
-        self.rows = rows_after
+            joined_after.append((keys, mine))
+            chunks += mine
+        self.rows, self.joined = rows_after, joined_after
         self.encoded = encoded
         return chunks
 
