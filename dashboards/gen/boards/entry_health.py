@@ -540,7 +540,8 @@ def why_not_running(b: Board) -> None:
                 "queue p90",
                 unit=Q.grafana_unit,
             ),
-            Target(f"({slow}){keep}", "queue median / its week's", unit="none"),
+            # NaN where no pilot started in the window, as the p90's histogram_quantile: every row has a cell
+            Target(f"(({slow}) or ({zero}) / 0){keep}", "queue median / its week's", unit="none"),
             Target(f"{failed}{keep}", "submit failures", unit=FAIL.grafana_unit),
             Target(f"{removed}{keep}", "removed", unit=REM.grafana_unit),
         ],
