@@ -4,7 +4,7 @@ A simulated factory with a CE refusing the factory's token (held, auth_failed; c
 too), a CE found down 40 minutes ago and a healthy entry, read by the real exporter and scraped by a
 real Prometheus with our rules. Every column's query returns data; the refusing CE's row has its
 glideins held and its submit failures, the CE down is 1 at its entry alone, and the healthy entry,
-with no reason, is not a row.
+with no reason, ranks below them.
 """
 
 from __future__ import annotations

@@ -513,28 +513,29 @@ def why_not_running(b: Board) -> None:
     failed = f"sum by ({by}) (increase({FAIL.name}{{{SEL_ENTRY}}}[$__range]))"
     removed = f"sum by ({by}) (increase({REM.name}{{{SEL_ENTRY}}}[$__range]))"
     # One ranking, so every column shows the same entries: glideins held, refused and removed, a CE
-    # down (as 100), a queue over GwmsEntryQueueSlow's ratio (the ratio); entries with none are left out.
+    # down (as 100), a queue over GwmsEntryQueueSlow's ratio (the ratio). With fewer troubled entries than
+    # $topn, healthy ones fill the table with their zeros: the table is never empty while entries report.
     score = (
         f"(({held} or {zero}) + 100 * ({down} or {zero}) + ({failed} or {zero}) + ({removed} or {zero})"
-        f" + (({slow}) >= {ratio:g} or {zero})) > 0"
+        f" + (({slow}) >= {ratio:g} or {zero}))"
     )
-    keep = f" and on ({by}) topk(${TOPN}, {score})"
+    keep = f" and on ({by}) topk(${TOPN}, {score})"  # a column with nothing to count shows 0, not a gap
     b.add(
         "table",
         "Why are glideins not running? Top $topn entries",
         "A row per entry with glideins held now (and the class most held, by each glidein's newest hold), its"
         " CE down (1: the gridmanager's 026, no 025 since), the time in queue's p90 over the range and the last"
         f" hour's median over the entry's own weekly median (GwmsEntryQueueSlow at {ratio:g}), condor_submit"
-        " failures and glideins the factory removed over the range. Entries with none of these are left out.",
+        " failures and glideins the factory removed over the range; the $topn entries with the most of these.",
         HG.grafana_unit,
         [
-            Target(f"{held}{keep}", "held now", unit=HG.grafana_unit),
+            Target(f"({held} or {zero}){keep}", "held now", unit=HG.grafana_unit),
             Target(
                 f"topk by ({by}) (1, sum by ({by}, class) ({HG.name}{{{SEL}}})){keep}",
                 "held of the newest class",
                 unit=HG.grafana_unit,
             ),
-            Target(f"{down}{keep}", "CE down", unit=CE.grafana_unit),
+            Target(f"({down} or {zero}){keep}", "CE down", unit=CE.grafana_unit),
             Target(
                 f"histogram_quantile(0.9, sum by ({by}, le) (increase({Q.name}_bucket{{{SEL}}}[$__range]))){keep}",
                 "queue p90",
@@ -542,8 +543,8 @@ def why_not_running(b: Board) -> None:
             ),
             # NaN where no pilot started in the window, as the p90's histogram_quantile: every row has a cell
             Target(f"(({slow}) or ({zero}) / 0){keep}", "queue median / its week's", unit="none"),
-            Target(f"{failed}{keep}", "submit failures", unit=FAIL.grafana_unit),
-            Target(f"{removed}{keep}", "removed", unit=REM.grafana_unit),
+            Target(f"({failed} or {zero}){keep}", "submit failures", unit=FAIL.grafana_unit),
+            Target(f"({removed} or {zero}){keep}", "removed", unit=REM.grafana_unit),
         ],
         budget=7 * 10,
         question="Why are an entry's glideins not running: held, CE down, a slow queue, refused or removed?",
