@@ -144,7 +144,7 @@ def test_the_newest_hold_is_logged_redacted_and_bounded(tmp_path: Path, caplog: 
     long = AUTH + " \x1b[31m" + "x" * 5000
     text = "".join(submitted(c, T0) + held(c, T0 + 60 + c, long, 0, 0) for c in range(1, 30))
     f = factory(tmp_path, text)
-    with caplog.at_level(logging.WARNING, logger="gwms_obs.holds"):
+    with caplog.at_level(logging.INFO, logger="gwms_obs.holds"):
         Ingest(IngestConfig(factory_dir=str(f), settle_seconds=0.0)).scan()
     lines = [r.getMessage() for r in caplog.records if r.name == "gwms_obs.holds"]
     assert len(lines) == 1, lines  # 29 holds of one class within LOG_EVERY: one line

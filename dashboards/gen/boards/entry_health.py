@@ -162,6 +162,7 @@ def entry_health() -> Board:
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
     )
     SUB, REM, FAIL = catalogue.GLIDEINS_SUBMITTED, catalogue.GLIDEINS_REMOVED, catalogue.SUBMIT_FAILURES
+    ACC = catalogue.GLIDEIN_SUBMIT_EVENTS
     submitted = over_range(SUB, SEL, BY_ENTRY)  # one ranking: the three lines of an entry come together
     b.add(
         "timeseries",
@@ -169,12 +170,18 @@ def entry_health() -> Board:
         "Glideins per second the factory submitted (its entry log's 'Submitted N glideins') and set out to"
         " remove (unrecoverable held, stale, excess: its 'Removing' and sanitize lines), beside the glideins"
         " running in the factory queue (right axis), for the $topn entries that submitted the most over the"
-        " range. Submissions with nothing running after them: the glideins die or wait at the CE.",
+        " range; beside them, the glideins the schedd accepted (its 000 events): the two lines part when"
+        " the entry log and the event log disagree. Submissions with nothing running after them: the"
+        " glideins die or wait at the CE.",
         SUB.rate_grafana_unit,
         [
             Target(
                 ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(SUB)})", submitted),
                 legend("entry", FACTORY) + " submitted",
+            ),
+            Target(
+                ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(ACC)})", submitted),
+                legend("entry", FACTORY) + " accepted by the schedd",
             ),
             Target(
                 ranked(BY_ENTRY, f"sum by ({BY_ENTRY}) ({rate(REM, SEL_ENTRY)})", submitted),
@@ -186,7 +193,7 @@ def entry_health() -> Board:
                 unit=catalogue.ENTRY_GLIDEINS.grafana_unit,
             ),
         ],
-        budget=10 * 3,
+        budget=10 * 4,
         question="Are submissions going out, and is the factory removing what it submitted?",
         drill=ENTRY_LINKS,
     )

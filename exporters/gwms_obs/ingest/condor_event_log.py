@@ -141,7 +141,9 @@ class CondorEventLogStage(Stage):
             return
         self._logged[entry] = (cls.value, e.time)
         codes = f"{e.reason_code}/{e.reason_subcode}" if e.reason_code is not None else "none"
-        log.warning(
+        # INFO: the factory's trouble, not the exporter's (the alert is its warning); a one-shot
+        # command at --log-level WARNING prints only its own problems.
+        log.info(
             "hold at entry %s (client %s, class %s, code/subcode %s, job %d.%d, %s): %s",
             entry,
             client,
