@@ -12,6 +12,10 @@ scrape is timed from connect to its last byte, by a client process of its own.
 
     .venv/bin/python benchmarks/metrics_render.py [--entries 500] [--scrapes 40]
 
+Before the scrapes, it times the CPU of a render after one pilot's change (``--renders`` of each,
+alternating): the whole ledger encoded, as a render was before it encoded only what changed, against
+``Exposition.refresh`` now.
+
 Writes benchmarks/results/metrics-render.md. ``--serve old|new --factory DIR`` runs one app
 alone (the factory simulated into DIR once, then scanned, then scraped ``--scrapes`` times as
 Prometheus asks): a whole process to time, the two paired by a process timer.
@@ -24,6 +28,7 @@ import gzip
 import json
 import os
 import platform
+import random
 import socket
 import statistics
 import subprocess
@@ -36,10 +41,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import make_wsgi_app
+from prometheus_client.exposition import choose_encoder
 
+from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.outputs.http import MetricsServer, SharedRenders, exposition_app
-from gwms_obs.outputs.prometheus import Exposition, exporter_registry
+from gwms_obs.outputs.prometheus import Exposition, _encode, _snapshot, exporter_registry, ledger_families
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import fleet
@@ -92,6 +99,48 @@ def q(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
 
+def arrive(led: Ledger, rng: random.Random) -> None:
+    """A pilot's worth of change, as Ledger.add makes it: one pool's CPU, pilots, lifetime and last pilot."""
+    pool = rng.choice(list(led.lifetime))
+    for k in [k for k in led.cpu if k[:3] == pool][:2]:
+        led.cpu[k] += rng.uniform(1e3, 1e5)
+    outcome = next((k for k in led.pilots if k[:3] == pool), None)
+    if outcome is not None:
+        led.pilots[outcome] += 1
+    led.lifetime[pool].observe(rng.uniform(600, 200_000))
+    led.last_completed[pool] = time.time()
+    led.version += 1
+
+
+def full_render(ing: Ingest) -> None:
+    """What a render was before it encoded only what changed: every family, text and OpenMetrics, and
+    the OpenMetrics gzipped (as Prometheus asks), from a snapshot taken under the ingest lock."""
+    with ing.lock:
+        snap = _snapshot(ing.ledger)
+    families = ledger_families(snap, "benchfactory")
+    for accept in ("", PROMETHEUS_ACCEPT):
+        data = _encode(choose_encoder(accept)[0], families)
+        if accept:
+            gzip.compress(data, 6)
+
+
+def render_costs(ing: Ingest, expo: Exposition, n: int) -> dict[str, list[float]]:
+    """CPU of a render after one pilot's change: the whole ledger encoded (as before) against what
+    Exposition.refresh does now, alternating, ``n`` of each."""
+    rng = random.Random(5)
+    out: dict[str, list[float]] = {"whole": [], "changed": [], "units": []}
+    for _ in range(n):
+        arrive(ing.ledger, rng)
+        c = time.process_time()
+        full_render(ing)
+        out["whole"].append(time.process_time() - c)
+        c = time.process_time()
+        assert expo.refresh()
+        out["changed"].append(time.process_time() - c)
+        out["units"].append(expo.last_units)
+    return out
+
+
 def serve_alone(which: str, root: Path, entries: int, scrapes: int) -> int:
     """Scan the factory, serve it with one app, scrape it ``scrapes`` times; print the scrapes' p50/p99."""
     if not root.exists():
@@ -117,6 +166,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--entries", type=int, default=500)
     ap.add_argument("--scrapes", type=int, default=40, help="of each app, each kind, each phase")
+    ap.add_argument("--renders", type=int, default=20, help="renders after a pilot's change, of each kind")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--serve", choices=("old", "new"), help="one app alone, for a process timer")
     ap.add_argument("--factory", type=Path, help="with --serve: the simulated factory (made once)")
@@ -138,8 +188,11 @@ def main() -> int:
         )
         new = MetricsServer("127.0.0.1", new_port, SharedRenders(exposition_app(expo)))
         t0 = time.perf_counter()
-        expo.start()
+        expo.refresh()
         first_render = time.perf_counter() - t0
+        costs = render_costs(ing, expo, a.renders)  # before the renderer's thread, which would take the changes
+        print("render CPU after one pilot's change", {k: f"{q(v, 0.5):.4f}" for k, v in costs.items()})
+        expo.start()
         stop = threading.Event()
         scans: list[float] = []
 
@@ -199,6 +252,17 @@ def main() -> int:
             f"{q(n, 0.5) * 1e3:,.1f} ms | {q(n, 0.99) * 1e3:,.1f} ms | {max(n) * 1e3:,.1f} ms | "
             f"{q(o, 0.5) / q(n, 0.5):,.0f}x |"
         )
+    wh, ch = costs["whole"], costs["changed"]
+    lines += [
+        "",
+        f"Render after one pilot's change (a pool's CPU, pilots, lifetime and last pilot rows), CPU "
+        f"(process time), {a.renders} of each, alternating: the whole ledger encoded, text and OpenMetrics "
+        f"and the OpenMetrics gzipped, as a render was before it encoded only what changed: median "
+        f"{statistics.median(wh) * 1e3:,.1f} ms (max {max(wh) * 1e3:,.1f}); `Exposition.refresh` now, "
+        f"{statistics.median(costs['units']):.0f} rows encoded (both encodings) and the gzip members of the "
+        f"chunks they are in: median {statistics.median(ch) * 1e3:,.1f} ms (max {max(ch) * 1e3:,.1f}), "
+        f"{statistics.median(wh) / statistics.median(ch):,.0f}x less.",
+    ]
     lines += [
         "",
         f"p99 of {a.scrapes} scrapes is their largest but one or the largest (nearest rank). The aim of issue 34: "
