@@ -89,6 +89,8 @@ def test_every_panel_of_a_pilot_histogram_shows_its_exemplars() -> None:
         for p in panels(b):
             for t in p["targets"]:
                 used = [n for n in names if n in t["expr"]]
+                if used and p["type"] == "table":
+                    continue  # a table's instant query draws no exemplar: its rows link to their pilots
                 if used:
                     assert t.get("exemplar") is True, (uid, p["title"], t["refId"])
                     seen.update(used)
@@ -141,7 +143,10 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
                 assert q["service"] == C.SERVICE_PILOT
                 assert (q["start"], q["end"]) == ("1700000000000000", "1700086400000000")
             checked += 1
-    assert checked == 17  # seven tables, nine bar gauges of entries or sites, and the red light
+    # 17 before issue 33 and the frontend board (seven tables, nine bar gauges, the red light), and
+    # since: the entry-health tables of holds by class, CEs down, removals by reason and why
+    # glideins are not running, and the frontend's two per-entry tables.
+    assert checked == 23
 
 
 @pytest.mark.parametrize("entry", ["a&b=c", "x%2Fy", "sp ace", "quo'te"])

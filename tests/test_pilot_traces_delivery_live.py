@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gwms_obs import catalogue
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing.outbox import MAX_OUTBOX_BYTES, OUTBOX_PREFIX
 from tests.support.servers import export_command, process
@@ -161,18 +162,29 @@ def test_a_collector_outage_loses_nothing_and_the_outbox_stays_within_its_bound(
                 peak = max(peak, _outbox_bytes(outbox))
                 metrics = http_get(url)
                 failed = _metric(metrics, "gwms_obs_trace_requests_total", 'result="failed"')
-                return len(_pilots_counted(ck)) > len(before) and failed >= 2
+                # Counted as /metrics says (a watched daemon writes its checkpoint at most every
+                # CHECKPOINT_SECONDS, so the checkpoint is read once the daemon has stopped).
+                return _metric(metrics, catalogue.PILOTS.name) > len(before) and failed >= 2
 
             wait_for("the new pilots counted, their traces failing to go", counted_and_failing, 120, step=0.2)
-            counted = _pilots_counted(ck)
             held = _outbox_bytes(outbox)
             peak = max(peak, held)
             assert held > 0  # their traces wait in the outbox
 
+            seen: list[float] = []
+
+            def all_counted() -> int | None:
+                """The pilots counted, once two polls a second apart agree."""
+                seen.append(_metric(http_get(url), catalogue.PILOTS.name))
+                return int(seen[-1]) if len(seen) > 1 and seen[-1] == seen[-2] else None
+
             with _collector(st):
-                traces = _settled(st, since, len(counted), timeout=180)
+                n = wait_for("the daemon done counting", all_counted, 120, step=1.0)
+                traces = _settled(st, since, n, timeout=180)
                 wait_for("the outbox emptied", lambda: _outbox_bytes(outbox) == 0, 60, step=0.5)
             metrics = http_get(url)
+    counted = _pilots_counted(ck)  # written as the daemon stopped
+    assert len(counted) == n
     keys = _keys(traces)
     assert set(keys) == counted and set(keys.values()) == {1}  # nothing lost, nothing twice
     _no_span_twice(traces)

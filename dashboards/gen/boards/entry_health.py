@@ -159,7 +159,7 @@ def entry_health() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, time() - max by ({BY_ENTRY}, site) ({SINCE.name}{{{SEL_ENTRY}}})))")],
         budget=10,
         question="How long has each unreachable CE been down?",
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
     )
     SUB, REM, FAIL = catalogue.GLIDEINS_SUBMITTED, catalogue.GLIDEINS_REMOVED, catalogue.SUBMIT_FAILURES
     ACC = catalogue.GLIDEIN_SUBMIT_EVENTS
@@ -208,7 +208,7 @@ def entry_health() -> Board:
         [Target(f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, reason) ({removed})))")],
         budget=10,
         question="Why does the factory remove an entry's glideins?",
-        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"),),
+        drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
     )
     failed = over_range(FAIL, SEL_ENTRY, BY_ENTRY)
     b.add(

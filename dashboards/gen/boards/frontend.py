@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gwms_obs import catalogue
 
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, ranked
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, pilot_links, ranked
 from .common import BY_ENTRY, FACTORY, PROVISIONING, TO_PROVISIONING, legend, over_range
 
 FRONTEND = "gwms-frontend"
@@ -129,7 +129,7 @@ def frontend() -> Board:
         budget=10 * 5 * 17,
         question="For one entry, what does each group ask, and what does it have?",
         w=24,
-        drill=(TO_ENTRY_ROW,),
+        drill=(TO_ENTRY_ROW, *pilot_links("entry")),
     )
     fe, fa = _idle(R, FACTORY_SEL), _idle(catalogue.ENTRY_REQUESTED, FACTORY_SEL)
     worst = f"abs({disagreement()})"
@@ -149,7 +149,7 @@ def frontend() -> Board:
         budget=3 * 10,
         question="Does the factory get what the frontend requests?",
         w=24,
-        drill=(TO_ENTRY_ROW,),
+        drill=(TO_ENTRY_ROW, *pilot_links("entry", "client")),
     )
     b.add(
         "timeseries",
