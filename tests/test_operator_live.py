@@ -13,15 +13,13 @@ Nebraska's get nothing. Every query of the panels on these metrics returns data.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dashboards import gen
-from dashboards.gen import health, lint
+from dashboards.gen import health
 from dashboards.gen import names as N
 from dashboards.gen.boards.common import ENTRY_HEALTH
 from gwms_obs import catalogue
@@ -119,16 +117,6 @@ def test_a_refusing_ce_turns_its_site_red_and_mails_its_admins_the_class(
 def test_every_new_panel_query_returns_data(stack: tuple[str, SmtpSink, Path, Path]) -> None:
     prom, _, factory, held = stack
     S.release(held, factory)
-    board = json.loads(gen.render_all()[f"dashboards/grafana/{ENTRY_HEALTH}.json"])
-    mine = [(where, expr) for where, expr in lint.dashboard_exprs(board) if lint.metric_names(expr) & MINE]
-    assert len(mine) >= 6, mine
     wait_for("the grid queue histogram", lambda: prom_query(prom, f"{catalogue.PILOT_GRID_QUEUE_TIME.name}_count"), 60)
-    vars_ = {**S.GRAFANA_VARS, "topn": "10"}
-    empty = []
-    for where, expr in mine:
-        q = lint.substitute(expr.replace("$__rate_interval", "5m").replace("$__range", "10m"), vars_)
-        try:  # a series just born needs a second scrape for rate() and increase()
-            wait_for(where, lambda q=q: prom_query(prom, q), 30)
-        except TimeoutError:
-            empty.append(f"{where}: {q}")
+    empty = S.panel_queries_without_data(prom, ENTRY_HEALTH, MINE, 6)
     assert not empty, "panel queries without data:\n" + "\n".join(empty)

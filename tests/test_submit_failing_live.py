@@ -11,15 +11,13 @@ GwmsEntrySubmitFailing. Every query of the panels on the factory log's metrics r
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dashboards import gen
-from dashboards.gen import health, lint
+from dashboards.gen import health
 from dashboards.gen import names as N
 from dashboards.gen.boards.common import ENTRY_HEALTH
 from gwms_obs import catalogue
@@ -105,15 +103,5 @@ def test_refused_submissions_turn_the_site_red_and_mail_its_admins(stack: tuple[
 def test_every_factory_log_panel_query_returns_data(stack: tuple[str, SmtpSink, Path]) -> None:
     prom, _, factory = stack
     _refused(factory, 1)  # a failure in the last rate interval too
-    board = json.loads(gen.render_all()[f"dashboards/grafana/{ENTRY_HEALTH}.json"])
-    mine = [(where, expr) for where, expr in lint.dashboard_exprs(board) if lint.metric_names(expr) & MINE]
-    assert len(mine) >= 4, mine
-    vars_ = {**S.GRAFANA_VARS, "topn": "10"}
-    empty = []
-    for where, expr in mine:
-        q = lint.substitute(expr.replace("$__rate_interval", "5m").replace("$__range", "10m"), vars_)
-        try:  # a series just born needs a second scrape for rate() and increase()
-            wait_for(where, lambda q=q: prom_query(prom, q), 30)
-        except TimeoutError:
-            empty.append(f"{where}: {q}")
+    empty = S.panel_queries_without_data(prom, ENTRY_HEALTH, MINE, 4)
     assert not empty, "panel queries without data:\n" + "\n".join(empty)

@@ -162,6 +162,24 @@ def dashboard_queries_without_data(prom: str, *, collector: bool) -> tuple[list[
     return empty, collector_only
 
 
+def panel_queries_without_data(prom: str, uid: str, names: set[str], at_least: int) -> list[str]:
+    """The queries of board ``uid``'s panels that read any of ``names`` and still return nothing
+    after a bounded wait (a series just born needs a second scrape for rate() and increase());
+    fails unless at least ``at_least`` such queries exist."""
+    board = json.loads(gen.render_all()[f"dashboards/grafana/{uid}.json"])
+    mine = [(where, expr) for where, expr in lint.dashboard_exprs(board) if lint.metric_names(expr) & names]
+    assert len(mine) >= at_least, mine
+    vars_ = {**GRAFANA_VARS, "topn": "10"}
+    empty = []
+    for where, expr in mine:
+        q = lint.substitute(expr.replace("$__rate_interval", "5m").replace("$__range", "10m"), vars_)
+        try:
+            wait_for(where, lambda q=q: prom_query(prom, q), 30)
+        except TimeoutError:
+            empty.append(f"{where}: {q}")
+    return empty
+
+
 def make_factory(work: Path) -> tuple[Path, Path]:
     """The scenario's factory under ``work``, FailSite's later half held back; (factory, held)."""
     factory, held = work / "factory", work / "held"
