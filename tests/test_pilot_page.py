@@ -126,7 +126,10 @@ def test_a_site_admin_reads_a_pilot_of_their_site_and_not_another_sites(jaeger: 
     assert test and f"Failing test: {test}" in page
     # the timeline: one row per span, in tree order, each with its bar
     rows = re.findall(r'<tr class="span depth-(\d)[^"]*">\s*<th scope="row" class="name">([^<]+)', r.text)
-    assert [(int(d), n) for d, n in rows][:2] == [(0, C.SPAN_PILOT), (1, P.SPAN_RUNNING)]
+    tree = [(int(d), n) for d, n in rows]
+    assert tree[0] == (0, C.SPAN_PILOT)
+    # the queue (the event log's, read before the .out), then the worker node
+    assert [n for d, n in tree if d == 1] == [P.SPAN_QUEUED, P.SPAN_RUNNING]
     assert sorted(n for _, n in rows) == sorted(s["operationName"] for s in t["spans"])
     assert len(re.findall(r'<rect class="fill', r.text)) == len(t["spans"])
     assert 'class="fill error"' in r.text  # the failed validation's bar
