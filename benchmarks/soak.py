@@ -11,15 +11,24 @@ client, completed_jobs per day). Retention: every file whose last write is older
 --retention-days of simulated time is deleted, as the factory's cleanup does by mtime.
 
 `gwms-obs export` runs on ``live/`` as users start it (inotify, its checkpoint, a full rescan every
---full-scan-seconds, lost_after_seconds as --lost-after-seconds). The simulated times are months
-old, so with a finite lost_after_seconds every wait for a .out is over at once; with 3600 the time
-cells differed from `report` (soak.md, cause not found); 1e9 keeps every wait and they agree.
+--full-scan-seconds, lost_after_seconds as --lost-after-seconds). With ``--clock replay`` (the default)
+the daemon's clock is the replay's: simulated time, running --day-seconds per day, so what the daemon
+measures in the factory's time (settle_seconds, lost_after_seconds, the retention of the pilots it
+remembers) is measured as on a factory whose files are written now; every file's mtime is its
+simulated write time. Its own cadences (the checkpoint every 300 s of ticks, the settle pass every
+60 s) are scaled back to real seconds, and its full scans and ticks run on the real clock. With
+``--clock wall`` the daemon keeps the wall clock, so the simulated times are months old and a finite
+lost_after_seconds ends every wait for a .out at once (soak.md's run 2: its time cells differed).
 Every second: its RSS (VmRSS) and CPU (utime + stime); at each new checkpoint: its size, the
 size of each of its parts, and the time to write that state (json + fsync, the checkpoint's own
 write(), in this process). At the end /metrics is compared with `gwms-obs report` on ``gen/``,
 the whole week: every pilot counted once, none lost to the deletions.
 
     .venv/bin/python benchmarks/soak.py [--per-day 4000] [--days 7] [--retention-days 2] [--day-seconds 90]
+
+``--tracemalloc DAY,DAY...`` traces the daemon's allocations (tracemalloc, 1 frame) and writes a
+snapshot at each simulated day given and at the end; soak.md then lists the allocation sites that
+grew most between the first and the last (slower: a diagnostic run, not the figures).
 
 Writes benchmarks/results/soak.md (and soak.json beside it, the samples).
 """
@@ -33,10 +42,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +70,13 @@ T0 = 1_790_000_000  # 2026-09-21T14:13:20Z, the simulation's first submission wi
 _EVENT = re.compile(rb"^\d{3} \((\d+)\.(\d+)\.\d+\) (\d{4}-\d\d-\d\d|\d\d/\d\d) (\d\d:\d\d:\d\d)", re.M)
 _TERMINATED = re.compile(rb'terminated="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)')
 _ENTRY_LINE = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+# The daemon's clock under --clock replay, "wall0,sim0,rate": simulated time sim0 at wall time wall0,
+# running rate times the wall clock. The replay reads the same clock, so both agree on "now".
+CLOCK_ENV = "GWMS_OBS_SOAK_CLOCK"
+# Under --tracemalloc: where the daemon dumps a snapshot when it gets SIGUSR1 (numbered in order).
+SNAPSHOT_ENV = "GWMS_OBS_SOAK_SNAPSHOTS"
+# Simulated seconds before the first submission at which the daemon's clock starts (its first scan).
+LEAD = 3600
 
 
 @dataclass(order=True)
@@ -119,6 +137,62 @@ def plan(gen: Path) -> tuple[list[Item], int]:
     return items, outs
 
 
+class SimClock:
+    """Simulated time: ``sim0`` at wall time ``wall0``, running ``rate`` times the wall clock."""
+
+    def __init__(self, wall0: float, sim0: float, rate: float) -> None:
+        self.wall0, self.sim0, self.rate = wall0, sim0, rate
+
+    def __call__(self) -> float:
+        return self.sim0 + (time.time() - self.wall0) * self.rate
+
+    def env(self) -> str:
+        return f"{self.wall0!r},{self.sim0!r},{self.rate!r}"
+
+
+def daemon(argv: list[str]) -> int:
+    """`gwms-obs export` on the replay's clock (CLOCK_ENV): the pipeline's clock is the simulated time,
+    and its own cadences, counted on that clock, are scaled back to real seconds."""
+    from gwms_obs import cli, pipeline
+
+    wall0, sim0, rate = (float(x) for x in os.environ[CLOCK_ENV].split(","))
+    clock = SimClock(wall0, sim0, rate)
+    init = pipeline.Ingest.__init__
+
+    def with_clock(self: pipeline.Ingest, cfg: Any, **kw: Any) -> None:
+        kw.setdefault("clock", clock)
+        init(self, cfg, **kw)
+
+    pipeline.Ingest.__init__ = with_clock  # type: ignore[method-assign]
+    pipeline.CHECKPOINT_SECONDS *= rate
+    pipeline.SETTLE_SECONDS *= rate
+    if snaps := os.environ.get(SNAPSHOT_ENV):
+        tracemalloc.start(1)
+        taken = [0]
+
+        def dump(*_: object) -> None:
+            taken[0] += 1
+            tracemalloc.take_snapshot().dump(f"{snaps}.tmp")
+            os.replace(f"{snaps}.tmp", f"{snaps}.{taken[0]}")  # whole when it appears
+
+        signal.signal(signal.SIGUSR1, dump)
+    return cli.main(argv)
+
+
+def snapshot_diff(first: Path, last: Path, pilots: int, top: int = 15) -> dict[str, Any]:
+    """The allocation sites that grew most between two snapshots, per pilot remembered in between."""
+    skip = (tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>"))
+    a = tracemalloc.Snapshot.load(str(first)).filter_traces(skip)
+    b = tracemalloc.Snapshot.load(str(last)).filter_traces(skip)
+    total = [sum(st.size for st in snap.statistics("filename")) for snap in (a, b)]
+    rows = []
+    for d in b.compare_to(a, "lineno")[:top]:
+        fr = d.traceback[0]
+        name = fr.filename.split("/site-packages/")[-1].split("/exporters/")[-1]
+        rows.append({"site": f"{name}:{fr.lineno}", "kb": round(d.size_diff / 1024), "count": d.count_diff})
+    return {"traced_kb": [round(t / 1024) for t in total], "pilots": pilots, "top": rows}
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -177,10 +251,23 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
     ckpt = work / "checkpoint.json"
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    cmd = [sys.executable, "-m", "gwms_obs.cli", "export", "--factory-dir", str(live), "--config", str(cfg)]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--checkpoint", str(ckpt)]
+    args = ["export", "--factory-dir", str(live), "--config", str(cfg)]
+    args += ["--listen", f"127.0.0.1:{port}", "--checkpoint", str(ckpt)]
+    rate = 86400 / a.day_seconds
+    env = dict(os.environ)
+    snaps = work / "snapshot"
+    if a.clock == "replay":  # the daemon's clock starts LEAD before the first submission
+        clock = SimClock(time.time(), T0 - LEAD, rate)
+        env[CLOCK_ENV] = clock.env()
+        if a.tracemalloc is not None:
+            env[SNAPSHOT_ENV] = str(snaps)
+        cmd = [sys.executable, __file__, "--daemon", *args]
+    else:
+        cmd = [sys.executable, "-m", "gwms_obs.cli", *args]
     log = open(work / "exporter.log", "wb")  # noqa: SIM115 - closed with the daemon below
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    snap_days = sorted(a.tracemalloc or ())
+    snap_pilots: list[int] = []  # the pilots remembered (seen) at each snapshot
     samples: list[dict[str, object]] = []
     ckpts: list[dict[str, object]] = []
     written: dict[str, int] = {}  # live file -> simulated time of its last write (its mtime, to the cleanup)
@@ -188,10 +275,12 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
     try:
         wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120, 0.25)
         start_sim, end_sim = T0, summary.snapshot
+        if a.clock == "wall":  # the replay's own clock, from now; the daemon's is the wall clock
+            clock = SimClock(time.time(), T0, rate)
         cpu0, r0 = cpu_seconds(p.pid), time.monotonic()
         i, arrived, last_ino, next_sample = 0, 0, 0, r0
         while True:
-            now = start_sim + (time.monotonic() - r0) / a.day_seconds * 86400
+            now = clock()
             j = bisect.bisect_right(times, now)
             appends: dict[str, list[bytes]] = defaultdict(list)
             for it in items[i:j]:
@@ -199,12 +288,16 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
                 if it.data is None:
                     os.link(gen / it.rel, dst)
                     arrived += it.rel.endswith(".out")
+                    if a.clock == "replay":  # written now, on the daemon's clock
+                        os.utime(dst, (it.t, it.t))
                 else:
                     appends[it.rel].append(it.data)
                 written[it.rel] = it.t
             for rel, chunks in appends.items():
                 with open(live / rel, "ab") as f:
                     f.write(b"".join(chunks))
+                if a.clock == "replay":
+                    os.utime(live / rel, (written[rel], written[rel]))
             i = j
             cutoff = now - a.retention_days * 86400
             for rel in [r for r, w in written.items() if w < cutoff]:
@@ -230,6 +323,9 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
                     c = measure_checkpoint(ckpt, work / "scratch-checkpoint.json")
                     if c:
                         ckpts.append({"sim_day": sample["sim_day"], "outs_on_disk": sample["outs_on_disk"], **c})
+                if snap_days and sample["sim_day"] >= snap_days[0] and SNAPSHOT_ENV in env:
+                    snap_days.pop(0)
+                    snap_pilots.append(snapshot(p.pid, snaps, len(snap_pilots) + 1, ckpt))
                 if p.poll() is not None:
                     raise SystemExit(f"soak: the exporter exited with {p.returncode}")
             if i >= len(items) and now >= end_sim:
@@ -250,6 +346,8 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         except TimeoutError:  # the disagreement is the result, recorded below
             mismatch = agree(scrape(url), want)
         final_rss = rss_kb(p.pid) / 1024
+        if SNAPSHOT_ENV in env and snap_pilots:
+            snap_pilots.append(snapshot(p.pid, snaps, len(snap_pilots) + 1, ckpt))
     finally:
         p.terminate()
         p.wait(60)
@@ -271,7 +369,22 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         "samples": samples,
         "checkpoints": ckpts,
         "load": [os.getloadavg()],
+        "tracemalloc": (
+            snapshot_diff(Path(f"{snaps}.1"), Path(f"{snaps}.{len(snap_pilots)}"), snap_pilots[-1] - snap_pilots[0])
+            if len(snap_pilots) > 1
+            else None
+        ),
     }
+
+
+def snapshot(pid: int, snaps: Path, n: int, ckpt: Path) -> int:
+    """Have the daemon dump its allocations (snapshot n); the pilots its last checkpoint remembered."""
+    os.kill(pid, signal.SIGUSR1)
+    wait_for(f"tracemalloc snapshot {n}", lambda: Path(f"{snaps}.{n}").exists() or None, 300, 0.5)
+    try:
+        return len(json.loads(ckpt.read_bytes()).get("seen", {}))
+    except (OSError, ValueError):
+        return 0
 
 
 FINDINGS = "<!-- findings: written by hand from the run above; kept when the tables are rewritten -->"
@@ -282,11 +395,11 @@ COUNTED = ("seen", "timeline.open", "timeline.ended", "waiting")
 
 def render(res: dict[str, Any]) -> str:
     """soak.md from the run's results: the set-up, a row per half simulated day, each checkpoint."""
-    a = {"lost_after_seconds": 1e9, **res["args"]}  # the first run's: lost never by the wall clock
+    a = {"lost_after_seconds": 1e9, "clock": "wall", **res["args"]}  # the first runs' defaults
     samples: list[dict[str, Any]] = res["samples"]
     cmd = "`.venv/bin/python benchmarks/soak.py --per-day {per_day} --days {days} --retention-days {retention_days:g}"
     cmd += " --day-seconds {day_seconds:g} --full-scan-seconds {full_scan_seconds:g} --seed {seed}"
-    cmd += " --lost-after-seconds {lost_after_seconds:g}`"
+    cmd += " --lost-after-seconds {lost_after_seconds:g} --clock {clock}`"
     rate = a["per_day"] * 86400 / a["day_seconds"] / 86400
     out = [
         "# Soak: a week of a factory in compressed time (issue 34 item 4)",
@@ -309,8 +422,15 @@ def render(res: dict[str, Any]) -> str:
         "",
         "Daemon: `gwms-obs export` with its checkpoint, inotify discovery, a full rescan every",
         f"{a['full_scan_seconds']:g} s of real time (each full scan writes the checkpoint; ticks at most every",
-        f"300 s), lost_after_seconds {a['lost_after_seconds']:g} (the simulated times are months old: a finite",
-        "value ends every wait for a .out at once; 1e9 keeps every wait).",
+        f"300 s), lost_after_seconds {a['lost_after_seconds']:g}, "
+        + (
+            "on the replay's clock: the daemon's clock is the simulated time (settle, lost_after_seconds and"
+            " the retention of what it remembers as on a factory writing now; its checkpoint and settle cadences"
+            " scaled back to real seconds), every file's mtime its simulated write time."
+            if a["clock"] == "replay"
+            else "on the wall clock (the simulated times are months old: a finite value ends every wait for a .out"
+            " at once; 1e9 keeps every wait)."
+        ),
         f"Replay {res['replay_s']:g} s of real time; {res['arrived']:,} pilots arrived; {res['deleted']['files']:,}",
         f"files deleted by retention ({res['deleted']['outs']:,} of them .out). Load average at the end:",
         " ".join(f"{x:.2f}" for x in res["load"][0]) + " (2 cores, shared).",
@@ -371,6 +491,21 @@ def render(res: dict[str, Any]) -> str:
         parts += " | " + " | ".join(f"{c.get('counts', {}).get(k, 0):,}" for k in COUNTED)
         head = f"| {c['sim_day']:.2f} | {c['outs_on_disk']:,} | {c['bytes'] / 1024:,.0f} | {1000 * c['write_s']:.0f}"
         out.append(f"{head} | {parts} |")
+    if tm := res.get("tracemalloc"):
+        out += [
+            "",
+            "## Allocations that grew (tracemalloc)",
+            "",
+            f"The daemon's traced memory went from {tm['traced_kb'][0]:,} to {tm['traced_kb'][1]:,} KB between the"
+            f" first and the last snapshot, while the pilots it remembered (`seen`) grew by {tm['pilots']:,}."
+            " The sites that grew most (1 frame):",
+            "",
+            "| site | KB | blocks | bytes / pilot |",
+            "|---|---|---|---|",
+        ]
+        for r in tm["top"]:
+            per = f"{1024 * r['kb'] / tm['pilots']:.0f}" if tm["pilots"] else "-"
+            out.append(f"| {r['site']} | {r['kb']:,} | {r['count']:,} | {per} |")
     old = RESULTS / "soak.md"
     kept = old.read_text().split(FINDINGS, 1)[1] if old.exists() and FINDINGS in old.read_text() else "\n"
     return "\n".join(out) + "\n\n" + FINDINGS + kept
@@ -388,6 +523,19 @@ def main() -> None:
     ap.add_argument("--lost-after-seconds", type=float, default=3600.0, help="the daemon's (and report's)")
     ap.add_argument("--work", type=Path, help="keep the trees here (default: a temporary dir, removed)")
     ap.add_argument("--render", action="store_true", help="only rewrite soak.md from soak.json")
+    ap.add_argument(
+        "--clock",
+        choices=("replay", "wall"),
+        default="replay",
+        help="the daemon's clock: the replay's simulated time (default) or the wall clock",
+    )
+    ap.add_argument(
+        "--tracemalloc",
+        type=lambda v: [float(x) for x in v.split(",")],
+        help="simulated days at which the daemon's allocations are snapshotted (and at the end)",
+    )
+    if sys.argv[1:2] == ["--daemon"]:  # the daemon itself, on the replay's clock (run())
+        sys.exit(daemon(sys.argv[2:]))
     a = ap.parse_args()
     if a.render:
         (RESULTS / "soak.md").write_text(render(json.loads((RESULTS / "soak.json").read_text())))
