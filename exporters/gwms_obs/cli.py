@@ -210,9 +210,9 @@ def cmd_report(a: argparse.Namespace) -> int:
         outlets=Outlets(
             accounts=history.add if history else rep.add,
             traces=sender[2] if sender is not None else None,
-            factory_log=rep.add_factory_log,
+            factory_log=history.add_factory_log if history else rep.add_factory_log,
             holds=rep.health.add_hold,
-            times=rep.health.add_times,
+            times=history.add_times if history else rep.health.add_times,
             progress=True,
         ),
         errors=errors,
