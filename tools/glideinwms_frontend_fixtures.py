@@ -18,13 +18,23 @@ given the schedds' jobs (``logJobs``), the VO pool's glideins
 node>``, glideid_str) the matched jobs, glideins and cores
 (``logMatchedJobs``, ``logMatchedGlideins``), its attributes, downtime and the
 request (``logFactReq``), the ``MatchedUp``/``MatchedDown``/``Unmatched``
-states likewise, then ``write_file`` writes ``group_<name>/frontend_status.xml``
-(and its RRDs, not kept). Then ``glideinFrontendMonitorAggregator.aggregateStatus``
-reads the groups' files and writes the frontend-wide ``frontend_status.xml``,
-and ``write_frontend_descript_xml`` the ``descript.xml`` with the frontend's
-name. Every number is :func:`fed` of the update's index, the group, the entry
-and the attribute, so the test recomputes what was fed without a second copy.
-The fixture is the monitor dir after the last of ``UPDATES`` updates.
+states likewise, then ``write_file`` writes ``group_<name>/frontend_status.xml`` and its RRDs,
+``group_<name>/{total,factory_<glideid>,state_<state>}/Status_Attributes.rrd``
+(the glideid sanitized: ``@`` -> ``_``), through the module's
+``monitoringConfig`` with its default step (300 s), heartbeat and archives (5 min
+x 740, 1 h x 740, 12 h x 740). Then ``glideinFrontendMonitorAggregator.aggregateStatus``
+reads the groups' files and writes the frontend-wide ``frontend_status.xml``
+and its RRDs (``total/``, the groups' sums), and ``write_frontend_descript_xml``
+the ``descript.xml`` with the frontend's name. Every number is :func:`fed` of
+the update's index, the group, the entry and the attribute, so the test
+recomputes what was fed without a second copy. The fixture is the monitor dir
+after the last of ``UPDATES`` updates; the RRDs hold the ``HISTORY`` updates
+before and including it (four days, past the 5-minute archive's 2.5, so an
+import takes its oldest period from the hourly archive), the earlier ones with
+negative indexes, so the XML is the same whatever ``HISTORY`` is.
+
+RRD files are in the host's byte order and word size: these were written on
+x86_64 Linux and are read by ``rrdtool dump`` on the same kind of host.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "glideinwms_frontend"
 STEP = 300
 UPDATES = 6
+HISTORY = 4 * 288  # the RRDs' updates: four days of 5-minute cycles, the last UPDATES of them k >= 0
 START = 1_780_000_200
 FRONTEND = "vofe_example"
 # Pool node of the factory's collector, and the factory's glidein and factory names: a
@@ -93,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     log_support.log = logging.getLogger("glideinwms")  # type: ignore[attr-defined]
     gfm = importlib.import_module("glideinwms.frontend.glideinFrontendMonitoring")
     agg = importlib.import_module("glideinwms.frontend.glideinFrontendMonitorAggregator")
+    if gfm.monitoringConfig.rrd_obj.isDummy():
+        ap.error("GlideinWMS found no rrdtool binding: run with a Python that has it (/usr/bin/python3 on Debian)")
 
     work = shim / "monitor"  # the frontend's <work_dir>/monitor/
     work.mkdir()
-    for k in range(UPDATES):
+    for k in range(UPDATES - HISTORY, UPDATES):
         now = float(update_time(k))
         time.time = lambda now=now: now  # type: ignore[misc]  # the cycle's clock, read by the writers
         for group, entries in GROUPS.items():
@@ -121,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = a.out
     if out.exists():
         shutil.rmtree(out)
-    # The XML only: the RRDs are the import's (host byte order, and not what this source reads).
-    for src in sorted(work.rglob("*.xml")):
+    # The XML (the live source's) and the RRDs (import-rrd's); not the writers' backups (*~).
+    for src in sorted([*work.rglob("*.xml"), *work.rglob("*.rrd")]):
         dst = out / src.relative_to(work)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
-    print(f"wrote {len(list(out.rglob('*.xml')))} XML files, {UPDATES} updates, under {out}")
+    xml, rrds = len(list(out.rglob("*.xml"))), len(list(out.rglob("*.rrd")))
+    print(f"wrote {xml} XML files ({UPDATES} updates), {rrds} RRDs ({HISTORY} updates) under {out}")
     shutil.rmtree(shim)
     return 0
 

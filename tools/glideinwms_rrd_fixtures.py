@@ -22,9 +22,15 @@ with its own data source names. Log_Completed_WasteTime.rrd
 (``<kind>_<range>``) and Log_Completed_Stats.rrd (``Lasted_*``,
 ``JobsLasted_*``, ``JobsNr_*``) and Log_Completed.rrd (the cycle's sums:
 ``Glideins``, ``Lasted``, ``JobsGoodput``, ...) are written with
-``MonitoringConfig.write_rrd_multi`` (ABSOLUTE) as
-``condorLogSummary.write_file`` calls it: driving that class needs parsed
-glidein logs, and the RRD call is the same. Every value is :func:`fed` of the
+``MonitoringConfig.write_rrd_multi`` (ABSOLUTE), and Log_Counts.rrd
+(``Status<state>`` GAUGE, ``Entered<state>`` and ``Exited<state>`` ABSOLUTE, the
+exits negative) with ``write_rrd_multi_hetero``, as
+``condorLogSummary.write_file`` calls them: driving that class needs parsed
+glidein logs, and the RRD calls are the same. The entry's glideins have
+``CORES`` cores (GLIDEIN_CPUS, condorQStats' ``cores``), so the factory's own
+core estimates (``StatusRunningCores``, ``ReqIdleCores``, ``ReqMaxCores``) differ
+from the glidein counts, and the frontend's report has its cores and an
+information age that vary. Every value is :func:`fed` of the
 update's index and the RRD data source it lands in, so the test recomputes
 what was fed without a second copy of it. ``UPDATES`` updates 5 minutes apart
 (four days) reach past the finest archive's 2.5 days, so the import must take
@@ -54,6 +60,7 @@ UPDATES = 4 * 288  # four days of 5-minute updates
 START = 1_780_000_200  # a multiple of 300: updates land on step boundaries, so a 5-minute row is one update
 ENTRY = "CMS_T2_US_Example_ce01"
 CLIENT = "vo1_frontend.main"
+CORES = 4  # the entry's GLIDEIN_CPUS: condorQStats multiplies glidein counts by it for its *Cores
 # What condorQStats is fed, keyed by the attribute write_file names its data source after
 # (Status<attr>, Req<attr>, Client<attr>): HTCondor/GlideinWMS status codes (aggregateStates),
 # the request's and the ClientMonitor's keys (logRequest, logClientMonitor).
@@ -76,6 +83,9 @@ MONITOR_ARGS = {
     "GlideIdle": "GlideinsIdle",
     "GlideRunning": "GlideinsRunning",
     "GlideTotal": "GlideinsTotal",
+    "CoresIdle": "GlideinsIdleCores",
+    "CoresRunning": "GlideinsRunningCores",
+    "CoresTotal": "GlideinsTotalCores",
 }
 STATUS_DS = (
     tuple(f"Status{a}" for a in STATUS_CODES)
@@ -97,19 +107,31 @@ COMPLETED_DS = (
     "JobsGoodput",
     "CondorLasted",
 )
+# condorLogSummary's Log_Counts: glideins per state now (GAUGE), and in and out of each state this
+# cycle (ABSOLUTE; Exited is written negative, -len(exited)). Completed and Removed have no count
+# or exit (its job_statuses, "I don't have their numbers from inactive logs").
+LOG_STATES = ("Running", "Idle", "Wait", "Held")
+COUNTS_TYPES = {
+    **{f"Status{s}": "GAUGE" for s in LOG_STATES},
+    **{f"Entered{s}": "ABSOLUTE" for s in (*LOG_STATES, "Completed", "Removed")},
+    **{f"Exited{s}": "ABSOLUTE" for s in LOG_STATES},
+}
+COUNTS_DS = tuple(COUNTS_TYPES)
 FILES = {
     f"entry_{ENTRY}/frontend_{CLIENT}/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/total/Status_Attributes": ("GAUGE", STATUS_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_WasteTime": ("ABSOLUTE", WASTE_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed_Stats": ("ABSOLUTE", STATS_DS),
     f"entry_{ENTRY}/frontend_{CLIENT}/Log_Completed": ("ABSOLUTE", COMPLETED_DS),
+    f"entry_{ENTRY}/frontend_{CLIENT}/Log_Counts": ("", COUNTS_DS),  # "": each its own (COUNTS_TYPES)
 }
 
 
 def fed(k: int, ds: str) -> int:
     """The value given to the writer at update ``k`` for data source ``ds``: small, varied, deterministic."""
     h = sum(ord(c) for c in ds)
-    return (k * (h % 7 + 1) + h) % 53
+    v = (k * (h % 7 + 1) + h) % 53
+    return -v if ds.startswith("Exited") else v  # condorLogSummary writes exits as -len(exited)
 
 
 def update_time(k: int) -> int:
@@ -146,20 +168,25 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(a.updates):
         now = float(update_time(k))
         time.time = lambda now=now: now  # type: ignore[misc]  # the cycle's clock, read by the writers
-        qc = gfm.condorQStats(log=cfg.log)  # a new one each cycle, as glideFactoryEntry makes it
+        qc = gfm.condorQStats(log=cfg.log, cores=CORES)  # a new one each cycle, as glideFactoryEntry makes it
         counts = {code: fed(k, f"Status{a}") for a, code in STATUS_CODES.items()}
         counts[1] = sum(counts[c] for c in IDLE_CODES)  # as glideFactoryLib counts it: every idle glidein
         qc.logSchedd(CLIENT, counts, {})
         qc.logRequest(CLIENT, {arg: fed(k, f"Req{a}") for a, arg in REQUEST_ARGS.items()})
         qc.logClientMonitor(
-            CLIENT, {arg: fed(k, f"Client{a}") for a, arg in MONITOR_ARGS.items()}, {"LastHeardFrom": now - 60}
+            CLIENT,
+            {arg: fed(k, f"Client{a}") for a, arg in MONITOR_ARGS.items()},
+            {"LastHeardFrom": now - fed(k, "ClientInfoAge")},  # InfoAge: seconds since the frontend's ad
         )
         qc.finalizeClientMonitor()
         qc.write_file(monitoringConfig=cfg)
         for rel, (ds_type, names) in logs:
-            cfg.write_rrd_multi(
-                os.path.relpath(out / rel, entry_dir), ds_type, update_time(k), {n: fed(k, n) for n in names}
-            )
+            fname, vals = os.path.relpath(out / rel, entry_dir), {n: fed(k, n) for n in names}
+            if ds_type:
+                cfg.write_rrd_multi(fname, ds_type, update_time(k), vals)
+            else:
+                types = {n: {"ds_type": COUNTS_TYPES[n]} for n in names}
+                cfg.write_rrd_multi_hetero(fname, types, update_time(k), vals)
     # file_tmp2final keeps the previous cycle's schedd_status.xml as a backup: not a fixture.
     (entry_dir / "schedd_status.xml~").unlink(missing_ok=True)
     print(f"wrote {len(FILES)} RRDs, {a.updates} updates each, under {out}")
