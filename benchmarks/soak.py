@@ -225,6 +225,9 @@ def measure_checkpoint(path: Path, scratch: Path) -> dict[str, object] | None:
     state_parts = {**state, **{f"timeline.{k}": v for k, v in tl.items()}}
     parts = {k: len(json.dumps(v, separators=(",", ":"))) for k, v in state_parts.items()}
     counts = {k: len(state_parts.get(k, ())) for k in COUNTED}
+    if "timeline.ended_by_log" in state_parts:  # per log: [entry, client, day, [cluster, proc, ...]]
+        parts["timeline.ended"] = parts.pop("timeline.ended_by_log")
+        counts["timeline.ended"] = sum(len(row[3]) // 2 for row in state_parts["timeline.ended_by_log"])
     state["timeline"] = tl
     t = time.perf_counter()
     checkpoint.write(str(scratch), state)

@@ -21,7 +21,7 @@ from ..model import PilotTimes
 from ..sources import condor_event_log, files, layout
 from ..sources.hold_reasons import classify
 from ..tracing.redact import mask_text
-from .books import Books, PilotFacts, key_str
+from .books import Books, Listing, PilotFacts, key_str
 from .outlets import HoldCount, Outlets
 from .stage import Scan, Stage
 
@@ -203,6 +203,12 @@ class CondorEventLogStage(Stage):
                 acc = from_event_log(t, b.defaults.get(t.entry or ""))
                 if acc is not None:
                     self.count(acc, scan, Source.CONDOR_EVENT_LOG, PilotFacts(Source.CONDOR_EVENT_LOG, times=t))
+
+    def prune(self, listing: Listing) -> None:
+        """Forget the ended pilots of the event logs gone from the listing (deleted or rotated away)."""
+        n = self.timeline.forget_ended(condor_event_log.log_of(f.path) for f in listing.logs)
+        if n:
+            log.debug("forgot %d ended pilots of event logs no longer on disk", n)
 
     def state(self) -> dict[str, Any]:
         return {

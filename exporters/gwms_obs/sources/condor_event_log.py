@@ -260,8 +260,15 @@ def parse_buffer(
     return out, pos
 
 
+_PROC = (1 << 30) - 1
+
 # One event log, as the timeline knows it: (entry, client, submit day YYYYMMDD or None).
 LogKey = tuple[str | None, str | None, str | None]
+
+
+def _job(cluster: int, proc: int) -> int:
+    """A pilot within its log, as one int: a proc has at most 9 digits (< 2**30)."""
+    return cluster << 30 | proc
 
 
 def log_of(path: str) -> LogKey:
@@ -278,6 +285,8 @@ class PilotTimeline:
     or 009); a hold alone is not an end, since 013 may release it. Memory is
     bounded: pilots silent for ``max_age`` seconds of their log's own time (see
     :meth:`expire`) or beyond ``max_pilots`` are returned as they are, oldest first.
+    An ended pilot is remembered, so that a late stray event of it is refused, while its
+    log is on disk (:meth:`forget_ended`), and ``max_pilots`` of them at most.
     """
 
     def __init__(self, max_pilots: int = 200_000, max_age: float = 30 * 86400) -> None:
@@ -289,8 +298,12 @@ class PilotTimeline:
         )
         # The newest event time read from each log with open pilots: the log's own clock.
         self._newest: dict[LogKey, float] = {}
-        # Late stray events of an ended pilot must not resurrect it.
-        self._ended: OrderedDict[tuple[str | None, str | None, int, int], None] = OrderedDict()
+        # Late stray events of an ended pilot must not resurrect it: per log (in the order their first
+        # pilot ended), its ended pilots as _job ints, a set of small ints rather than a key tuple
+        # each (~60 bytes a pilot, not ~200). Day None: a log with no day in its name, or the keys of
+        # a checkpoint written before ended pilots kept their log (looked up for every day's log).
+        self._ended: dict[LogKey, set[int]] = {}
+        self._n_ended = 0
         # The open pilots held now (a subset of _open): what held_now() walks.
         self._held: set[tuple[str | None, str | None, int, int]] = set()
         # What the last feed() saw besides pilots' ends, for its caller to take (drain()):
@@ -309,18 +322,21 @@ class PilotTimeline:
         """Apply events read from ``path``; return the pilots that ended, then any beyond
         ``max_pilots`` (not ended: forgotten unfinished, oldest first)."""
         log = log_of(path)
-        entry, client, _ = log
+        entry, client, day = log
         done: list[PilotTimes] = []
         newest = self._newest.get(log)
+        ended = self._ended.get(log)
+        undated = self._ended.get((entry, client, None)) if day is not None else None
         for e in events:
             if newest is None or e.time > newest:
                 newest = e.time
             if e.code in (GRID_RESOURCE_DOWN, GRID_RESOURCE_UP):  # the CE's, not the pilot's
                 self.grid_resource.append((log, e.code, e.time))
                 continue
-            key = (entry, client, e.cluster, e.proc)
-            if key in self._ended:
+            job = _job(e.cluster, e.proc)
+            if (ended is not None and job in ended) or (undated is not None and job in undated):
                 continue
+            key = (entry, client, e.cluster, e.proc)
             item = self._open.get(key)
             p = PilotTimes(e.cluster, e.proc, entry=entry, client=client) if item is None else item[0]
             if e.code == SUBMITTED:
@@ -365,9 +381,13 @@ class PilotTimeline:
                 if e.code == TERMINATED:
                     p.return_value = e.return_value
                 self._open.pop(key, None)
-                self._ended[key] = None
-                if len(self._ended) > self.max_pilots:
-                    self._ended.popitem(last=False)
+                if ended is None:
+                    ended = self._ended[log] = set()
+                ended.add(job)
+                self._n_ended += 1
+                if self._n_ended > self.max_pilots:
+                    self._trim_ended()
+                    ended = self._ended.get(log)
                 done.append(p)
                 continue
             self._open[key] = (p, e.time, log)
@@ -378,6 +398,39 @@ class PilotTimeline:
             self._held.discard(k)
             done.append(p)
         return done
+
+    def _trim_ended(self) -> None:
+        """Forget ended pilots beyond ``max_pilots``, those of the log whose first pilot ended first."""
+        while self._n_ended > self.max_pilots:
+            first = next(iter(self._ended))
+            jobs = self._ended[first]
+            while jobs and self._n_ended > self.max_pilots:
+                jobs.pop()
+                self._n_ended -= 1
+            if not jobs:
+                del self._ended[first]
+
+    def ended_count(self) -> int:
+        """The ended pilots remembered."""
+        return self._n_ended
+
+    def forget_ended(self, present: Iterable[LogKey]) -> int:
+        """Forget the ended pilots of the logs not ``present`` (every file of them deleted or rotated
+        away: no stray event can come from them); the number forgotten.
+
+        This is the tighter of the two bounds a counted pilot has (ingest/counted.py's cutoff is the
+        other): a pilot ends after the start of its log's day, and that cutoff lies a day before the
+        oldest log's day on disk, so it never passes a pilot whose log is present. Undated keys (an old
+        checkpoint's) are kept while a log of their entry and client is present.
+        """
+        keep = set(present)
+        pools = {(entry, client) for entry, client, _ in keep}
+        gone = [g for g in self._ended if g not in keep and not (g[2] is None and (g[0], g[1]) in pools)]
+        n = 0
+        for g in gone:
+            n += len(self._ended.pop(g))
+        self._n_ended -= n
+        return n
 
     def drain(
         self,
@@ -405,7 +458,10 @@ class PilotTimeline:
         """JSON-safe state for the exporter's checkpoint."""
         return {
             "open": [[*k, asdict(p), t, log[2]] for k, (p, t, log) in self._open.items()],
-            "ended": [list(k) for k in self._ended],
+            # Per log: [entry, client, day, [cluster, proc, cluster, proc, ...]] (was "ended", a row a pilot).
+            "ended_by_log": [
+                [*log, [x for j in sorted(jobs) for x in (j >> 30, j & _PROC)]] for log, jobs in self._ended.items()
+            ],
             "newest": [[*log, t] for log, t in self._newest.items()],
         }
 
@@ -426,8 +482,13 @@ class PilotTimeline:
             tl._open[(entry, client, int(cluster), int(proc))] = (pilot, float(t), (entry, client, day))
         for entry, client, day, t in data.get("newest", []):
             tl._newest[(entry, client, day)] = float(t)
-        for entry, client, cluster, proc in data.get("ended", []):
-            tl._ended[(entry, client, int(cluster), int(proc))] = None
+        for entry, client, cluster, proc in data.get("ended", []):  # a checkpoint before ended_by_log: undated
+            tl._ended.setdefault((entry, client, None), set()).add(_job(int(cluster), int(proc)))
+        for entry, client, day, flat in data.get("ended_by_log", []):
+            jobs = tl._ended.setdefault((entry, client, day), set())
+            jobs.update(_job(int(c), int(p)) for c, p in zip(flat[::2], flat[1::2], strict=True))
+        tl._n_ended = sum(len(jobs) for jobs in tl._ended.values())
+        tl._trim_ended()
         tl._held = {k for k, (p, _, _) in tl._open.items() if p.end_event == "held"}
         return tl
 
