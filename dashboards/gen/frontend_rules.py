@@ -15,7 +15,7 @@ from typing import Any
 from gwms_obs import catalogue
 
 from .config import CONFIG, Config
-from .rule_tests import EXP, expect, firing, group, quiet, s
+from .rule_tests import EXP, expect, fires, firing, group, quiet, s
 from .rules import Alert
 
 AUDIENCE = "frontend"
@@ -77,18 +77,16 @@ def _stale() -> dict[str, Any]:
         ],
         quiet("29m", name),  # 29 min old: under 30 min
         quiet("35m", name),  # 35 min old, for 5m: pending
-        firing(
+        fires(
             "41m",
             name,
-            expect(
-                "warning",
-                AUDIENCE,
-                "Frontend group g_stale: its status is stale",
-                "The frontend last wrote the status of group g_stale (client vofe.g_stale) 41m 0s ago: its"
-                " matchmaking cycle is not running, and the factories get no new requests from it.",
-                group="g_stale",
-                client="vofe.g_stale",
-            ),
+            "warning",
+            AUDIENCE,
+            "Frontend group g_stale: its status is stale",
+            "The frontend last wrote the status of group g_stale (client vofe.g_stale) 41m 0s ago: its"
+            " matchmaking cycle is not running, and the factories get no new requests from it.",
+            group="g_stale",
+            client="vofe.g_stale",
         ),
     )
 

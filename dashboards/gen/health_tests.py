@@ -14,7 +14,7 @@ import yaml
 from gwms_obs import catalogue
 
 from . import names as N
-from .rule_tests import EXP, expect, firing, pool, quiet, s
+from .rule_tests import EXP, expect, fires, firing, pool, quiet, s
 
 U, P, CPU = catalogue.USER_JOBS.name, catalogue.PILOTS.name, catalogue.CPU_SECONDS.name
 D, G = catalogue.ENTRY_DOWNTIME.name, catalogue.ENTRY_GLIDEINS.name
@@ -169,15 +169,13 @@ def _not_green() -> dict[str, Any]:
         "input_series": series,
         "alert_rule_test": [
             quiet("5m", "GwmsSitesNotGreen"),
-            firing(
+            fires(
                 "20m",
                 "GwmsSitesNotGreen",
-                expect(
-                    "info",
-                    "shifters",
-                    "1 sites are not green",
-                    "1 sites degraded (1) or failing (2): S_held=1 - the shifters' daily summary.",
-                ),
+                "info",
+                "shifters",
+                "1 sites are not green",
+                "1 sites degraded (1) or failing (2): S_held=1 - the shifters' daily summary.",
             ),
         ],
     }

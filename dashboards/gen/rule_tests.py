@@ -60,6 +60,13 @@ def firing(at: str, name: str, *alerts: dict[str, Any], runbook_base: str = RUNB
     return {"eval_time": at, "alertname": name, "exp_alerts": exp}
 
 
+def fires(
+    at: str, name: str, severity: str, audience: str, summary: str, description: str, **labels: str
+) -> dict[str, Any]:
+    """``name`` fires at ``at`` with exactly one alert (expect's), linking to the default runbook."""
+    return firing(at, name, expect(severity, audience, summary, description, **labels))
+
+
 def _validation() -> dict[str, Any]:
     P, name = catalogue.PILOTS.name, "GwmsSiteValidationFailuresRising"
     vf, ran = 'outcome="validation_failed"', 'outcome="ran_jobs"'
@@ -75,18 +82,16 @@ def _validation() -> dict[str, Any]:
             s(P, pool("E_few", "S_few", extra=vf), "0+0.15x120"),
         ],
         quiet("12m", name),  # pending
-        firing(
+        fires(
             "90m",
             name,
-            expect(
-                "warning",
-                "site",
-                "Pilots fail validation at S_bad (E_bad)",
-                "60 pilots of entry E_bad at site S_bad failed worker-node validation in the last 1h,"
-                " more than 25% of its pilots.",
-                entry="E_bad",
-                site="S_bad",
-            ),
+            "warning",
+            "site",
+            "Pilots fail validation at S_bad (E_bad)",
+            "60 pilots of entry E_bad at site S_bad failed worker-node validation in the last 1h,"
+            " more than 25% of its pilots.",
+            entry="E_bad",
+            site="S_bad",
         ),
     )
 
@@ -131,17 +136,15 @@ def _no_match() -> dict[str, Any]:
             s(P, pool("E_few", "S_few", extra=nm), "0+0.15x150"),  # 9 in the hour: quiet
         ],
         quiet("30m", name),
-        firing(
+        fires(
             "120m",
             name,
-            expect(
-                "warning",
-                "factory",
-                "Pilots of E_bad never get a job",
-                "60 pilots of entry E_bad ended without running a job in the last 1h, more than half of its pilots.",
-                entry="E_bad",
-                site="S_bad",
-            ),
+            "warning",
+            "factory",
+            "Pilots of E_bad never get a job",
+            "60 pilots of entry E_bad ended without running a job in the last 1h, more than half of its pilots.",
+            entry="E_bad",
+            site="S_bad",
         ),
     )
 
@@ -162,17 +165,15 @@ def _badput() -> dict[str, Any]:
             cpu("E_small", "S_small", "preemption_badput", "0+400x150"),
         ],
         quiet("60m", name),  # pending
-        firing(
+        fires(
             "120m",
             name,
-            expect(
-                "warning",
-                "site",
-                "High badput at S_bad (E_bad)",
-                "40% of the user-job CPU time of entry E_bad was badput in the last 1h.",
-                entry="E_bad",
-                site="S_bad",
-            ),
+            "warning",
+            "site",
+            "High badput at S_bad (E_bad)",
+            "40% of the user-job CPU time of entry E_bad was badput in the last 1h.",
+            entry="E_bad",
+            site="S_bad",
         ),
         # The site-health problem of the same condition (health.py), without the alert's wait.
         promql_expr_test=[
@@ -198,30 +199,26 @@ def _stale_and_downtime() -> dict[str, Any]:
             s(D, f'entry="E_fresh",site="S_fresh",{EXP}', "0 0 0 1x117"),
         ],
         quiet("70m", stale),  # 70m old, for 15m
-        firing(
+        fires(
             "100m",
             stale,
-            expect(
-                "warning",
-                "factory",
-                "Entry E_stale status is stale",
-                "The factory last wrote the status of entry E_stale 1h 40m 0s ago.",
-                entry="E_stale",
-                site="S_stale",
-            ),
+            "warning",
+            "factory",
+            "Entry E_stale status is stale",
+            "The factory last wrote the status of entry E_stale 1h 40m 0s ago.",
+            entry="E_stale",
+            site="S_stale",
         ),
         quiet("2m", downtime),
-        firing(
+        fires(
             "3m",
             downtime,
-            expect(
-                "info",
-                "factory",
-                "Entry E_fresh is in downtime",
-                "Entry E_fresh at site S_fresh is in downtime; its other alerts are inhibited.",
-                entry="E_fresh",
-                site="S_fresh",
-            ),
+            "info",
+            "factory",
+            "Entry E_fresh is in downtime",
+            "Entry E_fresh at site S_fresh is in downtime; its other alerts are inhibited.",
+            entry="E_fresh",
+            site="S_fresh",
         ),
     )
 
@@ -232,13 +229,13 @@ def _down(job: str, name: str, summary: str, what: str, severity: str = "critica
         group(
             [s("up", inst, "1 1 0x20")],
             quiet("6m", name),  # down 4m, for: 5m
-            firing("8m", name, expect(severity, "factory", summary, what.format(" at h:1"), job=job, instance="h:1")),
+            fires("8m", name, severity, "factory", summary, what.format(" at h:1"), job=job, instance="h:1"),
         ),
         # The target is gone from Prometheus entirely (no `up` series): absent() fires.
         group(
             [s("up", 'job="other",instance="h:2"', "1x20")],
             quiet("4m", name),
-            firing("10m", name, expect(severity, "factory", summary, what.format(""), job=job)),
+            fires("10m", name, severity, "factory", summary, what.format(""), job=job),
         ),
         group([s("up", inst, "1x20")], quiet("15m", name)),
     ]
@@ -283,44 +280,38 @@ def _exporter_health() -> dict[str, Any]:
             s(LAG, 'job="gwms-obs",instance="ok:9822",source="completed_jobs"', "0 45 0 50 0 40x24"),
         ],
         quiet("33m", behind),  # > 1800 since 31m
-        firing(
+        fires(
             "40m",
             behind,
-            expect(
-                "warning",
-                "factory",
-                "gwms-obs is falling behind on glidein_out",
-                "The oldest glidein_out input not yet accounted by behind:9822 is 40m 0s old;"
-                " the accounting is that far behind.",
-                instance="behind:9822",
-                source="glidein_out",
-            ),
+            "warning",
+            "factory",
+            "gwms-obs is falling behind on glidein_out",
+            "The oldest glidein_out input not yet accounted by behind:9822 is 40m 0s old;"
+            " the accounting is that far behind.",
+            instance="behind:9822",
+            source="glidein_out",
         ),
         quiet("18m", stalled),  # 18m old, for 5m
-        firing(
+        fires(
             "30m",
             stalled,
-            expect(
-                "critical",
-                "factory",
-                "The gwms-obs exporter stopped scanning",
-                "The last scan of gwms-obs stuck:9822 ended 30m 0s ago.",
-                instance="stuck:9822",
-            ),
+            "critical",
+            "factory",
+            "The gwms-obs exporter stopped scanning",
+            "The last scan of gwms-obs stuck:9822 ended 30m 0s ago.",
+            instance="stuck:9822",
         ),
         quiet("60m", errors),  # pending since ~50m
-        firing(
+        fires(
             "120m",
             errors,
-            expect(
-                "warning",
-                "factory",
-                "gwms-obs skips unreadable glidein_out input",
-                "60 glidein_out inputs were skipped as unreadable in the last 1h;"
-                " their pilots are missing from the accounting.",
-                instance="factory:9822",
-                source="glidein_out",
-            ),
+            "warning",
+            "factory",
+            "gwms-obs skips unreadable glidein_out input",
+            "60 glidein_out inputs were skipped as unreadable in the last 1h;"
+            " their pilots are missing from the accounting.",
+            instance="factory:9822",
+            source="glidein_out",
         ),
     )
 
@@ -363,16 +354,14 @@ def _collector() -> dict[str, Any]:
             ),
         ),
         quiet("4m", full),
-        firing(
+        fires(
             "15m",
             full,
-            expect(
-                "warning",
-                "factory",
-                "The collector's export queue is nearly full",
-                "The export queue of collector a:8888 is 90% full; spans will be dropped when it is full.",
-                instance="a:8888",
-            ),
+            "warning",
+            "factory",
+            "The collector's export queue is nearly full",
+            "The export queue of collector a:8888 is 90% full; spans will be dropped when it is full.",
+            instance="a:8888",
         ),
     )
 

@@ -60,6 +60,14 @@ class Alert:
         return out
 
 
+def site_alert(name: str, expr: str, for_: str, summary: str, description: str) -> Alert:
+    """A warning for the site's admins: Alertmanager routes audience="site" by its site label,
+    GwmsEntryInDowntime inhibits it on its entry, and Alert.rule links its runbook section."""
+    return Alert(
+        name=name, expr=expr, for_=for_, severity="warning", audience="site", summary=summary, description=description
+    )
+
+
 def runbook_url(anchor: str) -> str:
     """A Prometheus annotation template: the operator's base URL if set, else the default."""
     base = (
@@ -167,69 +175,56 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
     exp_up, col_up, ctl_up = f"up{{{s.exporter}}}", f"up{{{s.collector}}}", f"up{{{s.controller}}}"
     sw = t.short_window
     return [
-        Alert(
-            name="GwmsSiteValidationFailuresRising",
-            expr=f"{vf} >= {th.validation_failed_pilots} and {vf} / {pilots()} > {th.validation_failure_share}",
-            for_=t.for_site,
-            severity="warning",
-            audience="site",
-            summary="Pilots fail validation at {{ $labels.site }} ({{ $labels.entry }})",
-            description='{{ $value | printf "%.0f" }} pilots of entry {{ $labels.entry }} at site {{ $labels.site }}'
+        site_alert(
+            "GwmsSiteValidationFailuresRising",
+            f"{vf} >= {th.validation_failed_pilots} and {vf} / {pilots()} > {th.validation_failure_share}",
+            t.for_site,
+            "Pilots fail validation at {{ $labels.site }} ({{ $labels.entry }})",
+            '{{ $value | printf "%.0f" }} pilots of entry {{ $labels.entry }} at site {{ $labels.site }}'
             f" failed worker-node validation in the last {w}, more than {share_words(th.validation_failure_share)}"
             " of its pilots.",
         ),
-        Alert(
-            name="GwmsPilotsHeld",
-            expr=f"sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}}) >= {th.held_glideins}",
-            for_=t.for_held,
-            severity="warning",
-            audience="site",
-            summary="Pilots held at {{ $labels.site }} ({{ $labels.entry }})",
-            description='{{ $value | printf "%.0f" }} glideins of entry {{ $labels.entry }} are held in the factory'
-            " queue.",
+        site_alert(
+            "GwmsPilotsHeld",
+            f"sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}}) >= {th.held_glideins}",
+            t.for_held,
+            "Pilots held at {{ $labels.site }} ({{ $labels.entry }})",
+            '{{ $value | printf "%.0f" }} glideins of entry {{ $labels.entry }} are held in the factory queue.',
         ),
-        Alert(
-            name="GwmsEntryMostlyHeld",
+        site_alert(
+            "GwmsEntryMostlyHeld",
             # The held share, labelled with the class most held now (the event log's, never its text).
-            expr=f"({mostly_held(c)}) * on (entry, site) group_left (class) ({N.RR_HELD_TOP_CLASS} * 0 + 1)",
-            for_=t.for_site,
-            severity="warning",
-            audience="site",
-            summary="Glideins of {{ $labels.entry }} at {{ $labels.site }} are mostly held ({{ $labels.class }})",
-            description="{{ $value | humanizePercentage }} of the glideins of entry {{ $labels.entry }} in the"
+            f"({mostly_held(c)}) * on (entry, site) group_left (class) ({N.RR_HELD_TOP_CLASS} * 0 + 1)",
+            t.for_site,
+            "Glideins of {{ $labels.entry }} at {{ $labels.site }} are mostly held ({{ $labels.class }})",
+            "{{ $value | humanizePercentage }} of the glideins of entry {{ $labels.entry }} in the"
             " factory queue are held; most of those held now were held for {{ $labels.class }}. The reason as the"
             " CE wrote it is in the exporter's log (redacted): 'hold at entry {{ $labels.entry }}'.",
         ),
-        Alert(
-            name="GwmsEntryCeUnreachable",
-            expr=ce_unreachable(c),
-            for_=t.for_stack,
-            severity="warning",
-            audience="site",
-            summary="The CE of {{ $labels.entry }} at {{ $labels.site }} is unreachable",
-            description="HTCondor-G has found the CE of entry {{ $labels.entry }} down for"
+        site_alert(
+            "GwmsEntryCeUnreachable",
+            ce_unreachable(c),
+            t.for_stack,
+            "The CE of {{ $labels.entry }} at {{ $labels.site }} is unreachable",
+            "HTCondor-G has found the CE of entry {{ $labels.entry }} down for"
             " {{ $value | humanizeDuration }} (Detected Down Grid Resource, not back up since); its glideins"
             " wait in the factory queue.",
         ),
-        Alert(
-            name="GwmsEntryQueueSlow",
-            expr=queue_slow(c),
-            for_=t.for_site,
-            severity="warning",
-            audience="site",
-            summary="Glideins wait long in the queue of {{ $labels.entry }} at {{ $labels.site }}",
-            description="The glideins of entry {{ $labels.entry }} that started in the last"
+        site_alert(
+            "GwmsEntryQueueSlow",
+            queue_slow(c),
+            t.for_site,
+            "Glideins wait long in the queue of {{ $labels.entry }} at {{ $labels.site }}",
+            "The glideins of entry {{ $labels.entry }} that started in the last"
             f" {w} waited {{{{ $value | humanizeDuration }}}} (median) from submission, over"
             f" {th.queue_slow_ratio:g} times the entry's own median of the last {t.queue_baseline_range}.",
         ),
-        Alert(
-            name="GwmsEntrySubmitFailing",
-            expr=submit_failing(c),
-            for_=t.for_site,
-            severity="warning",
-            audience="site",
-            summary="Submissions to {{ $labels.entry }} at {{ $labels.site }} are failing",
-            description=f'condor_submit failed {{{{ $value | printf "%.0f" }}}} times in the last {w} at entry'
+        site_alert(
+            "GwmsEntrySubmitFailing",
+            submit_failing(c),
+            t.for_site,
+            "Submissions to {{ $labels.entry }} at {{ $labels.site }} are failing",
+            f'condor_submit failed {{{{ $value | printf "%.0f" }}}} times in the last {w} at entry'
             " {{ $labels.entry }}: the factory's requests for it are not submitted. The failure as the factory"
             " logged it is in the exporter's log (redacted): 'condor_submit failed at entry {{ $labels.entry }}'.",
         ),
@@ -243,14 +238,12 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             description='{{ $value | printf "%.0f" }} pilots of entry {{ $labels.entry }} ended without running a job'
             f" in the last {w}, more than {share_words(th.never_matched_share)} of its pilots.",
         ),
-        Alert(
-            name="GwmsEntryBadputHigh",
-            expr=f"{N.RR_BADPUT_RATIO} > {th.badput_share} and {N.RR_JOB_SECONDS} > {th.badput_job_seconds}",
-            for_=t.for_held,
-            severity="warning",
-            audience="site",
-            summary="High badput at {{ $labels.site }} ({{ $labels.entry }})",
-            description="{{ $value | humanizePercentage }} of the user-job CPU time of entry {{ $labels.entry }}"
+        site_alert(
+            "GwmsEntryBadputHigh",
+            f"{N.RR_BADPUT_RATIO} > {th.badput_share} and {N.RR_JOB_SECONDS} > {th.badput_job_seconds}",
+            t.for_held,
+            "High badput at {{ $labels.site }} ({{ $labels.entry }})",
+            "{{ $value | humanizePercentage }} of the user-job CPU time of entry {{ $labels.entry }}"
             f" was badput in the last {w}.",
         ),
         Alert(
