@@ -16,17 +16,8 @@ import pytest
 from gwms_obs import catalogue
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
-from tests.support.servers import (
-    export_command,
-    first_scan_done,
-    free_port,
-    have,
-    http_get,
-    process,
-    prom_query,
-    prometheus,
-    wait_for,
-)
+from tests.support import local_stack
+from tests.support.servers import free_port, have, http_get, prom_query, prometheus, wait_for
 
 pytestmark = [
     pytest.mark.live,
@@ -43,20 +34,14 @@ def factory(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def exporter(factory: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("exporter")
-    with daemon(factory, work / "checkpoint.json", work / "exporter.log") as url:
+    with daemon(factory, tmp_path_factory.mktemp("exporter")) as url:
         yield url
 
 
-@contextlib.contextmanager
-def daemon(factory: Path, checkpoint: Path, log: Path) -> Iterator[str]:
-    """`gwms-obs export` as a real daemon; yields its /metrics URL once the first scan is done."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    cmd = export_command(factory, port, checkpoint, interval=3600, settle=0)
-    with process(cmd, log):
-        wait_for("the first scan", lambda: first_scan_done(http_get(url)), 120)
-        yield url
+def daemon(factory: Path, work: Path, log: str = "exporter.log") -> contextlib.AbstractContextManager[str]:
+    """`gwms-obs export` as users start it (lost after the default hour, as expected() counts), its
+    checkpoint in ``work``; yields its /metrics URL once the first scan is done."""
+    return local_stack.exporter(factory, work, free_port(), interval=3600, lost_after_seconds=None, log=log)
 
 
 def expected(factory: Path) -> Ingest:
@@ -133,9 +118,8 @@ def cpu_total(url: str) -> float:
 def test_restart_keeps_counters(factory: Path, tmp_path: Path) -> None:
     """Stop the daemon and start it again on its checkpoint: the same totals, not double, not zero."""
     want = sum(expected(factory).ledger.cpu.values())
-    ck = tmp_path / "checkpoint.json"
-    with daemon(factory, ck, tmp_path / "first.log") as url:
+    with daemon(factory, tmp_path, "first.log") as url:
         assert cpu_total(url) == pytest.approx(want, rel=1e-9)
-    assert ck.exists()
-    with daemon(factory, ck, tmp_path / "second.log") as url:
+    assert (tmp_path / "checkpoint.json").exists()
+    with daemon(factory, tmp_path, "second.log") as url:
         assert cpu_total(url) == pytest.approx(want, rel=1e-9)

@@ -22,26 +22,14 @@ from pathlib import Path
 import pytest
 
 from dashboards import gen
-from dashboards.gen import alerting, lint
+from dashboards.gen import lint
 from dashboards.gen.boards.frontend import FRONTEND
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import CLIENTS
 from gwms_obs.simulate.write import frontend_status as W
 from tests.support import alert_scenario as S
-from tests.support.local_stack import exporter, rule_files
-from tests.support.servers import (
-    SmtpSink,
-    alertmanager,
-    first_scan_done,
-    free_port,
-    have,
-    http_get,
-    process,
-    prom_query,
-    prometheus,
-    wait_for,
-)
-from tools.render import render
+from tests.support.local_stack import AlertingStack, alerting_stack
+from tests.support.servers import first_scan_done, free_port, have, http_get, process, prom_query, wait_for
 
 pytestmark = [
     pytest.mark.live,
@@ -70,52 +58,27 @@ def frontend_monitor(factory: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, SmtpSink]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingStack]:
     work = tmp_path_factory.mktemp("frontend")
     factory = work / "factory"
     simulate(factory, 300, seed=7, end=time.time())  # files written now: current, but for STALE
     monitor = frontend_monitor(factory, work / "fe-monitor")
-    fe_port, fa_port, prom_port = free_port(), free_port(), free_port()
+    fe_port = free_port()
     (work / "fe.toml").write_text(
         f'factory_dir = ""\nfrontend_monitor_dir = "{monitor}"\nlisten = "127.0.0.1:{fe_port}"\ninterval = 1\n'
         f'[frontend_clients]\n"{STALE}" = "{CLIENT.log_name}"\n'
     )
     fe_cmd = [sys.executable, "-m", "gwms_obs.cli", "export", "--config", str(work / "fe.toml")]
-    (work / "fa").mkdir()
-    with SmtpSink() as sink:
-        am_cfg = render(
-            "alertmanager",
-            "alertmanager.yml.j2",
-            **alerting.alertmanager_vars(CONTACTS),
-            alertmanager_smtp_smarthost=f"127.0.0.1:{sink.port}",
-            alertmanager_smtp_from="am@factory.test",
-            **S.FAST_ALERTMANAGER,
-        )
-        with alertmanager(work / "am", am_cfg) as am:
-            cfg = render(
-                "prometheus",
-                "prometheus.yml.j2",
-                prometheus_scrape_interval="1s",
-                prometheus_evaluation_interval="1s",
-                prometheus_rule_files=rule_files(work),
-                prometheus_alertmanagers=[am.removeprefix("http://")],
-                # The factory's exporter and the frontend's, one job: as one site's Prometheus scrapes both.
-                prometheus_exporter_targets=[f"127.0.0.1:{fa_port}", f"127.0.0.1:{fe_port}"],
-                prometheus_collector_targets=[],
-                prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
-            )
-            fe_url = f"http://127.0.0.1:{fe_port}/metrics"
-            with (
-                exporter(factory, work / "fa", fa_port),
-                process(fe_cmd, work / "fe-exporter.log"),
-                prometheus(work / "prom", cfg, ["--rules.alert.resend-delay=1s"], port=prom_port) as prom,
-            ):
-                wait_for("the frontend exporter's first scan", lambda: first_scan_done(http_get(fe_url)), 60)
-                yield prom, sink
+    fe_url = f"http://127.0.0.1:{fe_port}/metrics"
+    with process(fe_cmd, work / "fe-exporter.log"):
+        wait_for("the frontend exporter's first scan", lambda: first_scan_done(http_get(fe_url)), 60)
+        # The factory's exporter and the frontend's, one job: as one site's Prometheus scrapes both.
+        with alerting_stack(work, factory, CONTACTS, more_targets=[f"127.0.0.1:{fe_port}"]) as st:
+            yield st
 
 
-def test_the_stale_frontend_alert_mails_the_frontend_operators_only(stack: tuple[str, SmtpSink]) -> None:
-    prom, sink = stack
+def test_the_stale_frontend_alert_mails_the_frontend_operators_only(stack: AlertingStack) -> None:
+    prom, sink = stack.prometheus, stack.sink
 
     def to_fe_ops() -> list[object]:
         return [m for m in sink.mails() if FE_OPS in m.rcpt_tos and ALERT in m.body]
@@ -137,8 +100,8 @@ def test_the_stale_frontend_alert_mails_the_frontend_operators_only(stack: tuple
     assert names == {ALERT}, names
 
 
-def test_every_frontend_panel_query_returns_data(stack: tuple[str, SmtpSink]) -> None:
-    prom, _ = stack
+def test_every_frontend_panel_query_returns_data(stack: AlertingStack) -> None:
+    prom = stack.prometheus
     board = json.loads(gen.render_all()[f"dashboards/grafana/{FRONTEND}.json"])
     queries = list(lint.dashboard_exprs(board))
     assert len(queries) >= 15

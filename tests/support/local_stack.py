@@ -9,7 +9,7 @@ templates (tools.render), as on a factory host.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,12 @@ def prometheus_config(
     alertmanagers: list[str] = (),  # type: ignore[assignment]
     scrape_interval: str = "1s",
     external_labels: dict[str, str] | None = None,
+    more_targets: Sequence[str] = (),
 ) -> str:
-    """The prometheus role's config for a test: our exporter, Prometheus itself, no collector."""
+    """The prometheus role's config for a test: our exporter, Prometheus itself, no collector.
+
+    ``more_targets`` are other exporters scraped in the same job (a frontend's, as one site's
+    Prometheus scrapes the factory's and the frontend's)."""
     text = render(
         "prometheus",
         "prometheus.yml.j2",
@@ -58,7 +62,7 @@ def prometheus_config(
         prometheus_evaluation_interval="1s",
         prometheus_rule_files=rule_paths,
         prometheus_alertmanagers=list(alertmanagers),
-        prometheus_exporter_targets=[f"127.0.0.1:{exporter_port}"],
+        prometheus_exporter_targets=[f"127.0.0.1:{exporter_port}", *more_targets],
         prometheus_collector_targets=[],  # no collector here: GwmsCollectorDown goes to factory-ops
         prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
     )
@@ -70,14 +74,24 @@ def prometheus_config(
 
 
 @contextlib.contextmanager
-def exporter(factory: Path, work: Path, port: int, interval: float = 1) -> Iterator[str]:
-    """``gwms-obs export`` on ``factory``, every pilot in the tree counted from its files; yields /metrics."""
-    cmd = [
-        *export_command(factory, port, work / "checkpoint.json", interval=interval, settle=0),
-        *("--lost-after-seconds", "1e9"),
-    ]
+def exporter(
+    factory: Path,
+    work: Path,
+    port: int,
+    interval: float = 1,
+    *,
+    lost_after_seconds: float | None = 1e9,
+    log: str = "exporter.log",
+) -> Iterator[str]:
+    """``gwms-obs export`` on ``factory`` with its checkpoint in ``work``; yields /metrics once it has scanned.
+
+    By default every pilot in the tree is counted from its files (none lost however old);
+    ``lost_after_seconds=None`` keeps the daemon's own default."""
+    cmd = export_command(factory, port, work / "checkpoint.json", interval=interval, settle=0)
+    if lost_after_seconds is not None:
+        cmd += ["--lost-after-seconds", f"{lost_after_seconds:g}"]
     url = f"http://127.0.0.1:{port}/metrics"
-    with process(cmd, work / "exporter.log"):
+    with process(cmd, work / log):
         wait_for("the first scan", lambda: first_scan_done(http_get(url)), 180)
         yield url
 
@@ -90,9 +104,16 @@ class AlertingStack:
 
 @contextlib.contextmanager
 def alerting_stack(
-    work: Path, factory: Path, contacts: dict[str, Any], *, external_labels: dict[str, str] | None = None
+    work: Path,
+    factory: Path,
+    contacts: dict[str, Any],
+    *,
+    external_labels: dict[str, str] | None = None,
+    more_targets: Sequence[str] = (),
 ) -> Iterator[AlertingStack]:
-    """Exporter, Prometheus (FAST rules) and Alertmanager routing ``contacts`` to an SMTP sink."""
+    """Exporter, Prometheus (FAST rules) and Alertmanager routing ``contacts`` to an SMTP sink.
+
+    ``more_targets``: exporters the caller runs, scraped beside the factory's (prometheus_config)."""
     paths = rule_files(work)
     exp_port, prom_port = free_port(), free_port()
     with SmtpSink() as sink:
@@ -106,7 +127,12 @@ def alerting_stack(
         )
         with alertmanager(work / "am", am_cfg) as am:
             cfg = prometheus_config(
-                paths, exp_port, prom_port, alertmanagers=[am.removeprefix("http://")], external_labels=external_labels
+                paths,
+                exp_port,
+                prom_port,
+                alertmanagers=[am.removeprefix("http://")],
+                external_labels=external_labels,
+                more_targets=more_targets,
             )
             with (
                 exporter(factory, work, exp_port),
