@@ -9,7 +9,7 @@ from gwms_obs.tracing import conventions as C
 
 from .. import health
 from .. import names as N
-from ..board import FACTORY_SEL, Drill, at_end
+from ..board import FACTORY_SEL, Board, Drill, Link, Target, at_end
 
 FACTORY = catalogue.FACTORY_LABEL  # the label Thanos attaches; the boards' factory variable
 
@@ -32,6 +32,7 @@ VALIDATION_FAILED = f'outcome="{Outcome.VALIDATION_FAILED}"'
 NO_MATCH = f'outcome="{Outcome.NO_MATCH}"'
 # Queue states that together make "idle" (gwms_entry_glideins' help says which).
 IDLE_STATES = 'state=~"wait|pending|stagein|idleother"'
+CLIENTS = 20  # most frontend clients, or groups of one frontend, a panel of one line each is budgeted for
 CPU_UNITS = catalogue.CPU_SECONDS.rate_grafana_unit  # what the CPU recording rule is in
 GPU_UNITS = catalogue.GPU_SECONDS.rate_grafana_unit
 HOURS = "h"
@@ -91,3 +92,28 @@ LEGEND_ENTRY = legend("entry", FACTORY)
 def sel(name: str, matchers: str = "") -> str:
     """``name{factory=~"$factory"[,matchers]}``: a selector of a series with no other variable to match."""
     return f"{name}{{{FACTORY_SEL},{matchers}}}" if matchers else f"{name}{{{FACTORY_SEL}}}"
+
+
+def add_by_state(
+    b: Board,
+    title: str,
+    description: str,
+    m: catalogue.MetricDef,
+    by: str,
+    sel: str,
+    states: tuple[str, ...],
+    question: str,
+    drill: tuple[Link, ...] = (),
+) -> None:
+    """A timeseries of ``m`` in ``states``, a line per ``by`` (client or group) and state."""
+    expr = f'sum by ({by}, state) ({m.name}{{{sel},state=~"{"|".join(states)}"}})'
+    b.add(
+        "timeseries",
+        title,
+        description,
+        m.grafana_unit,
+        [Target(expr, legend(by, "state"))],
+        budget=len(states) * CLIENTS,
+        question=question,
+        drill=drill,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gwms_obs import catalogue
 
 from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, pilot_links, ranked
-from .common import BY_ENTRY, FACTORY, PROVISIONING, TO_PROVISIONING, legend, over_range
+from .common import BY_ENTRY, CLIENTS, FACTORY, PROVISIONING, TO_PROVISIONING, add_by_state, legend, over_range
 
 FRONTEND = "gwms-frontend"
 FE_SEL = f'{FACTORY_SEL},group=~"$group"'  # the frontend's series
@@ -54,36 +54,39 @@ def frontend() -> Board:
             Target(f'sum by (group) ({R.name}{{{FE_SEL},kind="idle"}})', "{{group}} requested idle glideins"),
             Target(f'sum by (group) ({GL.name}{{{FE_SEL},state="running"}})', "{{group}} running glideins"),
         ],
-        budget=3 * 20,
+        budget=3 * CLIENTS,
         question="Does each group ask for glideins while its jobs wait?",
         w=24,
     )
-    b.add(
-        "timeseries",
+    add_by_state(
+        b,
         "User jobs per group",
         "The group's user jobs in its schedds: idle, idle over 10 minutes (old_idle), running.",
-        J.grafana_unit,
-        [Target(f'sum by (group, state) ({J.name}{{{FE_SEL},state=~"idle|old_idle|running"}})', "{{group}} {{state}}")],
-        budget=3 * 20,
-        question="How many of a group's jobs wait, and for how long?",
+        J,
+        "group",
+        FE_SEL,
+        ("idle", "old_idle", "running"),
+        "How many of a group's jobs wait, and for how long?",
     )
-    b.add(
-        "timeseries",
+    add_by_state(
+        b,
         "Glideins in the VO pool per group",
         "The group's glideins as the frontend sees them in the VO pool: idle (unclaimed) and running.",
-        GL.grafana_unit,
-        [Target(f'sum by (group, state) ({GL.name}{{{FE_SEL},state=~"idle|running"}})', "{{group}} {{state}}")],
-        budget=2 * 20,
-        question="Are a group's glideins claimed by its jobs?",
+        GL,
+        "group",
+        FE_SEL,
+        ("idle", "running"),
+        "Are a group's glideins claimed by its jobs?",
     )
-    b.add(
-        "timeseries",
+    add_by_state(
+        b,
         "Jobs no entry matches, per group",
         "The group's user jobs that match no factory entry (the frontend's Unmatched): it requests nothing for them.",
-        UN.grafana_unit,
-        [Target(f'sum by (group, state) ({UN.name}{{{FE_SEL},state=~"idle|running"}})', "{{group}} {{state}}")],
-        budget=2 * 20,
-        question="How many jobs can no entry run?",
+        UN,
+        "group",
+        FE_SEL,
+        ("idle", "running"),
+        "How many jobs can no entry run?",
     )
     b.add(
         "timeseries",
@@ -91,7 +94,7 @@ def frontend() -> Board:
         "How many of the group's entries the frontend sees in downtime (it then asks nothing of them).",
         ED.grafana_unit,
         [Target(f"sum by (group) ({ED.name}{{{FE_SEL}}})", "{{group}}")],
-        budget=20,
+        budget=CLIENTS,
         question="Which groups lose entries to downtime?",
     )
     b.add(
@@ -164,7 +167,7 @@ def frontend() -> Board:
                 "{{client}}",
             )
         ],
-        budget=20,
+        budget=CLIENTS,
         question="Since when do frontend and factory disagree?",
     )
     b.add(
@@ -177,7 +180,7 @@ def frontend() -> Board:
             Target(f"time() - max by (group) ({GU.name}{{{FE_SEL}}})", "{{group}}"),
             Target(f"time() - max({FU.name}{{{FACTORY_SEL}}})", "frontend-wide"),
         ],
-        budget=21,
+        budget=CLIENTS + 1,  # the groups and the frontend-wide one
         question="Is the frontend's information current?",
         w=24,
         h=4,

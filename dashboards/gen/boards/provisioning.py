@@ -7,6 +7,7 @@ from gwms_obs import catalogue
 from ..board import TOPN, Board, Drill, Target, pilot_links, ranked
 from .common import (
     BY_ENTRY,
+    CLIENTS,
     ENTRY_HEALTH,
     FACTORY,
     HOURS,
@@ -16,6 +17,7 @@ from .common import (
     TO_CLIENT,
     TO_ENTRY,
     TO_PROVISIONING,
+    add_by_state,
     hours,
     legend,
     over_range,
@@ -42,7 +44,7 @@ def provisioning() -> Board:
             Target(f'sum by (client) ({G.name}{{{SEL},state="running"}})', "{{client}} running"),
             Target(f"sum by (client) ({G.name}{{{SEL},{IDLE_STATES}}})", "{{client}} idle"),
         ],
-        budget=3 * 20,
+        budget=3 * CLIENTS,
         question="Does each frontend get the glideins it asks for?",
         w=24,
         drill=(TO_CLIENT,),
@@ -94,14 +96,15 @@ def provisioning() -> Board:
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry", "client")),
     )
     U, VG, VC = catalogue.ENTRY_USER_JOBS, catalogue.ENTRY_VO_GLIDEINS, catalogue.ENTRY_VO_CORES
-    b.add(
-        "timeseries",
+    add_by_state(
+        b,
         "User jobs matching, per frontend",
         "Frontend-reported user jobs matching the selected entries: idle (waiting) and running.",
-        U.grafana_unit,
-        [Target(f'sum by (client, state) ({U.name}{{{SEL},state=~"idle|running"}})', "{{client}} {{state}}")],
-        budget=2 * 20,
-        question="How many user jobs wait, and how many run, per frontend?",
+        U,
+        "client",
+        SEL,
+        ("idle", "running"),
+        "How many user jobs wait, and how many run, per frontend?",
         drill=(TO_CLIENT,),
     )
     b.add(
@@ -113,7 +116,7 @@ def provisioning() -> Board:
             Target(f"sum by (client, state) ({VG.name}{{{SEL}}})", "{{client}} glideins {{state}}"),
             Target(f"sum by (client, state) ({VC.name}{{{SEL}}})", "{{client}} cores {{state}}"),
         ],
-        budget=2 * 2 * 20,
+        budget=2 * 2 * CLIENTS,
         question="Are the pilots in the VO pool claimed?",
         drill=(TO_CLIENT,),
     )
@@ -124,7 +127,7 @@ def provisioning() -> Board:
         "Idle cores of the entries' pilots in the VO pool while no matching user job waits.",
         ID.grafana_unit,
         [Target(f"sum by (client) ({ID.name}{{{SEL}}})", "{{client}}")],
-        budget=20,
+        budget=CLIENTS,
         question="When do pilots sit idle for lack of jobs (insufficient demand)?",
         drill=(TO_CLIENT,),
     )
@@ -134,7 +137,7 @@ def provisioning() -> Board:
         "Idle matching user jobs while none of the entries' pilots is idle in the VO pool.",
         BN.grafana_unit,
         [Target(f"sum by (client) ({BN.name}{{{SEL}}})", "{{client}}")],
-        budget=20,
+        budget=CLIENTS,
         question="When do jobs wait for lack of pilots (provisioning bottleneck)?",
         drill=(TO_CLIENT,),
     )
