@@ -159,8 +159,7 @@ def test_every_panel_has_a_question_and_a_series_budget() -> None:
 NOT_CHARTED: dict[str, str] = {
     # Only ever imported history (gwms-obs import-rrd), in GlideinWMS's own buckets, which no panel of ours
     # shares: read in Explore next to the pages they replace (docs/migration.md).
-    catalogue.LEGACY_WASTE_TIME.name: "imported GlideinWMS history only",
-    catalogue.LEGACY_COMPLETED_STATS.name: "imported GlideinWMS history only",
+    **{m.name: "imported GlideinWMS history only" for m in catalogue.LEGACY_METRICS},
 }
 
 

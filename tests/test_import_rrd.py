@@ -13,20 +13,44 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gwms_obs import catalogue
 from gwms_obs.cli import SCRAPE_INSTANCE, SCRAPE_JOB
-from gwms_obs.outputs.prometheus import REQUESTED_KINDS, STATUS_STATES, USER_JOB_STATES, VO_GLIDEIN_STATES
-from gwms_obs.outputs.rrd_history import STATUS_ATTRIBUTES
+from gwms_obs.outputs.prometheus import (
+    REQUESTED_KINDS,
+    STATUS_STATES,
+    USER_JOB_STATES,
+    VO_CORE_STATES,
+    VO_GLIDEIN_STATES,
+)
+from gwms_obs.outputs.rrd_history import (
+    FRONTEND_FACTORY,
+    FRONTEND_TOTAL,
+    FRONTEND_UNMATCHED,
+    STATUS_ATTRIBUTES,
+    STATUS_LEGACY,
+)
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import rrd
 from gwms_obs.sources.schedd_status import read_schedd_status
 from tests.support.servers import prom_query, prometheus
 from tools import render
-from tools.glideinwms_rrd_fixtures import CLIENT, ENTRY, FILES, START, STEP, UPDATES, fed, update_time
+from tools.glideinwms_rrd_fixtures import (
+    CLIENT,
+    CORES,
+    COUNTS_TYPES,
+    ENTRY,
+    FILES,
+    START,
+    STEP,
+    UPDATES,
+    fed,
+    update_time,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("rrdtool") is None, reason="Debian rrdtool not installed")
 
@@ -61,7 +85,17 @@ def text(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out.read_text()
 
 
-def expected(t: int, ds_type: str, ds: str) -> float:
+# Data sources GlideinWMS computes from what it was fed, rather than storing it as given.
+IDLE_STATES = ("Wait", "Pending", "StageIn", "IdleOther")
+DERIVED: dict[str, Callable[[int], int]] = {
+    "StatusIdle": lambda k: sum(fed(k, f"Status{a}") for a in IDLE_STATES),  # glideFactoryLib's idle count
+    "StatusRunningCores": lambda k: CORES * fed(k, "StatusRunning"),  # condorQStats: glideins x GLIDEIN_CPUS
+    "ReqIdleCores": lambda k: CORES * fed(k, "ReqIdle"),
+    "ReqMaxCores": lambda k: CORES * fed(k, "ReqMaxGlideins"),
+}
+
+
+def expected(t: int, ds_type: str, ds: str, file: str = "Status_Attributes") -> float:
     """What the RRD row ending at ``t`` holds for what was fed: the mean over its updates.
 
     Update 0 only opens the file: its 5 minutes are all but one second from before the file
@@ -72,66 +106,99 @@ def expected(t: int, ds_type: str, ds: str) -> float:
     else:  # an hourly row, written at every 5 minutes of its hour
         end, width = -(-t // HOUR) * HOUR, HOUR
     ks = [k for k in range(1, UPDATES) if end - width < update_time(k) <= end]
-    per = [fed(k, ds) / (STEP if ds_type == "ABSOLUTE" else 1) for k in ks]
+    value = DERIVED.get(ds, lambda k: fed(k, ds)) if file == "Status_Attributes" else lambda k: fed(k, ds)
+    ds_type = ds_type or COUNTS_TYPES[ds]
+    per = [value(k) / (STEP if ds_type == "ABSOLUTE" else 1) for k in ks]
     return sum(per) / len(per)
+
+
+POOL = {"entry": ENTRY, "client": CLIENT, "site": SITE, **SCRAPE}
 
 
 def where(ds: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The metric and labels a Status_Attributes data source goes to."""
-    pool = {"entry": ENTRY, "client": CLIENT, "site": SITE, **SCRAPE}
+    if ds == "ClientInfoAge":
+        return catalogue.ENTRY_INFO_AGE.name, tuple(sorted(POOL.items()))
     for prefix, words, metric, label in (
         ("Status", STATUS_STATES, catalogue.ENTRY_GLIDEINS, "state"),
         ("Req", REQUESTED_KINDS, catalogue.ENTRY_REQUESTED, "kind"),
         ("Client", USER_JOB_STATES, catalogue.ENTRY_USER_JOBS, "state"),
         ("Client", VO_GLIDEIN_STATES, catalogue.ENTRY_VO_GLIDEINS, "state"),
+        ("Client", VO_CORE_STATES, catalogue.ENTRY_VO_CORES, "state"),
     ):
         word = words.get(ds.removeprefix(prefix)) if ds.startswith(prefix) else None
         if word:
-            return metric.name, tuple(sorted({**pool, label: word}.items()))
+            return metric.name, tuple(sorted({**POOL, label: word}.items()))
     return "", ()
+
+
+def legacy(rrd_name: str, ds: str) -> tuple[catalogue.MetricDef, dict[str, str]]:
+    """The legacy family and its own labels a data source with no series of ours goes to."""
+    if rrd_name == "Log_Completed_WasteTime":
+        kind, _, rng = ds.partition("_")
+        return catalogue.LEGACY_WASTE_TIME, {"kind": kind, "range": rng}
+    if rrd_name == "Log_Completed_Stats":
+        return catalogue.LEGACY_COMPLETED_STATS, {"stat": ds}
+    if rrd_name == "Log_Completed":
+        return catalogue.LEGACY_COMPLETED, {"stat": ds}
+    if rrd_name == "Log_Counts":
+        if ds.startswith("Status"):
+            return catalogue.LEGACY_LOG_GLIDEINS, {"state": ds.removeprefix("Status")}
+        transition = "Entered" if ds.startswith("Entered") else "Exited"
+        return catalogue.LEGACY_LOG_TRANSITIONS, {"transition": transition, "state": ds.removeprefix(transition)}
+    assert rrd_name == "Status_Attributes"
+    cores = ds.endswith("Cores") or ds.startswith("ClientCores")
+    return (catalogue.LEGACY_STATUS_CORES if cores else catalogue.LEGACY_STATUS_GLIDEINS), {"attribute": ds}
 
 
 def test_every_sample_is_what_was_fed_within_the_rrds_consolidation(text: str) -> None:
     got = parse(text)
-    ds_type, names = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/Status_Attributes"]
+    # Every data source of every file GlideinWMS wrote for the client, under our name or a legacy one.
+    status_ds = [ln.split("[", 1)[1].split("]", 1)[0] for ln in _info("Status_Attributes") if ln.startswith("ds[")]
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     mapped = 0
-    for ds in names:
-        name, labels = where(ds)
-        if not name:
-            continue  # StatusIdle, ...Cores, ClientInfoAge, ClientGlideTotal: no exporter series
-        mapped += 1
-        points = got[name][labels]
-        for t, v in points:
-            assert v == pytest.approx(expected(t, ds_type, ds), rel=1e-9), (ds, t)
-        times = [t for t, _ in points]
-        # Every 5-minute update before the cutover once, then, before the 5-minute archive reaches,
-        # the hourly rows, each at every 5 minutes of its hour, back to the hour of the first known
-        # update: the finest archive covering each period, every step once.
-        fine = [update_time(k) for k in range(UPDATES) if FINE_FROM <= update_time(k) < CUTOVER]
-        hours = list(range((update_time(1) // HOUR) * HOUR + STEP, FINE_FROM, STEP))
-        assert times == hours + fine, ds
-    assert mapped == len(STATUS_STATES) + len(REQUESTED_KINDS) + len(USER_JOB_STATES) + len(VO_GLIDEIN_STATES)
-
+    # Every 5-minute update before the cutover once, then, before the 5-minute archive reaches,
+    # the hourly rows, each at every 5 minutes of its hour, back to the hour of the first known
+    # update: the finest archive covering each period, every step once.
+    fine = [update_time(k) for k in range(UPDATES) if FINE_FROM <= update_time(k) < CUTOVER]
+    hours = list(range((update_time(1) // HOUR) * HOUR + STEP, FINE_FROM, STEP))
     # The legacy families (no panel draws them): each row once, at its own time.
-    rows = list(range(-(-update_time(1) // HOUR) * HOUR, FINE_FROM, HOUR))
-    rows += [update_time(k) for k in range(UPDATES) if FINE_FROM <= update_time(k) < CUTOVER]
-    for rrd_name, metric in (
-        ("Log_Completed_WasteTime", catalogue.LEGACY_WASTE_TIME),
-        ("Log_Completed_Stats", catalogue.LEGACY_COMPLETED_STATS),
+    rows = list(range(-(-update_time(1) // HOUR) * HOUR, FINE_FROM, HOUR)) + fine
+    for rrd_name in (
+        "Status_Attributes",
+        "Log_Completed_WasteTime",
+        "Log_Completed_Stats",
+        "Log_Completed",
+        "Log_Counts",
     ):
         ds_type, names = FILES[f"entry_{ENTRY}/frontend_{CLIENT}/{rrd_name}"]
-        fam = got[metric.name]
-        assert len(fam) == len(names)
+        if rrd_name == "Status_Attributes":
+            names = tuple(sorted({*status_ds}))  # also those computed from what was fed (DERIVED)
         for ds in names:
-            if metric is catalogue.LEGACY_WASTE_TIME:
-                kind, _, rng = ds.partition("_")
-                extra = {"kind": kind, "range": rng}
+            name, labels = where(ds) if rrd_name == "Status_Attributes" else ("", ())
+            if name:
+                mapped += 1
+                times = hours + fine
             else:
-                extra = {"stat": ds}
-            points = fam[tuple(sorted({"entry": ENTRY, "client": CLIENT, "site": SITE, **SCRAPE, **extra}.items()))]
-            assert [t for t, _ in points] == rows, ds
+                metric, extra = legacy(rrd_name, ds)
+                name, labels = metric.name, tuple(sorted({**POOL, **extra}.items()))
+                times = rows
+            points = got[name][labels]
+            assert [t for t, _ in points] == times, (rrd_name, ds)
             for t, v in points:
-                assert v == pytest.approx(expected(t, ds_type, ds), rel=1e-9), (ds, t)
+                assert v == pytest.approx(expected(t, ds_type, ds, rrd_name), rel=1e-9), (rrd_name, ds, t)
+            seen.add((name, labels))
+    assert mapped == len(STATUS_ATTRIBUTES)
+    assert {(n, lab) for n, series in got.items() for lab in series} == seen  # nothing else imported
+    ours = {m.name for m, _ in STATUS_ATTRIBUTES.values()}
+    assert {n for n, _ in seen} == {m.name for m in catalogue.LEGACY_METRICS} | ours
+
+
+def _info(rrd_name: str) -> list[str]:
+    path = FIXTURES / f"entry_{ENTRY}" / f"frontend_{CLIENT}" / f"{rrd_name}.rrd"
+    return subprocess.run(
+        ["rrdtool", "info", str(path)], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
 
 
 def test_nothing_at_or_after_the_cutover_and_no_total(text: str) -> None:
@@ -252,8 +319,17 @@ def test_the_schedd_status_glideinwms_wrote_last_reads_as_the_last_update() -> N
 
 
 def test_what_is_imported_under_our_names_is_what_the_panels_say() -> None:
-    """The dashboards' history notes (catalogue.RRD_IMPORTED) and the import's mapping are one set."""
-    assert {m for m, _ in STATUS_ATTRIBUTES.values()} == set(catalogue.RRD_IMPORTED)
+    """The dashboards' history notes (catalogue.RRD_IMPORTED) and the import's mappings are one set;
+    the legacy families are never under our names."""
+    ours = [
+        *STATUS_ATTRIBUTES.values(),
+        *FRONTEND_TOTAL.values(),
+        *FRONTEND_FACTORY.values(),
+        *FRONTEND_UNMATCHED.values(),
+    ]
+    assert {m for m, _ in ours} == set(catalogue.RRD_IMPORTED)
+    assert {m for m, _ in STATUS_LEGACY.values()} <= set(catalogue.LEGACY_METRICS)
+    assert not set(catalogue.LEGACY_METRICS) & set(catalogue.EXPORTER_METRICS)
 
 
 def test_imported_series_carry_the_live_scrapes_job_and_instance(text: str) -> None:

@@ -685,10 +685,71 @@ LEGACY_COMPLETED_STATS = MetricDef(
     "buckets (stat = the data source name), as rrdtool averaged it.",
     (*POOL, "stat"),
 )
-LEGACY_METRICS: Final[tuple[MetricDef, ...]] = (LEGACY_WASTE_TIME, LEGACY_COMPLETED_STATS)
-# What import-rrd brings from GlideinWMS's Status_Attributes RRDs under our own names: the
-# panels drawing only these show the pages' history before the cutover (dashboards/gen/board.py).
-RRD_IMPORTED: Final[tuple[MetricDef, ...]] = (ENTRY_GLIDEINS, ENTRY_REQUESTED, ENTRY_USER_JOBS, ENTRY_VO_GLIDEINS)
+LEGACY_COMPLETED = MetricDef(
+    "gwms_legacy_completed_rate",
+    "gauge",
+    "GlideinWMS Log_Completed RRD: its per-cycle sums of the glideins that completed, per second as rrdtool "
+    "averaged them (stat = the data source name: Glideins, FailedNr, JobsNr and JobsTerminated count, Lasted, "
+    "CondorLasted, JobsLasted and JobsGoodput are seconds of wall time).",
+    (*POOL, "stat"),
+)
+LEGACY_LOG_GLIDEINS = MetricDef(
+    "gwms_legacy_log_counts_glideins",
+    "gauge",
+    "GlideinWMS Log_Counts RRD: glideins in each state as the factory's glidein logs said (state = Running, "
+    "Idle, Wait, Held as GlideinWMS names them), as rrdtool averaged it.",
+    (*POOL, "state"),
+)
+LEGACY_LOG_TRANSITIONS = MetricDef(
+    "gwms_legacy_log_counts_rate",
+    "gauge",
+    "GlideinWMS Log_Counts RRD: glideins per second entering or leaving each state by the factory's glidein "
+    "logs (transition = Entered, Exited; Exited negative, as GlideinWMS stores it), as rrdtool averaged it.",
+    (*POOL, "transition", "state"),
+)
+LEGACY_STATUS_GLIDEINS = MetricDef(
+    "gwms_legacy_status_glideins",
+    "gauge",
+    "GlideinWMS Status_Attributes RRD, the glidein counts with no series of ours (attribute = the data source: "
+    "StatusIdle, the sum of the idle states; ClientGlideTotal, the frontend's count of the entry's glideins in "
+    "its pool), as rrdtool averaged it.",
+    (*POOL, "attribute"),
+)
+LEGACY_STATUS_CORES = MetricDef(
+    "gwms_legacy_status_cores",
+    "gauge",
+    "GlideinWMS Status_Attributes RRD, the core counts with no series of ours (attribute = the data source: "
+    "StatusRunningCores, ReqIdleCores and ReqMaxCores, the factory's glidein counts times the entry's "
+    "GLIDEIN_CPUS; ClientCoresTotal, the frontend's count), as rrdtool averaged it.",
+    (*POOL, "attribute"),
+)
+LEGACY_METRICS: Final[tuple[MetricDef, ...]] = (
+    LEGACY_WASTE_TIME,
+    LEGACY_COMPLETED_STATS,
+    LEGACY_COMPLETED,
+    LEGACY_LOG_GLIDEINS,
+    LEGACY_LOG_TRANSITIONS,
+    LEGACY_STATUS_GLIDEINS,
+    LEGACY_STATUS_CORES,
+)
+# What import-rrd brings from GlideinWMS's Status_Attributes RRDs (the factory's and the
+# frontend's) under our own names: the panels drawing only these show the pages' history before
+# the cutover (dashboards/gen/board.py).
+RRD_IMPORTED: Final[tuple[MetricDef, ...]] = (
+    ENTRY_GLIDEINS,
+    ENTRY_REQUESTED,
+    ENTRY_USER_JOBS,
+    ENTRY_VO_GLIDEINS,
+    ENTRY_VO_CORES,
+    ENTRY_INFO_AGE,
+    FRONTEND_JOBS,
+    FRONTEND_GLIDEINS,
+    FRONTEND_UNMATCHED_JOBS,
+    FRONTEND_ENTRY_JOBS,
+    FRONTEND_ENTRY_GLIDEINS,
+    FRONTEND_ENTRY_CORES,
+    FRONTEND_ENTRY_REQUESTED,
+)
 
 ALL: tuple[MetricDef, ...] = tuple(v for v in list(globals().values()) if isinstance(v, MetricDef))
 # What `gwms-obs export` serves (the controller's are served by `gwms-obs controller`).

@@ -157,18 +157,31 @@ def _factory_window_ok(a: argparse.Namespace) -> bool:
 
 
 def cmd_import_rrd(a: argparse.Namespace) -> int:
-    """A factory's RRD history, before the cutover, as OpenMetrics for promtool's backfill."""
+    """GlideinWMS's RRD history (a factory's or a frontend's), before the cutover, as OpenMetrics
+    for promtool's backfill."""
     from .outputs.rrd_history import RrdHistory
 
     monitor = Path(a.monitor_dir)
     if not monitor.is_dir():
-        log.error("%s: not a directory (the factory's monitor dir, with its entry_* subdirectories)", monitor)
+        log.error("%s: not a directory (the factory's or the frontend's monitor dir)", monitor)
+        return 2
+    factory, frontend = any(monitor.glob("entry_*")), any(monitor.glob("group_*"))
+    if not factory and not frontend:
+        log.error("%s: neither a factory's monitor dir (entry_*) nor a frontend's (group_*)", monitor)
         return 2
     if shutil.which("rrdtool") is None:
         log.error("rrdtool not found: import-rrd reads the RRDs with `rrdtool dump` (Debian package rrdtool)")
         return 2
-    h = RrdHistory(cutover=a.cutover, sites=dict(a.site or ()), scrape={"job": a.job, "instance": a.instance})
-    h.add_tree(monitor)
+    h = RrdHistory(
+        cutover=a.cutover,
+        sites=dict(a.site or ()),
+        frontend_clients=dict(a.frontend_client or ()),
+        scrape={"job": a.job, "instance": a.instance},
+    )
+    if factory:
+        h.add_tree(monitor)
+    if frontend:
+        h.add_frontend_tree(monitor)
     if a.output:
         with open(a.output, "w", encoding="utf-8") as out:
             h.write(out)
@@ -655,6 +668,14 @@ def _entry_site(s: str) -> tuple[str, str]:
     return entry, site
 
 
+def _group_client(s: str) -> tuple[str, str]:
+    """GROUP=CLIENT, for import-rrd on a frontend's tree."""
+    group, sep, client = s.partition("=")
+    if not sep or not group or not client:
+        raise argparse.ArgumentTypeError(f"expected GROUP=CLIENT, got {s!r}")
+    return group, client
+
+
 def _cell(s: str) -> tuple[str, Category]:
     """ENTRY:CATEGORY, one cell of report's table."""
     entry, sep, cat = s.rpartition(":")
@@ -783,11 +804,17 @@ def parser() -> argparse.ArgumentParser:
     ir = _sub(
         sub,
         "import-rrd",
-        "a factory's GlideinWMS RRD history, before a cutover, as OpenMetrics for promtool's backfill",
+        "a factory's or a VO frontend's GlideinWMS RRD history, before a cutover, as OpenMetrics for promtool's "
+        "backfill",
         "gwms-obs import-rrd /var/lib/gwms-factory/web-area/monitor --cutover 2026-11-01T00:00 -o rrd.om\n"
-        "  promtool tsdb create-blocks-from openmetrics --max-block-duration=4374h rrd.om /var/lib/prometheus/data",
+        "  promtool tsdb create-blocks-from openmetrics --max-block-duration=4374h rrd.om /var/lib/prometheus/data\n"
+        "gwms-obs import-rrd /var/lib/gwms-frontend/web-area/monitor --cutover 2026-11-01T00:00 -o frontend-rrd.om",
     )
-    ir.add_argument("monitor_dir", help="the factory's monitor dir (entry_*/frontend_*/*.rrd)")
+    ir.add_argument(
+        "monitor_dir",
+        help="a factory's monitor dir (entry_*/frontend_*/*.rrd) or a frontend's (group_*/*/Status_Attributes.rrd); "
+        "which one is told by its entry_* or group_* subdirectories",
+    )
     ir.add_argument(
         "--cutover",
         type=_time,
@@ -801,6 +828,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="ENTRY=SITE",
         help="the site label of an entry's series (repeatable; default: its GLIDEIN_Site in the monitor dir's "
         "descript.xml files, as the exporter reads it, else unknown)",
+    )
+    ir.add_argument(
+        "--frontend-client",
+        type=_group_client,
+        action="append",
+        metavar="GROUP=CLIENT",
+        help="a frontend group's client label, the name the factory labels its requests with (repeatable; "
+        "default: <FrontendName of the monitor dir's descript.xml>.<group>, as export's frontend source names it; "
+        "give the same as export's [frontend_clients])",
     )
     ir.add_argument(
         "--job",
