@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-ABI = 7  # must equal the module's ABI (native/src/lib.rs)
+ABI = 8  # must equal the module's ABI (native/src/lib.rs)
 ENV = "GWMS_OBS_NATIVE"
 
 

@@ -17,11 +17,12 @@ mod eventlog;
 mod out;
 mod scan;
 mod sweep;
+mod trace;
 mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 7;
+const ABI: u32 = 8;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -235,5 +236,9 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(completed::scan_unseen, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::sweep_jobs, m)?)?;
     m.add_function(wrap_pyfunction!(parse_eventlog, m)?)?;
+    // The pilot-trace encoder's hot part (outputs/pilot_traces.py), not a reader.
+    m.add_function(wrap_pyfunction!(trace::trace_span, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_attrs, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_jobs, m)?)?;
     Ok(())
 }

@@ -1,0 +1,507 @@
+//! The pilot-trace encoder's hot part (`gwms_obs.outputs.pilot_traces`): one span's OTLP/JSON
+//! text (`_Trace.add`), a dict of attributes (`_attrs`) and a pilot's user-job spans (`_jobs`),
+//! from the facts the Python encoder has at hand, byte for byte what it writes.
+//!
+//! The Python encoder stays the reference: anything this code does not reproduce exactly (a
+//! time that is not a float, a value beyond i64, a GlobalJobId that needs scrubbing, a string
+//! with a lone surrogate, a non-finite time, whose Python path raises) is a decline (None),
+//! and Python writes that span. tests/test_native_trace.py holds the two byte-equal.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use sha2::{Digest, Sha256};
+use std::fmt::Write;
+
+/// Not written here: the Python encoder writes it (or raises, as it would anyway).
+pub struct Decline;
+
+impl From<PyErr> for Decline {
+    fn from(_: PyErr) -> Self {
+        Decline
+    }
+}
+
+type R<T> = Result<T, Decline>;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `json.encoder.encode_basestring_ascii(s)`: quoted, `"` `\` and the five short escapes, the
+/// rest outside ' '..='~' as `\uXXXX` (lower-case hex, UTF-16 surrogate pairs beyond the BMP).
+pub fn push_str(out: &mut String, s: &str) {
+    out.push('"');
+    if s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\') {
+        out.push_str(s);
+    } else {
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                ' '..='~' => out.push(c),
+                _ => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        out.push_str("\\u");
+                        for shift in [12, 8, 4, 0] {
+                            out.push(HEX[usize::from((*u >> shift) & 0xf)] as char);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// `repr(v)` of a finite float: the shortest digits that read back as `v` (Rust's `{:e}` gives
+/// them, as Python's dtoa mode 0 does), laid out as Python's 'r' format does: positional when
+/// the decimal point falls in -4 < decpt <= 16, else d.ddde[+-]XX.
+pub fn push_float(out: &mut String, v: f64) {
+    let s = format!("{v:e}");
+    let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (neg, mant) = match mant.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mant),
+    };
+    let digits: String = mant.chars().filter(|c| *c != '.').collect();
+    let n = digits.len() as i32;
+    let decpt = exp + 1;
+    if neg {
+        out.push('-');
+    }
+    if -4 < decpt && decpt <= 16 {
+        if decpt <= 0 {
+            out.push_str("0.");
+            (0..-decpt).for_each(|_| out.push('0'));
+            out.push_str(&digits);
+        } else if decpt >= n {
+            out.push_str(&digits);
+            (0..decpt - n).for_each(|_| out.push('0'));
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..decpt as usize]);
+            out.push('.');
+            out.push_str(&digits[decpt as usize..]);
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if n > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    }
+}
+
+/// `_ns(t)`: `str(max(0, round(t * NS)))` (round half to even, as Python's round of a float).
+fn push_ns(out: &mut String, t: f64) -> R<()> {
+    let x = (t * 1e9).round_ties_even();
+    if !x.is_finite() || x >= 9.0e18 {
+        return Err(Decline); // Python raises on inf and NaN; beyond u64 is no real time
+    }
+    let _ = write!(out, "{}", if x > 0.0 { x as u64 } else { 0 });
+    Ok(())
+}
+
+/// A time: exactly a float (an int's arithmetic is exact in Python, not here), finite.
+fn time(v: &Bound<'_, PyAny>) -> R<f64> {
+    if !v.is_exact_instance_of::<PyFloat>() {
+        return Err(Decline);
+    }
+    let t: f64 = v.extract()?;
+    if t.is_finite() { Ok(t) } else { Err(Decline) }
+}
+
+/// Python's max(a, b): b only when b > a.
+fn pymax(a: f64, b: f64) -> f64 {
+    if b > a { b } else { a }
+}
+
+/// Python's min(a, b): b only when b < a.
+fn pymin(a: f64, b: f64) -> f64 {
+    if b < a { b } else { a }
+}
+
+/// An exact int as Python writes it (`f"{v}"`), through i64 (beyond it: a decline).
+fn push_int(out: &mut String, v: &Bound<'_, PyAny>) -> R<()> {
+    let n: i64 = v.extract()?;
+    let _ = write!(out, "{n}");
+    Ok(())
+}
+
+/// `_attr(key, v)`: one KeyValue, nothing for None or a non-finite float. Returns whether it wrote.
+fn push_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
+    let head = |out: &mut String, kind: &str| {
+        out.push_str("{\"key\":\"");
+        out.push_str(key);
+        out.push_str("\",\"value\":{\"");
+        out.push_str(kind);
+        out.push_str("\":");
+    };
+    if let Ok(s) = v.cast_exact::<PyString>() {
+        head(out, "stringValue");
+        push_str(out, s.to_str()?);
+    } else if v.is_exact_instance_of::<PyInt>() {
+        head(out, "intValue");
+        out.push('"');
+        push_int(out, v)?;
+        out.push('"');
+    } else if v.is_exact_instance_of::<PyFloat>() {
+        let f: f64 = v.extract()?;
+        if !f.is_finite() {
+            return Ok(false);
+        }
+        head(out, "doubleValue");
+        push_float(out, f);
+    } else if v.is_exact_instance_of::<PyBool>() {
+        head(out, "boolValue");
+        out.push_str(if v.is_truthy()? { "true" } else { "false" });
+    } else if v.is_none() {
+        return Ok(false);
+    } else {
+        head(out, "stringValue");
+        push_str(out, v.str()?.to_str()?);
+    }
+    out.push_str("}}");
+    Ok(true)
+}
+
+/// `_attrs(attrs)`: the dict's KeyValues joined by commas (its keys are the encoder's own names).
+fn push_attrs(out: &mut String, attrs: Option<&Bound<'_, PyDict>>) -> R<()> {
+    let Some(attrs) = attrs else { return Ok(()) };
+    let mut first = true;
+    for (k, v) in attrs.iter() {
+        let k = k.cast_exact::<PyString>().map_err(|_| Decline)?;
+        let mark = out.len();
+        if !first {
+            out.push(',');
+        }
+        if push_attr(out, k.to_str()?, &v)? {
+            first = false;
+        } else {
+            out.truncate(mark);
+        }
+    }
+    Ok(())
+}
+
+/// `_events(evs)`: each (name, time, attributes) as an OTLP/JSON event, joined by commas.
+fn push_events(out: &mut String, events: &Bound<'_, PyList>) -> R<()> {
+    for (i, ev) in events.iter().enumerate() {
+        let ev = ev.cast_exact::<PyTuple>().map_err(|_| Decline)?;
+        if ev.len() != 3 {
+            return Err(Decline);
+        }
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"name\":\"");
+        out.push_str(ev.get_item(0)?.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?);
+        out.push_str("\",\"timeUnixNano\":\"");
+        push_ns(out, time(&ev.get_item(1)?)?)?;
+        out.push_str("\",\"attributes\":[");
+        let attrs = ev.get_item(2)?;
+        push_attrs(out, Some(attrs.cast_exact::<PyDict>().map_err(|_| Decline)?))?;
+        out.push_str("]}");
+    }
+    Ok(())
+}
+
+/// `_status(error)`: nothing, or ERROR with its message.
+fn push_status(out: &mut String, error: &str) {
+    out.push_str(",\"status\":{\"code\":2,\"message\":");
+    push_str(out, error);
+    out.push('}');
+}
+
+/// `_Trace.span_id`: the first 8 bytes of SHA-256 of `key` (trace id, place), hex; never all zero.
+fn span_id(key: &[u8]) -> String {
+    let d = Sha256::digest(key);
+    let mut s = String::with_capacity(16);
+    for b in &d[..8] {
+        s.push(HEX[usize::from(b >> 4)] as char);
+        s.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    if d[..8].iter().all(|b| *b == 0) {
+        s.replace_range(15.., "1");
+    }
+    s
+}
+
+/// The span's part after its id: parent, name, kind and times (`_Trace.add`'s order).
+fn push_span_head(out: &mut String, head: &str, sid: &str, parent: &str, name: &str, s: f64, e: f64) -> R<()> {
+    out.push_str(head);
+    out.push_str(sid);
+    out.push_str("\",\"parentSpanId\":\"");
+    out.push_str(parent);
+    out.push_str("\",\"name\":\"");
+    out.push_str(name);
+    out.push_str("\",\"kind\":1,\"startTimeUnixNano\":\"");
+    push_ns(out, s)?;
+    out.push_str("\",\"endTimeUnixNano\":\"");
+    push_ns(out, e)?;
+    out.push_str("\",\"attributes\":[");
+    Ok(())
+}
+
+/// `_Trace.add`: (span id, span text), or None (the Python encoder writes it). ``key`` is the
+/// id's input (the trace's hashed prefix and the span's path), ``head`` the trace's
+/// `{"traceId":"…","spanId":"`, ``parent`` the parent's id ("" for a root).
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (key, head, parent, name, start, end, attrs, error, events))]
+pub fn trace_span(
+    key: &str,
+    head: &str,
+    parent: &str,
+    name: &str,
+    start: &Bound<'_, PyAny>,
+    end: &Bound<'_, PyAny>,
+    attrs: Option<&Bound<'_, PyDict>>,
+    error: &Bound<'_, PyAny>,
+    events: Option<&Bound<'_, PyList>>,
+) -> Option<(String, String)> {
+    let f = || -> R<(String, String)> {
+        let (s, e) = (time(start)?, time(end)?);
+        let sid = span_id(key.as_bytes());
+        let mut out = String::with_capacity(512);
+        push_span_head(&mut out, head, &sid, parent, name, s, pymax(s, e))?;
+        push_attrs(&mut out, attrs)?;
+        out.push(']');
+        if !error.is_none() {
+            push_status(&mut out, error.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?);
+        }
+        if let Some(evs) = events.filter(|l| !l.is_empty()) {
+            out.push_str(",\"events\":[");
+            push_events(&mut out, evs)?;
+            out.push(']');
+        }
+        out.push('}');
+        Ok((sid, out))
+    };
+    f().ok()
+}
+
+/// `_attrs(attrs)`, or None.
+#[pyfunction]
+pub fn trace_attrs(attrs: &Bound<'_, PyDict>) -> Option<String> {
+    let mut out = String::with_capacity(64 * attrs.len());
+    push_attrs(&mut out, Some(attrs)).ok().map(|_| out)
+}
+
+/// `_JOB_ID.fullmatch(v)`: `[A-Za-z0-9_.@:-]{1,255}#[0-9]{1,12}\.[0-9]{1,9}#[0-9]{1,12}`.
+fn plain_job_id(v: &str) -> bool {
+    let digits = |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
+    let mut parts = v.split('#');
+    let (Some(schedd), Some(job), Some(qdate), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Some((cluster, proc_)) = job.split_once('.') else { return false };
+    !schedd.is_empty()
+        && schedd.len() <= 255
+        && schedd.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.@:-".contains(&b))
+        && digits(cluster, 12)
+        && digits(proc_, 9)
+        && digits(qdate, 12)
+}
+
+/// The names `_jobs` writes, in `pilot_traces._NATIVE_JOB_NAMES`' order.
+struct Names {
+    span: String,
+    id: String,
+    category: String,
+    cpus: String,
+    cpu_seconds: String,
+    cpu_used: String,
+    memory: String,
+    memory_used: String,
+    gpus: String,
+    signal: String,
+    exit_code: String,
+    preempted: String,
+    evicted: String,
+    preemption: String, // the category whose jobs carry a preempted event
+}
+
+impl Names {
+    fn new(v: Vec<String>) -> R<Self> {
+        let [span, id, category, cpus, cpu_seconds, cpu_used, memory, memory_used, gpus, signal, exit_code, preempted, evicted, preemption]: [String; 14] =
+            v.try_into().map_err(|_| Decline)?;
+        Ok(Names {
+            span,
+            id,
+            category,
+            cpus,
+            cpu_seconds,
+            cpu_used,
+            memory,
+            memory_used,
+            gpus,
+            signal,
+            exit_code,
+            preempted,
+            evicted,
+            preemption,
+        })
+    }
+}
+
+/// One `{"key":"…","value":{"intValue":"…"}}` of an exact int (`_int_c`'s fast case), else `_attr`.
+fn push_int_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
+    push_attr(out, key, v)
+}
+
+/// `_jobs`' loop: the spans of ``jobs`` (the pilot's first by start, in that order) with their
+/// categories' values ``cats``, clamped to HTCondor's [cs, ce]; ``last``: the list's last job is
+/// the pilot's last (it carries the evictions, and a preemption when it did not exit near the
+/// pilot's end). ``hashed``: the ids' input up to the job's number; ``parent``: the condor span's id.
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+pub fn trace_jobs<'py>(
+    py: Python<'py>,
+    hashed: &str,
+    head: &str,
+    parent: &str,
+    jobs: &Bound<'py, PyList>,
+    cats: Vec<String>,
+    cs: &Bound<'py, PyAny>,
+    ce: &Bound<'py, PyAny>,
+    pilot_end: &Bound<'py, PyAny>,
+    grace: f64,
+    poll_lag: f64,
+    last: bool,
+    evictions: &Bound<'py, PyTuple>,
+    names: Vec<String>,
+) -> Option<Vec<String>> {
+    let f = || -> R<Vec<String>> {
+        let n = Names::new(names)?;
+        let (cs, ce, pilot_end) = (time(cs)?, time(ce)?, time(pilot_end)?);
+        if cats.len() != jobs.len() {
+            return Err(Decline);
+        }
+        let evictions: Vec<f64> = evictions.iter().map(|t| time(&t)).collect::<R<_>>()?;
+        let a_start = pyo3::intern!(py, "start");
+        let a_end = pyo3::intern!(py, "end");
+        let a_cpus = pyo3::intern!(py, "cpus");
+        let a_mem = pyo3::intern!(py, "memory_mb");
+        let a_gpus = pyo3::intern!(py, "gpus");
+        let a_exited = pyo3::intern!(py, "exited");
+        let a_code = pyo3::intern!(py, "exit_code");
+        let a_by_signal = pyo3::intern!(py, "exit_by_signal");
+        let a_signal = pyo3::intern!(py, "exit_signal");
+        let a_gid = pyo3::intern!(py, "global_job_id");
+        let a_mem_used = pyo3::intern!(py, "memory_usage_mb");
+        let a_used = pyo3::intern!(py, "cpu_seconds");
+        let count = jobs.len();
+        let mut spans = Vec::with_capacity(count);
+        let mut key = String::with_capacity(hashed.len() + 4);
+        for (i, (j, cat)) in jobs.iter().zip(&cats).enumerate() {
+            let start = time(&j.getattr(a_start)?)?;
+            let end = j.getattr(a_end)?;
+            let s = pymin(pymax(start, cs), ce);
+            let e = pymin(pymax(if end.is_none() { ce } else { time(&end)? }, s), ce);
+            let cpus = j.getattr(a_cpus)?;
+            if !cpus.is_exact_instance_of::<PyInt>() {
+                return Err(Decline);
+            }
+            let c: i64 = cpus.extract()?;
+            if c.abs() > 1 << 53 {
+                return Err(Decline); // exact as a float only up to 2^53
+            }
+            let cpu_secs = (c.max(0) as f64) * (e - s);
+
+            key.clear();
+            key.push_str(hashed);
+            let _ = write!(key, "{i}");
+            let sid = span_id(key.as_bytes());
+            let mut out = String::with_capacity(1024);
+            push_span_head(&mut out, head, &sid, parent, &n.span, s, e)?;
+            // the KeyValues in the encoder's order, each followed by a comma (the last one cut)
+            let gid = j.getattr(a_gid)?;
+            if !gid.is_none() {
+                let g = gid.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?;
+                if !plain_job_id(g) {
+                    return Err(Decline); // scrubbed by the Python encoder
+                }
+                out.push_str("{\"key\":\"");
+                out.push_str(&n.id);
+                out.push_str("\",\"value\":{\"stringValue\":\"");
+                out.push_str(g);
+                out.push_str("\"}},");
+            }
+            out.push_str("{\"key\":\"");
+            out.push_str(&n.category);
+            out.push_str("\",\"value\":{\"stringValue\":");
+            push_str(&mut out, cat);
+            out.push_str("}},");
+            push_int_attr(&mut out, &n.cpus, &cpus)?;
+            out.push(',');
+            if cpu_secs.is_finite() {
+                out.push_str("{\"key\":\"");
+                out.push_str(&n.cpu_seconds);
+                out.push_str("\",\"value\":{\"doubleValue\":");
+                push_float(&mut out, cpu_secs);
+                out.push_str("}},");
+            }
+            for (key, a) in [(&n.cpu_used, a_used), (&n.memory, a_mem), (&n.memory_used, a_mem_used), (&n.gpus, a_gpus)] {
+                if push_attr(&mut out, key, &j.getattr(a)?)? {
+                    out.push(',');
+                }
+            }
+            let mut status = String::new();
+            if j.getattr(a_by_signal)?.is_truthy()? {
+                let sig = j.getattr(a_signal)?;
+                if push_attr(&mut out, &n.signal, &sig)? {
+                    out.push(',');
+                }
+                let text = if sig.is_none() {
+                    "None".to_string()
+                } else if sig.is_exact_instance_of::<PyInt>() {
+                    sig.extract::<i64>()?.to_string()
+                } else {
+                    return Err(Decline);
+                };
+                push_status(&mut status, &format!("signal {text}"));
+            } else {
+                let code = j.getattr(a_code)?;
+                if !code.is_none() && push_attr(&mut out, &n.exit_code, &code)? {
+                    out.push(',');
+                }
+            }
+            out.pop(); // the last KeyValue's comma
+            out.push(']');
+            out.push_str(&status);
+            let is_last = last && i + 1 == count;
+            let mut evs: Vec<(&str, f64)> = Vec::new();
+            if *cat == n.preemption || (is_last && pilot_end - e <= grace && !j.getattr(a_exited)?.is_truthy()?) {
+                evs.push((&n.preempted, e));
+            }
+            if is_last {
+                evs.extend(evictions.iter().filter(|t| s <= **t && **t <= e + poll_lag).map(|t| (n.evicted.as_str(), pymin(*t, e))));
+            }
+            if !evs.is_empty() {
+                out.push_str(",\"events\":[");
+                for (k, (name, t)) in evs.iter().enumerate() {
+                    if k > 0 {
+                        out.push(',');
+                    }
+                    out.push_str("{\"name\":\"");
+                    out.push_str(name);
+                    out.push_str("\",\"timeUnixNano\":\"");
+                    push_ns(&mut out, *t)?;
+                    out.push_str("\",\"attributes\":[]}");
+                }
+                out.push(']');
+            }
+            out.push('}');
+            spans.push(out);
+        }
+        Ok(spans)
+    };
+    f().ok()
+}
