@@ -15,7 +15,7 @@ from typing import Any
 from gwms_obs import catalogue
 
 from .health_tests import problems
-from .rule_tests import EXP, fires, group, pool, quiet, s
+from .rule_tests import EXP, group, pool, quiet, s, site_fires
 
 G, HG, D = catalogue.ENTRY_GLIDEINS.name, catalogue.HELD_GLIDEINS.name, catalogue.ENTRY_DOWNTIME.name
 SINCE, DOWN = catalogue.ENTRY_CE_DOWN_SINCE.name, catalogue.ENTRY_CE_DOWN.name
@@ -61,17 +61,15 @@ def _held() -> dict[str, Any]:
     return group(
         series,
         quiet("10m", name),  # for: 15m
-        fires(
+        site_fires(
             "20m",
             name,
-            "warning",
-            "site",
+            "E_bad",
+            "S_bad",
             "Glideins of E_bad at S_bad are mostly held (auth_failed)",
             "75% of the glideins of entry E_bad in the factory queue are held; most of those held now were"
             " held for auth_failed. The reason as the CE wrote it is in the exporter's log (redacted):"
             " 'hold at entry E_bad'.",
-            entry="E_bad",
-            site="S_bad",
             **{"class": "auth_failed"},
         ),
         promql_expr_test=[problems("5m", "held", ("E_bad", "S_bad", 2))],
@@ -98,16 +96,14 @@ def _ce_unreachable() -> dict[str, Any]:
     return group(
         series,
         quiet("33m", name),  # pending since 31m
-        fires(
+        site_fires(
             "45m",
             name,
-            "warning",
-            "site",
+            "E_down",
+            "S_down",
             "The CE of E_down at S_down is unreachable",
             "HTCondor-G has found the CE of entry E_down down for 45m 0s (Detected Down Grid Resource, not back"
             " up since); its glideins wait in the factory queue.",
-            entry="E_down",
-            site="S_down",
         ),
         promql_expr_test=[
             problems("29m", "ce_unreachable"),
@@ -163,16 +159,14 @@ def _queue_slow() -> dict[str, Any]:
         series,
         quiet("230m", name),
         quiet("250m", name),  # a sixth of the window slow: its median is still 600 s
-        fires(
+        site_fires(
             "330m",
             name,
-            "warning",
-            "site",
+            "E_slow",
+            "S_slow",
             "Glideins wait long in the queue of E_slow at S_slow",
             "The glideins of entry E_slow that started in the last 1h waited 3h 0m 0s (median) from"
             " submission, over 4 times the entry's own median of the last 7d.",
-            entry="E_slow",
-            site="S_slow",
         ),
         promql_expr_test=[problems("330m", "queue_slow", ("E_slow", "S_slow", 1))],
     )
@@ -195,17 +189,15 @@ def _submit_failing() -> dict[str, Any]:
     return group(
         series,
         quiet("12m", name),  # for: 15m
-        fires(
+        site_fires(
             "90m",
             name,
-            "warning",
-            "site",
+            "E_sub",
+            "S_sub",
             "Submissions to E_sub at S_sub are failing",
             "condor_submit failed 60 times in the last 1h at entry E_sub: the factory's requests for it are"
             " not submitted. The failure as the factory logged it is in the exporter's log (redacted):"
             " 'condor_submit failed at entry E_sub'.",
-            entry="E_sub",
-            site="S_sub",
         ),
         promql_expr_test=[problems("90m", "submit_failing", ("E_sub", "S_sub", 2))],
     )

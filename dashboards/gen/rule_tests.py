@@ -67,6 +67,13 @@ def fires(
     return firing(at, name, expect(severity, audience, summary, description, **labels))
 
 
+def site_fires(
+    at: str, name: str, entry: str, site: str, summary: str, description: str, **labels: str
+) -> dict[str, Any]:
+    """``name`` fires at ``at`` with one warning for the admins of ``site``, about ``entry``."""
+    return fires(at, name, "warning", "site", summary, description, entry=entry, site=site, **labels)
+
+
 def _validation() -> dict[str, Any]:
     P, name = catalogue.PILOTS.name, "GwmsSiteValidationFailuresRising"
     vf, ran = 'outcome="validation_failed"', 'outcome="ran_jobs"'
@@ -82,16 +89,14 @@ def _validation() -> dict[str, Any]:
             s(P, pool("E_few", "S_few", extra=vf), "0+0.15x120"),
         ],
         quiet("12m", name),  # pending
-        fires(
+        site_fires(
             "90m",
             name,
-            "warning",
-            "site",
+            "E_bad",
+            "S_bad",
             "Pilots fail validation at S_bad (E_bad)",
             "60 pilots of entry E_bad at site S_bad failed worker-node validation in the last 1h,"
             " more than 25% of its pilots.",
-            entry="E_bad",
-            site="S_bad",
         ),
     )
 
@@ -165,15 +170,13 @@ def _badput() -> dict[str, Any]:
             cpu("E_small", "S_small", "preemption_badput", "0+400x150"),
         ],
         quiet("60m", name),  # pending
-        fires(
+        site_fires(
             "120m",
             name,
-            "warning",
-            "site",
+            "E_bad",
+            "S_bad",
             "High badput at S_bad (E_bad)",
             "40% of the user-job CPU time of entry E_bad was badput in the last 1h.",
-            entry="E_bad",
-            site="S_bad",
         ),
         # The site-health problem of the same condition (health.py), without the alert's wait.
         promql_expr_test=[
