@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gwms_obs import catalogue as K
 from gwms_obs.tracing import conventions as C
 
 from . import names as N
@@ -25,7 +26,7 @@ class Timing:
     """Windows (PromQL durations) and ``for:`` waits."""
 
     # counters' increase() window for site alerts; the :increase1h/:rate1h recording rules use it too
-    window: str = "1h"
+    window: str = f"{K.ALERT_WINDOW_HOURS}h"
     short_window: str = "5m"  # rate() window for the stack's own health
     rate_window: str = "5m"  # the :rate5m recording rules (CPU, GPU, pilots) the boards draw
     for_site: str = "15m"
@@ -37,7 +38,7 @@ class Timing:
     baseline_window: str = "1d"
     baseline_offset: str = "7d"
     # The entry's own queue time over this range is its baseline (queue_slow, GwmsEntryQueueSlow).
-    queue_baseline_range: str = "7d"
+    queue_baseline_range: str = f"{K.QUEUE_BASELINE_DAYS}d"
 
 
 @dataclass(frozen=True)
@@ -58,19 +59,19 @@ class Thresholds:
     # Glideins held in the factory queue: GwmsPilotsHeld = pilots_held.
     held_glideins: int = 20
     # Most of an entry's queued glideins held: GwmsEntryMostlyHeld = held (a failing light).
-    held_share: float = 0.5
-    held_mostly_glideins: int = 5  # fewest held glideins for it
+    held_share: float = K.ENTRY_HELD_SHARE  # the entry thresholds analyze applies too live in the catalogue
+    held_mostly_glideins: int = K.ENTRY_HELD_MIN  # fewest held glideins for it
     # The entry's CE down (the gridmanager's 026) this long: GwmsEntryCeUnreachable = ce_unreachable.
     ce_unreachable_seconds: int = 1800
     # Time in queue (submit -> first execute, the window's median) over queue_slow_ratio times the
     # entry's own median of the last queue_baseline_range, and over queue_slow_seconds, from at least
     # queue_slow_pilots pilots: GwmsEntryQueueSlow = queue_slow.
-    queue_slow_ratio: float = 4
-    queue_slow_seconds: int = 3600
-    queue_slow_pilots: int = 10
+    queue_slow_ratio: float = K.QUEUE_SLOW_RATIO
+    queue_slow_seconds: int = K.QUEUE_SLOW_SECONDS
+    queue_slow_pilots: int = K.QUEUE_SLOW_PILOTS
     # condor_submit refused at the entry this many times in the window (the factory's own log):
     # GwmsEntrySubmitFailing = submit_failing.
-    submit_failures: int = 3
+    submit_failures: int = K.ENTRY_SUBMIT_FAILURES
     # Pilots that ended without running a job (GwmsPilotsNeverMatched).
     never_matched_pilots: int = 10
     never_matched_share: float = 0.5

@@ -306,6 +306,21 @@ ENTRY_INSUFFICIENT_DEMAND_SECONDS = MetricDef(
 
 # --- the factory operator's day (issue 33): holds, CE unreachable, time in queue ---------------------
 
+# The entry alerts' thresholds that analyze's entry actions (analysis/entry_actions.py) apply too, in
+# one place: dashboards/gen/config.py's Thresholds and Timing take them as their defaults, so the red
+# light and analyze flag the same entries.
+ENTRY_HELD_SHARE: Final[float] = 0.5  # GwmsEntryMostlyHeld: over this share of the entry's queue held ...
+ENTRY_HELD_MIN: Final = 5  # ... and at least this many glideins
+ENTRY_SUBMIT_FAILURES: Final = 3  # GwmsEntrySubmitFailing: condor_submit failures in the window
+ALERT_WINDOW_HOURS: Final = 1  # the site alerts' window (config.Timing.window)
+# GwmsEntryQueueSlow: the window's median time in queue over QUEUE_SLOW_RATIO times the entry's own
+# median of the window's medians over the last QUEUE_BASELINE_DAYS, over QUEUE_SLOW_SECONDS, from at
+# least QUEUE_SLOW_PILOTS pilots in the window.
+QUEUE_SLOW_RATIO: Final[float] = 4
+QUEUE_SLOW_SECONDS: Final = 3600
+QUEUE_SLOW_PILOTS: Final = 10
+QUEUE_BASELINE_DAYS: Final = 7
+
 
 class HoldClass(enum.StrEnum):
     """Why a glidein was held: the only values the ``class`` label takes (sources/hold_reasons.py

@@ -13,8 +13,8 @@ From the window's holds by class, time in queue and the factory's own entry logs
   pilots each) and at least ``QUEUE_MIN_SECONDS``. The alert compares an entry with its own
   last week; one scan of the tree has no last week, so this compares it with its peers.
 
-The thresholds are the alerts' (dashboards/gen/config.py ``Thresholds``; tests/test_entry_actions.py
-holds them equal), so analyze and the red light flag the same entries. Failing actions (held,
+The thresholds are the alerts' (catalogue.py's, which dashboards/gen/config.py ``Thresholds``
+takes as defaults), so analyze and the red light flag the same entries. Failing actions (held,
 submit_failing) come first, most glideins lost first; then queue_slow, slowest first.
 """
 
@@ -23,16 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
+from .. import catalogue as K
 from ..catalogue import HoldClass
 from ..outputs.entry_health import EntryHealth, quantile
 from .actions import MIN_ENTRIES
 
-HELD_SHARE: Final = 0.5  # Thresholds.held_share
-HELD_MIN: Final = 5  # Thresholds.held_mostly_glideins
-SUBMIT_FAILURES: Final = 3  # Thresholds.submit_failures
-QUEUE_RATIO: Final = 4.0  # Thresholds.queue_slow_ratio
-QUEUE_MIN_SECONDS: Final = 3600.0  # Thresholds.queue_slow_seconds
-QUEUE_MIN_PILOTS: Final = 10  # Thresholds.queue_slow_pilots
+# The alerts' thresholds, from where dashboards/gen/config.py takes them too.
+HELD_SHARE: Final = K.ENTRY_HELD_SHARE
+HELD_MIN: Final = K.ENTRY_HELD_MIN
+SUBMIT_FAILURES: Final = K.ENTRY_SUBMIT_FAILURES
+QUEUE_RATIO: Final = K.QUEUE_SLOW_RATIO
+QUEUE_MIN_SECONDS: Final = K.QUEUE_SLOW_SECONDS
+QUEUE_MIN_PILOTS: Final = K.QUEUE_SLOW_PILOTS
 
 HELD: Final = "held"
 SUBMIT_FAILING: Final = "submit_failing"
