@@ -11,6 +11,7 @@ its values, so a panel's line runs on across the cutover.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,10 @@ def got() -> dict[str, Series]:
     return run(FIXTURES, CUTOVER)
 
 
+def fed(key: tuple[str, ...], k: int) -> int:
+    return FX.fed(k, *key)
+
+
 def fed_values() -> dict[tuple[str, tuple[tuple[str, str], ...]], Callable[[int], int]]:
     """Every series the import must make (metric, labels) -> what update k fed it."""
     out: dict[tuple[str, tuple[tuple[str, str], ...]], Callable[[int], int]] = {}
@@ -64,7 +69,7 @@ def fed_values() -> dict[tuple[str, tuple[tuple[str, str], ...]], Callable[[int]
     def put(m: catalogue.MetricDef, labels: dict[str, str], words: dict[str, str], *key: str) -> None:
         for attr, word in words.items():
             lab = {**labels, **SCRAPE, m.labels[-1]: word}
-            out[(m.name, tuple(sorted(lab.items())))] = lambda k, key=(*key, attr): FX.fed(k, *key)
+            out[(m.name, tuple(sorted(lab.items())))] = functools.partial(fed, (*key, attr))
 
     for group, entries in FX.GROUPS.items():
         g = {"group": group, "client": f"{FX.FRONTEND}.{group}"}

@@ -148,6 +148,12 @@ def sanitized(name: str) -> str:
     return _UNSAFE.sub("_", name)
 
 
+# The factory's RRDs per client (condorQStats', condorLogSummary's); any other file is not dumped.
+FACTORY_FILES = frozenset(
+    {"Status_Attributes", "Log_Completed_WasteTime", "Log_Completed_Stats", "Log_Completed", "Log_Counts"}
+)
+
+
 def _factory_target(kind: str, ds: str) -> tuple[MetricDef, Labels] | None:
     if kind == "Status_Attributes":
         return STATUS_ATTRIBUTES.get(ds) or STATUS_LEGACY.get(ds)
@@ -199,7 +205,8 @@ class RrdHistory:
                 client = client_dir.name.removeprefix("frontend_")
                 pool = (entry, client, self.sites.get(entry) or UNKNOWN_SITE)
                 for f in sorted(client_dir.glob("*.rrd")):
-                    self.add_file(f, functools.partial(_factory_target, f.stem), pool)
+                    if f.stem in FACTORY_FILES:
+                        self.add_file(f, functools.partial(_factory_target, f.stem), pool)
 
     def add_frontend_tree(self, monitor: Path) -> None:
         """Every group's RRDs under a VO frontend's monitor dir (the group totals, its factory
