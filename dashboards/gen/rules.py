@@ -68,6 +68,24 @@ def site_alert(name: str, expr: str, for_: str, summary: str, description: str) 
     )
 
 
+def down_alert(
+    name: str, selector: str, for_: str, summary: str, what: str, consequence: str, severity: str = "critical"
+) -> Alert:
+    """Factory-ops' alert that Prometheus cannot scrape ``what``: its ``up`` is 0, or its target is gone
+    from Prometheus entirely (absent; the description then names no instance)."""
+    up = f"up{{{selector}}}"
+    return Alert(
+        name=name,
+        expr=f"{up} == 0 or absent({up})",
+        for_=for_,
+        severity=severity,
+        audience="factory",
+        summary=summary,
+        description=f"Prometheus cannot scrape {what}{{{{ with $labels.instance }}}} at {{{{ . }}}}{{{{ end }}}};"
+        f" {consequence}",
+    )
+
+
 def runbook_url(anchor: str) -> str:
     """A Prometheus annotation template: the operator's base URL if set, else the default."""
     base = (
@@ -172,7 +190,6 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
         return f"sum by (entry, site) (increase({P}{sel}[{w}]))"
 
     vf, nm = pilots(Outcome.VALIDATION_FAILED), pilots(Outcome.NO_MATCH)
-    exp_up, col_up, ctl_up = f"up{{{s.exporter}}}", f"up{{{s.collector}}}", f"up{{{s.controller}}}"
     sw = t.short_window
     return [
         site_alert(
@@ -267,15 +284,13 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             description="Entry {{ $labels.entry }} at site {{ $labels.site }} is in downtime;"
             " its other alerts are inhibited.",
         ),
-        Alert(
-            name="GwmsExporterDown",
-            expr=f"{exp_up} == 0 or absent({exp_up})",
-            for_=t.for_stack,
-            severity="critical",
-            audience="factory",
-            summary="The gwms-obs exporter is down",
-            description="Prometheus cannot scrape the gwms-obs exporter{{ with $labels.instance }} at {{ . }}{{ end }};"
-            " factory metrics are not collected.",
+        down_alert(
+            "GwmsExporterDown",
+            s.exporter,
+            t.for_stack,
+            "The gwms-obs exporter is down",
+            "the gwms-obs exporter",
+            "factory metrics are not collected.",
         ),
         Alert(
             name="GwmsExporterStalled",
@@ -306,15 +321,13 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             description='{{ $value | printf "%.0f" }} {{ $labels.source }} inputs were skipped as unreadable'
             f" in the last {w}; their pilots are missing from the accounting.",
         ),
-        Alert(
-            name="GwmsCollectorDown",
-            expr=f"{col_up} == 0 or absent({col_up})",
-            for_=t.for_stack,
-            severity="critical",
-            audience="factory",
-            summary="The OpenTelemetry Collector is down",
-            description="Prometheus cannot scrape the collector{{ with $labels.instance }} at {{ . }}{{ end }};"
-            " pilot traces are being lost.",
+        down_alert(
+            "GwmsCollectorDown",
+            s.collector,
+            t.for_stack,
+            "The OpenTelemetry Collector is down",
+            "the collector",
+            "pilot traces are being lost.",
         ),
         Alert(
             name="GwmsCollectorDroppingSpans",
@@ -340,15 +353,13 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             description="The export queue of collector {{ $labels.instance }} is {{ $value | humanizePercentage }}"
             " full; spans will be dropped when it is full.",
         ),
-        Alert(
-            name="GwmsControllerDown",
-            expr=f"{ctl_up} == 0 or absent({ctl_up})",
-            for_=t.for_stack,
+        down_alert(
+            "GwmsControllerDown",
+            s.controller,
+            t.for_stack,
+            "The gwms-obs monitoring controller is down",
+            "the monitoring controller",
+            "pilots get no answer and trace at the factory's default verbosity, and no rule can be changed.",
             severity="warning",
-            audience="factory",
-            summary="The gwms-obs monitoring controller is down",
-            description="Prometheus cannot scrape the monitoring controller"
-            "{{ with $labels.instance }} at {{ . }}{{ end }};"
-            " pilots get no answer and trace at the factory's default verbosity, and no rule can be changed.",
         ),
     ]
