@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category
 
 from .. import names as N
-from ..board import TOPN, Board, Drill, Target, pilot_links, ranked
+from ..board import Board, Drill, Target, pilot_links, ranked
 from .common import (
     ACCOUNTING,
     BY_ENTRY,
@@ -22,8 +22,10 @@ from .common import (
     TO_SITE,
     WASTE_SEL,
     hours,
+    in_range,
     over_range,
     rate,
+    top,
 )
 
 
@@ -62,7 +64,7 @@ def accounting() -> Board:
         f"Canonical CPU hours of pilots completed in the range no user job used to completion"
         f" ({', '.join(catalogue.WASTE)}).",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, BY_ENTRY)}))", "{{entry}}")],
+        [Target(top(hours(CPU, WASTE_SEL, BY_ENTRY)), "{{entry}}")],
         budget=10,
         question="Which entries waste the most canonical core-hours?",
         drill=(*ENTRY_LINKS, *pilot_links("entry")),
@@ -72,13 +74,7 @@ def accounting() -> Board:
         "Waste share by entry, top $topn",
         "Wasted / all canonical CPU time of the entry's pilots completed in the range (small entries' problems).",
         "percentunit",
-        [
-            Target(
-                f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}) (increase({CPU.name}{{{WASTE_SEL}}}[$__range]))"
-                f" / sum by ({BY_ENTRY}) (increase({CPU.name}{{{SEL}}}[$__range]))))",
-                LEGEND_ENTRY,
-            )
-        ],
+        [Target(top(f"{in_range(CPU, WASTE_SEL, BY_ENTRY)} / {in_range(CPU, SEL, BY_ENTRY)}"), LEGEND_ENTRY)],
         budget=10,
         question="Which entries waste the largest share of their pilots?",
         drill=(*ENTRY_LINKS, *pilot_links("entry")),
@@ -113,7 +109,7 @@ def accounting() -> Board:
         "Waste by site, top $topn (canonical CPU hours)",
         "Canonical CPU hours of pilots completed in the range no user job used to completion, per site.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')}))", "{{site}}")],
+        [Target(top(hours(CPU, WASTE_SEL, "site")), "{{site}}")],
         budget=10,
         question="Which sites waste the most canonical core-hours?",
         drill=(TO_SITE, *pilot_links("site")),
@@ -123,13 +119,7 @@ def accounting() -> Board:
         "Waste share by site, top $topn",
         "Wasted / all canonical CPU time per site, pilots completed in the range.",
         "percentunit",
-        [
-            Target(
-                f"sort_desc(topk(${TOPN}, sum by (site) (increase({CPU.name}{{{WASTE_SEL}}}[$__range]))"
-                f" / sum by (site) (increase({CPU.name}{{{SEL}}}[$__range]))))",
-                "{{site}}",
-            )
-        ],
+        [Target(top(f"{in_range(CPU, WASTE_SEL, 'site')} / {in_range(CPU, SEL, 'site')}"), "{{site}}")],
         budget=10,
         question="Which sites waste the largest share?",
         drill=(TO_SITE, *pilot_links("site")),
@@ -197,7 +187,7 @@ def accounting() -> Board:
         "GPU hours by entry, top $topn",
         "GPU-hours of pilots completed in the range, the entries with the most.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(GPU, SEL, BY_ENTRY)}))", "{{entry}}")],
+        [Target(top(hours(GPU, SEL, BY_ENTRY)), "{{entry}}")],
         budget=10,
         question="Which entries provide the GPUs?",
         drill=(*ENTRY_LINKS, *pilot_links("entry")),
@@ -211,8 +201,7 @@ def accounting() -> Board:
             Target(
                 ranked(
                     BY_ENTRY,
-                    f"sum by ({BY_ENTRY}, client, site, category, accuracy)"
-                    f" (increase({m.name}{{{SEL}}}[$__range])) / 3600",
+                    hours(m, SEL, f"{BY_ENTRY}, client, site, category, accuracy"),
                     over_range(m, SEL, BY_ENTRY),
                 )
             )

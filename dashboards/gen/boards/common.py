@@ -9,7 +9,7 @@ from gwms_obs.tracing import conventions as C
 
 from .. import health
 from .. import names as N
-from ..board import FACTORY_SEL, Board, Drill, Link, Target, at_end
+from ..board import FACTORY_SEL, TOPN, Board, Drill, Link, Target, at_end
 
 FACTORY = catalogue.FACTORY_LABEL  # the label Thanos attaches; the boards' factory variable
 
@@ -71,8 +71,18 @@ def over_range(m: catalogue.MetricDef, sel: str, by: str, fn: str = "increase") 
     return f"sum by ({by}) ({fn}({at_end(f'{m.name}{{{sel}}}')}))"
 
 
+def in_range(m: catalogue.MetricDef, sel: str, by: str) -> str:
+    """``sum by (by) (increase(m{sel}[$__range]))``: what the range added, per ``by``."""
+    return f"sum by ({by}) (increase({m.name}{{{sel}}}[$__range]))"
+
+
 def hours(m: catalogue.MetricDef, sel: str, by: str) -> str:
-    return f"sum by ({by}) (increase({m.name}{{{sel}}}[$__range])) / 3600"
+    return f"{in_range(m, sel, by)} / 3600"
+
+
+def top(expr: str) -> str:
+    """The $topn largest series of ``expr``, largest first: a bargauge's bars, a table's rows."""
+    return f"sort_desc(topk(${TOPN}, {expr}))"
 
 
 def or_zero(expr: str) -> str:

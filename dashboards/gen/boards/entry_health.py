@@ -23,9 +23,11 @@ from .common import (
     TO_PHASES,
     TO_SITE,
     VALIDATION_FAILED,
+    in_range,
     legend,
     over_range,
     rate,
+    top,
 )
 
 
@@ -104,7 +106,7 @@ def entry_health() -> Board:
         "Holds (012 events) over the range per entry and reason class, glideins still queued included: which"
         " codes recur where (GlideinWMS removes every hold not listed in the entry's RecoverableExitcodes).",
         H.grafana_unit,
-        [Target(f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, class) (increase({H.name}{{{SEL}}}[$__range]))))")],
+        [Target(top(in_range(H, SEL, f"{BY_ENTRY}, site, class")))],
         budget=10,
         question="Which hold reasons recur, and where?",
         drill=(
@@ -156,7 +158,7 @@ def entry_health() -> Board:
         "How long each entry's CE has been down (since the first 026 of this outage); GwmsEntryCeUnreachable"
         " mails the site after 30 minutes. Empty while every CE is up.",
         "s",
-        [Target(f"sort_desc(topk(${TOPN}, time() - max by ({BY_ENTRY}, site) ({SINCE.name}{{{SEL_ENTRY}}})))")],
+        [Target(top(f"time() - max by ({BY_ENTRY}, site) ({SINCE.name}{{{SEL_ENTRY}}})"))],
         budget=10,
         question="How long has each unreachable CE been down?",
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
@@ -205,7 +207,7 @@ def entry_health() -> Board:
         " unrecoverable_held and held, stale_idle and stale_running (older than the entry's stale age),"
         " excess_idle and excess_running (the frontend asked for fewer).",
         REM.grafana_unit,
-        [Target(f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, reason) ({removed})))")],
+        [Target(top(f"sum by ({BY_ENTRY}, site, reason) ({removed})"))],
         budget=10,
         question="Why does the factory remove an entry's glideins?",
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
@@ -272,12 +274,7 @@ def entry_health() -> Board:
         "Pilots not matching, by entry and frontend, top $topn",
         "Pilots completed in the range whose HTCondor started but never got a job, per entry and frontend.",
         P.grafana_unit,
-        [
-            Target(
-                f"sort_desc(topk(${TOPN}, sum by ({BY_ENTRY}, site, client)"
-                f" (increase({P.name}{{{SEL},{NO_MATCH}}}[$__range]))))"
-            )
-        ],
+        [Target(top(in_range(P, f"{SEL},{NO_MATCH}", f"{BY_ENTRY}, site, client")))],
         budget=10,
         question="Where do pilots start but find no job, and for which frontend?",
         drill=(
@@ -437,12 +434,7 @@ def entry_health() -> Board:
         "Entries without a completed pilot for longest, top $topn",
         "Time since each entry's newest completed pilot ended: an entry that stopped returning pilots.",
         "s",
-        [
-            Target(
-                f"sort_desc(topk(${TOPN}, time() - max by ({BY_ENTRY}, site)"
-                f" ({catalogue.PILOT_LAST_COMPLETED.name}{{{SEL}}})))"
-            )
-        ],
+        [Target(top(f"time() - max by ({BY_ENTRY}, site) ({catalogue.PILOT_LAST_COMPLETED.name}{{{SEL}}})"))],
         budget=10,
         question="Which entries have stopped returning pilots?",
         drill=(Drill(ENTRY_HEALTH, "Entry health of ${__data.fields.entry}", "entry"), *pilot_links("entry")),
@@ -517,8 +509,7 @@ def why_not_running(b: Board) -> None:
     held = f"sum by ({by}) ({HG.name}{{{SEL}}})"
     down = f"max by ({by}) ({CE.name}{{{SEL_ENTRY}}})"
     slow = f"{N.RR_QUEUE_P50}{{{SEL_ENTRY}}} / {N.RR_QUEUE_BASELINE}{{{SEL_ENTRY}}}"
-    failed = f"sum by ({by}) (increase({FAIL.name}{{{SEL_ENTRY}}}[$__range]))"
-    removed = f"sum by ({by}) (increase({REM.name}{{{SEL_ENTRY}}}[$__range]))"
+    failed, removed = in_range(FAIL, SEL_ENTRY, by), in_range(REM, SEL_ENTRY, by)
     # One ranking, so every column shows the same entries: glideins held, refused and removed, a CE
     # down (as 100), a queue over GwmsEntryQueueSlow's ratio (the ratio). With fewer troubled entries than
     # $topn, healthy ones fill the table with their zeros: the table is never empty while entries report.

@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 from gwms_obs.catalogue import Category, Outcome
 
 from .. import names as N
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, pilot_links, ranked
+from ..board import FACTORY_SEL, Board, Drill, Target, at_end, pilot_links, ranked
 from .common import (
     BY_ENTRY,
     CPU_UNITS,
@@ -22,6 +22,7 @@ from .common import (
     TO_SITE,
     WASTE_SEL,
     hours,
+    top,
 )
 
 # The factory series' name where there is no factory label (one factory's own Prometheus).
@@ -154,12 +155,7 @@ def factory_overview() -> Board:
         f"Canonical CPU hours of pilots completed in the range that no user job used to completion"
         f" ({', '.join(catalogue.WASTE)}), by site.",
         HOURS,
-        [
-            Target(
-                f"sort_desc(topk(${TOPN}, {hours(catalogue.CPU_SECONDS, WASTE_SEL, 'site')}))",
-                "{{site}}",
-            )
-        ],
+        [Target(top(hours(catalogue.CPU_SECONDS, WASTE_SEL, "site")), "{{site}}")],
         budget=10,
         question="Which sites waste the most?",
         drill=(TO_SITE, *pilot_links("site")),

@@ -19,6 +19,7 @@ from .common import (
     PHASE_SEL,
     PHASES,
     legend,
+    top,
 )
 
 
@@ -98,8 +99,7 @@ def pilot_phases() -> Board:
         "s",
         [
             Target(
-                f"sort_desc(topk(${TOPN}, histogram_quantile(0.99, sum by ({by_e}, span_name, le)"
-                f" (increase({bucket}{{{sel}}}[$__range])))))"
+                top(f"histogram_quantile(0.99, sum by ({by_e}, span_name, le) (increase({bucket}{{{sel}}}[$__range])))")
             )
         ],
         budget=10,

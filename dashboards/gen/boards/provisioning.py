@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gwms_obs import catalogue
 
-from ..board import TOPN, Board, Drill, Target, pilot_links, ranked
+from ..board import Board, Drill, Target, pilot_links, ranked
 from .common import (
     BY_ENTRY,
     CLIENTS,
@@ -22,6 +22,7 @@ from .common import (
     legend,
     over_range,
     rate,
+    top,
 )
 
 
@@ -147,7 +148,7 @@ def provisioning() -> Board:
         "Insufficient demand over the range, top $topn entries (core-hours)",
         "Idle pilot core-hours with no matching job waiting, per entry, in the time range.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(IDS, SEL, BY_ENTRY)}))", "{{entry}}")],
+        [Target(top(hours(IDS, SEL, BY_ENTRY)), "{{entry}}")],
         budget=10,
         question="Which entries have the most idle cores for lack of demand?",
         drill=(TO_PROVISIONING, TO_ENTRY, *pilot_links("entry")),
@@ -157,7 +158,7 @@ def provisioning() -> Board:
         "Provisioning bottleneck over the range, top $topn entries (job-hours)",
         "Hours user jobs waited at the entry while none of its pilots was idle, in the time range.",
         HOURS,
-        [Target(f"sort_desc(topk(${TOPN}, {hours(BNS, SEL, BY_ENTRY)}))", "{{entry}}")],
+        [Target(top(hours(BNS, SEL, BY_ENTRY)), "{{entry}}")],
         budget=10,
         question="Which entries need more pilots (the most job-hours waiting)?",
         drill=(TO_PROVISIONING, TO_ENTRY, *pilot_links("entry")),

@@ -27,6 +27,7 @@ from .common import (
     legend,
     over_range,
     rate,
+    top,
 )
 
 
@@ -86,7 +87,7 @@ def site_health() -> Board:
         HOURS,
         [
             Target(
-                f"sort_desc(topk(${TOPN}, {hours(CPU, WASTE_SEL, 'site')} and on (site) {pr}{{{site_sel}}}))",
+                top(f"{hours(CPU, WASTE_SEL, 'site')} and on (site) {pr}{{{site_sel}}}"),
                 "{{site}}",
             )
         ],
