@@ -68,22 +68,22 @@ def site_alert(name: str, expr: str, for_: str, summary: str, description: str) 
     )
 
 
+def factory_alert(name: str, expr: str, for_: str, summary: str, description: str, severity: str = "warning") -> Alert:
+    """An alert for factory-ops (Alertmanager's default route), its runbook linked by Alert.rule."""
+    return Alert(
+        name=name, expr=expr, for_=for_, severity=severity, audience="factory", summary=summary, description=description
+    )
+
+
 def down_alert(
     name: str, selector: str, for_: str, summary: str, what: str, consequence: str, severity: str = "critical"
 ) -> Alert:
     """Factory-ops' alert that Prometheus cannot scrape ``what``: its ``up`` is 0, or its target is gone
     from Prometheus entirely (absent; the description then names no instance)."""
     up = f"up{{{selector}}}"
-    return Alert(
-        name=name,
-        expr=f"{up} == 0 or absent({up})",
-        for_=for_,
-        severity=severity,
-        audience="factory",
-        summary=summary,
-        description=f"Prometheus cannot scrape {what}{{{{ with $labels.instance }}}} at {{{{ . }}}}{{{{ end }}}};"
-        f" {consequence}",
-    )
+    instance = "{{ with $labels.instance }} at {{ . }}{{ end }}"
+    description = f"Prometheus cannot scrape {what}{instance}; {consequence}"
+    return factory_alert(name, f"{up} == 0 or absent({up})", for_, summary, description, severity)
 
 
 def runbook_url(anchor: str) -> str:
@@ -245,14 +245,12 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             " {{ $labels.entry }}: the factory's requests for it are not submitted. The failure as the factory"
             " logged it is in the exporter's log (redacted): 'condor_submit failed at entry {{ $labels.entry }}'.",
         ),
-        Alert(
-            name="GwmsPilotsNeverMatched",
-            expr=f"{nm} >= {th.never_matched_pilots} and {nm} / {pilots()} > {th.never_matched_share}",
-            for_=t.for_held,
-            severity="warning",
-            audience="factory",
-            summary="Pilots of {{ $labels.entry }} never get a job",
-            description='{{ $value | printf "%.0f" }} pilots of entry {{ $labels.entry }} ended without running a job'
+        factory_alert(
+            "GwmsPilotsNeverMatched",
+            f"{nm} >= {th.never_matched_pilots} and {nm} / {pilots()} > {th.never_matched_share}",
+            t.for_held,
+            "Pilots of {{ $labels.entry }} never get a job",
+            '{{ $value | printf "%.0f" }} pilots of entry {{ $labels.entry }} ended without running a job'
             f" in the last {w}, more than {share_words(th.never_matched_share)} of its pilots.",
         ),
         site_alert(
@@ -263,26 +261,21 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             "{{ $value | humanizePercentage }} of the user-job CPU time of entry {{ $labels.entry }}"
             f" was badput in the last {w}.",
         ),
-        Alert(
-            name="GwmsEntryInfoStale",
-            expr=f"time() - max by (entry, site) ({catalogue.ENTRY_UPDATED.name}) > {th.entry_stale_seconds}",
-            for_=t.for_site,
-            severity="warning",
-            audience="factory",
-            summary="Entry {{ $labels.entry }} status is stale",
-            description="The factory last wrote the status of entry {{ $labels.entry }}"
-            " {{ $value | humanizeDuration }} ago.",
+        factory_alert(
+            "GwmsEntryInfoStale",
+            f"time() - max by (entry, site) ({catalogue.ENTRY_UPDATED.name}) > {th.entry_stale_seconds}",
+            t.for_site,
+            "Entry {{ $labels.entry }} status is stale",
+            "The factory last wrote the status of entry {{ $labels.entry }} {{ $value | humanizeDuration }} ago.",
         ),
-        Alert(
-            name="GwmsEntryInDowntime",
+        factory_alert(
+            "GwmsEntryInDowntime",
             # A flag, not a threshold: 1 while the factory has the entry in downtime.
-            expr=f"max by (entry, site) ({catalogue.ENTRY_DOWNTIME.name}) == 1",
-            for_="0s",
+            f"max by (entry, site) ({catalogue.ENTRY_DOWNTIME.name}) == 1",
+            "0s",
+            "Entry {{ $labels.entry }} is in downtime",
+            "Entry {{ $labels.entry }} at site {{ $labels.site }} is in downtime; its other alerts are inhibited.",
             severity="info",
-            audience="factory",
-            summary="Entry {{ $labels.entry }} is in downtime",
-            description="Entry {{ $labels.entry }} at site {{ $labels.site }} is in downtime;"
-            " its other alerts are inhibited.",
         ),
         down_alert(
             "GwmsExporterDown",
@@ -292,33 +285,28 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             "the gwms-obs exporter",
             "factory metrics are not collected.",
         ),
-        Alert(
-            name="GwmsExporterStalled",
-            expr=f"time() - max by (instance) ({catalogue.LAST_SCAN.name}) > {th.exporter_stalled_seconds}",
-            for_=t.for_stack,
+        factory_alert(
+            "GwmsExporterStalled",
+            f"time() - max by (instance) ({catalogue.LAST_SCAN.name}) > {th.exporter_stalled_seconds}",
+            t.for_stack,
+            "The gwms-obs exporter stopped scanning",
+            "The last scan of gwms-obs {{ $labels.instance }} ended {{ $value | humanizeDuration }} ago.",
             severity="critical",
-            audience="factory",
-            summary="The gwms-obs exporter stopped scanning",
-            description="The last scan of gwms-obs {{ $labels.instance }} ended {{ $value | humanizeDuration }} ago.",
         ),
-        Alert(
-            name="GwmsExporterFallingBehind",
-            expr=f"max by (instance, source) ({catalogue.LAG.name}) > {th.exporter_lag_seconds}",
-            for_=t.for_stack,
-            severity="warning",
-            audience="factory",
-            summary="gwms-obs is falling behind on {{ $labels.source }}",
-            description="The oldest {{ $labels.source }} input not yet accounted by {{ $labels.instance }}"
+        factory_alert(
+            "GwmsExporterFallingBehind",
+            f"max by (instance, source) ({catalogue.LAG.name}) > {th.exporter_lag_seconds}",
+            t.for_stack,
+            "gwms-obs is falling behind on {{ $labels.source }}",
+            "The oldest {{ $labels.source }} input not yet accounted by {{ $labels.instance }}"
             " is {{ $value | humanizeDuration }} old; the accounting is that far behind.",
         ),
-        Alert(
-            name="GwmsExporterParseErrors",
-            expr=f"sum by (instance, source) (increase({catalogue.PARSE_ERRORS.name}[{w}])) > {th.parse_errors}",
-            for_=t.for_site,
-            severity="warning",
-            audience="factory",
-            summary="gwms-obs skips unreadable {{ $labels.source }} input",
-            description='{{ $value | printf "%.0f" }} {{ $labels.source }} inputs were skipped as unreadable'
+        factory_alert(
+            "GwmsExporterParseErrors",
+            f"sum by (instance, source) (increase({catalogue.PARSE_ERRORS.name}[{w}])) > {th.parse_errors}",
+            t.for_site,
+            "gwms-obs skips unreadable {{ $labels.source }} input",
+            '{{ $value | printf "%.0f" }} {{ $labels.source }} inputs were skipped as unreadable'
             f" in the last {w}; their pilots are missing from the accounting.",
         ),
         down_alert(
@@ -329,28 +317,22 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
             "the collector",
             "pilot traces are being lost.",
         ),
-        Alert(
-            name="GwmsCollectorDroppingSpans",
+        factory_alert(
+            "GwmsCollectorDroppingSpans",
             # Any loss at all: a rate above nothing, not a tunable.
-            expr=f"sum by (instance) (rate({N.OTELCOL_RECEIVER_REFUSED}[{sw}])) > 0"
+            f"sum by (instance) (rate({N.OTELCOL_RECEIVER_REFUSED}[{sw}])) > 0"
             f" or sum by (instance) (rate({N.OTELCOL_EXPORTER_FAILED}[{sw}])) > 0"
             f" or sum by (instance) (rate({N.OTELCOL_EXPORTER_ENQUEUE_FAILED}[{sw}])) > 0",
-            for_=t.for_stack,
-            severity="warning",
-            audience="factory",
-            summary="The collector drops spans",
-            description="The collector {{ $labels.instance }} refuses or fails to export"
-            ' {{ $value | printf "%.2f" }} spans/s.',
+            t.for_stack,
+            "The collector drops spans",
+            'The collector {{ $labels.instance }} refuses or fails to export {{ $value | printf "%.2f" }} spans/s.',
         ),
-        Alert(
-            name="GwmsCollectorQueueNearlyFull",
-            expr=f"max by (instance) ({N.OTELCOL_QUEUE_SIZE} / {N.OTELCOL_QUEUE_CAPACITY})"
-            f" > {th.collector_queue_share}",
-            for_=t.for_stack,
-            severity="warning",
-            audience="factory",
-            summary="The collector's export queue is nearly full",
-            description="The export queue of collector {{ $labels.instance }} is {{ $value | humanizePercentage }}"
+        factory_alert(
+            "GwmsCollectorQueueNearlyFull",
+            f"max by (instance) ({N.OTELCOL_QUEUE_SIZE} / {N.OTELCOL_QUEUE_CAPACITY}) > {th.collector_queue_share}",
+            t.for_stack,
+            "The collector's export queue is nearly full",
+            "The export queue of collector {{ $labels.instance }} is {{ $value | humanizePercentage }}"
             " full; spans will be dropped when it is full.",
         ),
         down_alert(
