@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.gen.config import Thresholds
+from dashboards.gen.config import Thresholds, Timing
 from gwms_obs.accounting.pilot import from_event_log
 from gwms_obs.analysis import entry_actions as EA
 from gwms_obs.catalogue import HoldClass
@@ -28,6 +28,10 @@ def test_the_thresholds_are_the_alerts() -> None:
         t.queue_slow_seconds,
         t.queue_slow_pilots,
     ) == (EA.QUEUE_RATIO, EA.QUEUE_MIN_SECONDS, EA.QUEUE_MIN_PILOTS)
+    assert (Timing().window, Timing().queue_baseline_range) == (
+        f"{EA.QUEUE_WINDOW / 3600:g}h",
+        f"{EA.QUEUE_BASELINE / 86400:g}d",
+    )
 
 
 def test_every_hold_class_has_advice() -> None:
@@ -88,6 +92,8 @@ def test_queue_slow_against_the_fleet(slow: float, flagged: bool) -> None:
     _queued(h, "FEW", 20 * 3600.0, 9)  # too few pilots to judge
     got = EA.entry_actions(h, {})
     assert [(a.entry, a.reason) for a in got] == ([("SLOW", EA.QUEUE_SLOW)] if flagged else [])
+    if flagged:  # 10 pilots: no past of its own in the window, and the action says so
+        assert "the fleet median" in got[0].text and "too few to compare it with its own past" in got[0].text
 
 
 def test_queue_slow_needs_an_hour() -> None:
@@ -96,6 +102,64 @@ def test_queue_slow_needs_an_hour() -> None:
         _queued(h, e, 60.0, 10)
     _queued(h, "SLOW", 3599.0, 10)  # 60x the fleet, but under an hour
     assert EA.entry_actions(h, {}) == []
+
+
+def _queued_at(h: EntryHealth, entry: str, seconds: float, ends: list[float]) -> None:
+    """Pilots that waited ``seconds`` in queue and ended at ``ends`` (an hour after they started)."""
+    for i, end in enumerate(ends):
+        t = PilotTimes(i, 0, submitted=end - 3600 - seconds, started=end - 3600, ended=end, end_event="terminated",
+                       return_value=0, entry=entry, client="c")  # fmt: skip
+        acc = from_event_log(t, None)
+        assert acc is not None
+        h.add_times(acc, t)
+
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(("slow", "flagged"), [(4 * 1200.0, True), (4 * 1200.0 - 1, False)])
+def test_queue_slow_against_its_own_past(slow: float, flagged: bool) -> None:
+    h = EntryHealth()
+    _queued_at(h, "E", 1200.0, [DAY + 7200.0 * i for i in range(40)])  # 3 days of a pilot every 2 h
+    last = DAY + 7200.0 * 40
+    _queued_at(h, "E", slow, [last + 300.0 * i for i in range(10)])  # then 10 in the last hour
+    got = EA.entry_actions(h, {})  # one entry: no fleet to compare with, its past is enough
+    assert [(a.entry, a.reason) for a in got] == ([("E", EA.QUEUE_SLOW)] if flagged else [])
+    if flagged:
+        (a,) = got
+        assert a.glideins == 10 and a.share == pytest.approx(slow / 1200.0)
+        assert "its own median of the 40 before them" in a.text and "fleet" not in a.text
+
+
+def test_queue_slow_needs_an_hour_against_its_own_past() -> None:
+    h = EntryHealth()
+    _queued_at(h, "E", 600.0, [DAY + 7200.0 * i for i in range(40)])
+    _queued_at(h, "E", 3599.0, [DAY + 7200.0 * 40 + 60.0 * i for i in range(10)])  # 6x its own, under an hour
+    assert EA.entry_actions(h, {}) == []
+
+
+def test_an_entry_always_slow_is_its_own_normal() -> None:
+    """As the alert: an entry's queue as long as it has been all along is no action, however the fleet's."""
+    h = EntryHealth()
+    for e in ("A", "B", "C"):
+        _queued(h, e, 600.0, 10)
+    _queued_at(h, "LONG", 5 * 3600.0, [DAY + 3600.0 * i for i in range(50)])  # 30x the fleet, every hour
+    assert EA.entry_actions(h, {}) == []
+
+
+def test_the_slowness_of_the_past_is_named_with_its_hours() -> None:
+    """Slow for a stretch of the window, then back: the action is the latest hour it held, by its times."""
+    h = EntryHealth()
+    ends = [DAY + 1800.0 * i for i in range(120)]  # a pilot every 30 min for 2.5 days
+    _queued_at(h, "E", 900.0, ends[:60])
+    _queued_at(h, "E", 6 * 3600.0, ends[60:80])  # 10 h slow
+    _queued_at(h, "E", 900.0, ends[80:])
+    (a,) = EA.entry_actions(h, {})
+    own = EA.own_queue(h.queue_at["E"], h.queue["E"])
+    # the latest hour whose 10 latest pilots were mostly slow: before the 5th normal one after them
+    assert own is not None and own.slow and ends[60] <= own.since and ends[79] < own.at < ends[84]
+    assert a.reason == EA.QUEUE_SLOW and a.share == pytest.approx(own.ratio) and own.ratio >= EA.QUEUE_RATIO
+    assert EA._utc(own.since) in a.text and EA._utc(own.at) in a.text
 
 
 def test_failing_actions_rank_before_a_slow_queue_most_glideins_first() -> None:
@@ -118,5 +182,8 @@ def test_analyze_names_the_refusing_ce_and_nothing_at_a_healthy_entry(tmp_path: 
     assert by[(refusing, EA.HELD)]["hold_class"] == "auth_failed"
     assert "check the factory's credential for the CE" in by[(refusing, EA.HELD)]["text"]
     assert (refusing, EA.SUBMIT_FAILING) in by
+    # the long queue (8x from half the span on) against its own earlier glideins, as the alert
+    slow = next(e for e in OPERATOR_ENTRIES if e.queue_slow != 1.0).name
+    assert "its own median of the" in by[(slow, EA.QUEUE_SLOW)]["text"]
     assert not any(e == DEFAULT_ENTRIES[0].name for e, _ in by)
     assert {r["entry"] for r in doc["entries"]} >= {refusing, DEFAULT_ENTRIES[0].name}

@@ -8,10 +8,15 @@ From the window's holds by class, time in queue and the factory's own entry logs
   else (no entry log) the holds plus the pilots counted. The action names the class most
   held and what to check for it (``ADVICE``).
 * **submit_failing**: condor_submit failed ``SUBMIT_FAILURES`` times or more at the entry.
-* **queue_slow**: the entry's median time in queue is ``QUEUE_RATIO`` times the fleet's
+* **queue_slow**: as GwmsEntryQueueSlow, the entry against its own past (:func:`own_queue`):
+  at each hour's end in the window, the median time in queue of the pilots that ended in
+  the hour (back to the ``QUEUE_MIN_PILOTS`` latest when the hour holds fewer) is
+  ``QUEUE_RATIO`` times the median of the entry's pilots of the ``QUEUE_BASELINE_DAYS``
+  before them and at least ``QUEUE_MIN_SECONDS``. The action is the latest hour it held.
+  Where the window holds fewer than ``QUEUE_MIN_PILOTS`` of those earlier pilots, it has no
+  past of the entry to compare with: the entry's median over the window against the fleet's
   (the median of the entries' medians, from ``MIN_ENTRIES`` entries with ``QUEUE_MIN_PILOTS``
-  pilots each) and at least ``QUEUE_MIN_SECONDS``. The alert compares an entry with its own
-  last week; one scan of the tree has no last week, so this compares it with its peers.
+  pilots each), and the action says so.
 
 The thresholds are the alerts' (catalogue.py's, which dashboards/gen/config.py ``Thresholds``
 takes as defaults), so analyze and the red light flag the same entries. Failing actions (held,
@@ -20,12 +25,14 @@ submit_failing) come first, most glideins lost first; then queue_slow, slowest f
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 from typing import Final
 
 from .. import catalogue as K
 from ..catalogue import HoldClass
-from ..outputs.entry_health import EntryHealth, quantile
+from ..outputs.entry_health import EntryHealth, EntryRow, QueueTimes, quantile
 from .actions import MIN_ENTRIES
 
 # The alerts' thresholds, from where dashboards/gen/config.py takes them too.
@@ -35,6 +42,8 @@ SUBMIT_FAILURES: Final = K.ENTRY_SUBMIT_FAILURES
 QUEUE_RATIO: Final = K.QUEUE_SLOW_RATIO
 QUEUE_MIN_SECONDS: Final = K.QUEUE_SLOW_SECONDS
 QUEUE_MIN_PILOTS: Final = K.QUEUE_SLOW_PILOTS
+QUEUE_WINDOW: Final = K.ALERT_WINDOW_HOURS * 3600.0  # the alert's window, seconds
+QUEUE_BASELINE: Final = K.QUEUE_BASELINE_DAYS * 86400.0
 
 HELD: Final = "held"
 SUBMIT_FAILING: Final = "submit_failing"
@@ -85,6 +94,73 @@ def _held(e: str, site: str, holds: dict[str, int], submitted: int, pilots: int)
     return EntryAction(0, e, site, HELD, n, share, top, text)
 
 
+@dataclass(frozen=True, slots=True)
+class OwnQueue:
+    """An entry's latest pilots' time in queue against its own earlier pilots' (:func:`own_queue`)."""
+
+    since: float  # when the first of ``recent`` ended
+    at: float  # the end of the hour judged
+    recent: QueueTimes  # the hour's pilots (at least QUEUE_MIN_PILOTS)
+    baseline: float  # the median of the entry's pilots of the QUEUE_BASELINE before them
+    earlier: int  # how many those are
+    slow: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.recent.p50 / self.baseline if self.baseline > 0 else float("inf")
+
+
+def own_queue(at: list[float], seconds: list[float]) -> OwnQueue | None:
+    """GwmsEntryQueueSlow's judgement of an entry over the window, from its pilots' times in queue
+    (``seconds``) and when each was observed (``at``: its end, when the exporter counts it).
+
+    At each hour's end, from the latest observation back, the pilots of the hour before (back to
+    the QUEUE_MIN_PILOTS latest when it holds fewer: an entry with fewer pilots is judged on a
+    longer stretch than the alert's window, where the alert would never fire) against the median
+    of the entry's pilots of the QUEUE_BASELINE before them. The alert's baseline is the median of
+    the hourly medians; an hour of a sparse entry holds a pilot or none, so the pilots' median
+    stands for it. Returns the latest hour judged slow, else the latest hour judged; None when no
+    hour has QUEUE_MIN_PILOTS earlier pilots (the window does not hold the entry's past).
+    """
+    order = sorted(range(len(at)), key=at.__getitem__)
+    ts, vs = [at[i] for i in order], [seconds[i] for i in order]
+    if len(ts) < 2 * QUEUE_MIN_PILOTS:
+        return None
+    steps = int((ts[-1] - ts[0]) // QUEUE_WINDOW)
+    base: list[float] = []  # the sorted times of ts[lo:hi], the baseline's pilots
+    lo = hi = 0
+    slow: OwnQueue | None = None
+    latest: OwnQueue | None = None
+    for k in range(steps, -1, -1):  # oldest hour first: the baseline slides forward
+        end = ts[-1] - k * QUEUE_WINDOW
+        i_end = bisect_right(ts, end)
+        i_start = min(bisect_right(ts, end - QUEUE_WINDOW), i_end - QUEUE_MIN_PILOTS)
+        if i_start < QUEUE_MIN_PILOTS:
+            continue
+        while hi < i_start:
+            insort(base, vs[hi])
+            hi += 1
+        while lo < hi and ts[lo] < ts[i_start] - QUEUE_BASELINE:
+            del base[bisect_left(base, vs[lo])]
+            lo += 1
+        if len(base) < QUEUE_MIN_PILOTS:
+            continue
+        recent = QueueTimes.of(vs[i_start:i_end])
+        ref = quantile(base, 0.5)
+        is_slow = recent.p50 >= QUEUE_MIN_SECONDS and recent.p50 >= QUEUE_RATIO * ref
+        latest = OwnQueue(ts[i_start], end, recent, ref, len(base), is_slow)
+        if is_slow:
+            slow = latest
+    return slow or latest
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+QUEUE_ADVICE: Final = "ask the site about the CE's queue (its share, its limits) or lower the entry's idle glideins"
+
+
 def entry_actions(health: EntryHealth, pilots: dict[str, int]) -> list[EntryAction]:
     """The actions for the window in ``health``; ``pilots``: entry -> pilots counted in the window."""
     found: list[EntryAction] = []
@@ -103,18 +179,41 @@ def entry_actions(health: EntryHealth, pilots: dict[str, int]) -> list[EntryActi
                 "log for condor_submit's error (the schedd, the credential, the entry's submit attributes)"
             )
             found.append(EntryAction(0, e, lr["site"], SUBMIT_FAILING, n, 0.0, "", text))
+    found += _queue_slow(health, rows)
+    order = {HELD: 0, SUBMIT_FAILING: 0, QUEUE_SLOW: 1}
+    found.sort(key=lambda a: (order[a.reason], -a.glideins if a.reason != QUEUE_SLOW else -a.share, a.entry))
+    return [replace(a, rank=i + 1) for i, a in enumerate(found)]
+
+
+def _queue_slow(health: EntryHealth, rows: list[EntryRow]) -> list[EntryAction]:
+    """queue_slow: each entry against its own past where the window holds it, else against the fleet."""
+    found: list[EntryAction] = []
+    without: list[tuple[EntryRow, int]] = []  # no past of its own in the window: (row, its earlier pilots)
+    for r in rows:
+        if r.queue.count < QUEUE_MIN_PILOTS:
+            continue
+        own = own_queue(health.queue_at.get(r.entry, []), health.queue.get(r.entry, []))
+        if own is None:
+            without.append((r, max(0, r.queue.count - QUEUE_MIN_PILOTS)))
+        elif own.slow:
+            q = own.recent
+            text = (
+                f"entry {r.entry}: glideins wait {q.p50 / 3600:,.1f} h in queue (median of the {q.count:,} that "
+                f"ended from {_utc(own.since)} to {_utc(own.at)}, p90 {q.p90 / 3600:,.1f} h), {own.ratio:,.1f}× its "
+                f"own median of the {own.earlier:,} before them: {QUEUE_ADVICE}"
+            )
+            found.append(EntryAction(0, r.entry, r.site, QUEUE_SLOW, q.count, own.ratio, "", text))
     measured = [r for r in rows if r.queue.count >= QUEUE_MIN_PILOTS]
-    if len(measured) >= MIN_ENTRIES:
+    if without and len(measured) >= MIN_ENTRIES:
         fleet = quantile(sorted(r.queue.p50 for r in measured), 0.5)
-        for r in measured:
+        for r, earlier in without:
             ratio = r.queue.p50 / fleet if fleet > 0 else float("inf")
             if ratio >= QUEUE_RATIO and r.queue.p50 >= QUEUE_MIN_SECONDS:
                 text = (
                     f"entry {r.entry}: glideins wait {r.queue.p50 / 3600:,.1f} h in queue (median, p90 "
-                    f"{r.queue.p90 / 3600:,.1f} h), {ratio:,.1f}× the fleet median: ask the site about the CE's "
-                    "queue (its share, its limits) or lower the entry's idle glideins"
+                    f"{r.queue.p90 / 3600:,.1f} h), {ratio:,.1f}× the fleet median (the window holds {earlier:,} "
+                    f"of its pilots before its latest {QUEUE_MIN_PILOTS}, too few to compare it with its own "
+                    f"past): {QUEUE_ADVICE}"
                 )
                 found.append(EntryAction(0, r.entry, r.site, QUEUE_SLOW, r.queue.count, ratio, "", text))
-    order = {HELD: 0, SUBMIT_FAILING: 0, QUEUE_SLOW: 1}
-    found.sort(key=lambda a: (order[a.reason], -a.glideins if a.reason != QUEUE_SLOW else -a.share, a.entry))
-    return [replace(a, rank=i + 1) for i, a in enumerate(found)]
+    return found

@@ -78,6 +78,9 @@ class EntryHealth:
     until: float | None = None
     holds: dict[str, dict[str, int]] = field(default_factory=dict)  # entry -> class -> holds
     queue: dict[str, list[float]] = field(default_factory=dict)  # entry -> seconds, one a pilot
+    # entry -> when each of ``queue`` was observed (the pilot's end, when the exporter counts it):
+    # analyze compares an entry's latest times in queue with its own earlier ones (analysis/entry_actions.py)
+    queue_at: dict[str, list[float]] = field(default_factory=dict)
     grid_queue: dict[str, list[float]] = field(default_factory=dict)
     sites: dict[str, str] = field(default_factory=dict)
     # The factory's own entry logs, per entry: (site, {what: {label: glideins}}), what being submitted
@@ -102,6 +105,7 @@ class EntryHealth:
         queued, grid = queue_seconds(times)
         if queued is not None:
             self.queue.setdefault(acc.entry, []).append(queued)
+            self.queue_at.setdefault(acc.entry, []).append(acc.end)
             self.sites[acc.entry] = acc.site
         if grid is not None:
             self.grid_queue.setdefault(acc.entry, []).append(grid)
