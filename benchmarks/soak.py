@@ -14,9 +14,10 @@ client, completed_jobs per day). Retention: every file whose last write is older
 --full-scan-seconds, lost_after_seconds as --lost-after-seconds). With ``--clock replay`` (the default)
 the daemon's clock is the replay's: simulated time, running --day-seconds per day, so what the daemon
 measures in the factory's time (settle_seconds, lost_after_seconds, the retention of the pilots it
-remembers) is measured as on a factory whose files are written now; every file's mtime is its
-simulated write time. Its own cadences (the checkpoint every 300 s of ticks, the settle pass every
-60 s) are scaled back to real seconds, and its full scans and ticks run on the real clock. With
+remembers) is measured as on a factory whose files are written now; a pilot's files' mtime is
+their simulated write time. Its own cadences counted on that clock (the checkpoint every 300 s of
+ticks, the settle pass every 60 s, a long read's checkpoint every 60 s, the entry logs read every
+30 s) are scaled back to real seconds; its full scans and ticks run on the real clock. With
 ``--clock wall`` the daemon keeps the wall clock, so the simulated times are months old and a finite
 lost_after_seconds ends every wait for a .out at once (soak.md's run 2: its time cells differed).
 Every second: its RSS (VmRSS) and CPU (utime + stime); at each new checkpoint: its size, the
@@ -154,6 +155,7 @@ def daemon(argv: list[str]) -> int:
     """`gwms-obs export` on the replay's clock (CLOCK_ENV): the pipeline's clock is the simulated time,
     and its own cadences, counted on that clock, are scaled back to real seconds."""
     from gwms_obs import cli, pipeline
+    from gwms_obs.ingest import factory_log, glidein_files
 
     wall0, sim0, rate = (float(x) for x in os.environ[CLOCK_ENV].split(","))
     clock = SimClock(wall0, sim0, rate)
@@ -164,8 +166,11 @@ def daemon(argv: list[str]) -> int:
         init(self, cfg, **kw)
 
     pipeline.Ingest.__init__ = with_clock  # type: ignore[method-assign]
+    # Cadences of the daemon's own work, counted on the pipeline's clock: real seconds again.
     pipeline.CHECKPOINT_SECONDS *= rate
     pipeline.SETTLE_SECONDS *= rate
+    glidein_files.SAVE_SECONDS *= rate
+    factory_log.TICK_SECONDS *= rate
     if snaps := os.environ.get(SNAPSHOT_ENV):
         tracemalloc.start(1)
         taken = [0]
@@ -289,18 +294,16 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             for it in items[i:j]:
                 dst = live / it.rel
                 if it.data is None:
+                    if a.clock == "replay":  # written now, on the daemon's clock (set before it is
+                        os.utime(gen / it.rel, (it.t, it.t))  # linked: no event in the watched tree)
                     os.link(gen / it.rel, dst)
                     arrived += it.rel.endswith(".out")
-                    if a.clock == "replay":  # written now, on the daemon's clock
-                        os.utime(dst, (it.t, it.t))
                 else:
                     appends[it.rel].append(it.data)
                 written[it.rel] = it.t
             for rel, chunks in appends.items():
-                with open(live / rel, "ab") as f:
+                with open(live / rel, "ab") as f:  # a log's mtime is not read (only the pilots' files')
                     f.write(b"".join(chunks))
-                if a.clock == "replay":
-                    os.utime(live / rel, (written[rel], written[rel]))
             i = j
             cutoff = now - a.retention_days * 86400
             for rel in [r for r, w in written.items() if w < cutoff]:
@@ -428,8 +431,8 @@ def render(res: dict[str, Any]) -> str:
         f"300 s), lost_after_seconds {a['lost_after_seconds']:g}, "
         + (
             "on the replay's clock: the daemon's clock is the simulated time (settle, lost_after_seconds and"
-            " the retention of what it remembers as on a factory writing now; its checkpoint and settle cadences"
-            " scaled back to real seconds), every file's mtime its simulated write time."
+            " the retention of what it remembers as on a factory writing now; its own cadences"
+            " scaled back to real seconds), a pilot's files' mtime their simulated write time."
             if a["clock"] == "replay"
             else "on the wall clock (the simulated times are months old: a finite value ends every wait for a .out"
             " at once; 1e9 keeps every wait)."

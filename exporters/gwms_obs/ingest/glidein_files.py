@@ -41,6 +41,7 @@ INFLIGHT_MIN_BYTES = 1 << 20
 POOL_MIN_PILOTS = 2000
 MIN_CHUNK, MAX_CHUNK = 32, 256  # pilots per chunk a worker reads: small enough to balance the workers
 AHEAD = 4  # chunks in flight per worker: the workers never wait for the merge, memory stays bounded
+SAVE_SECONDS = 60.0  # a long read of pilots saves the checkpoint this often (a kill loses at most this much)
 
 Ready = tuple[str, layout.PilotFiles, os.stat_result]  # a settled pilot to read: key, files, the .out's stat
 
@@ -161,7 +162,7 @@ class GlideinFilesStage(Stage):
         if self._bar is not None:
             self._bar.update(1)
         b = self.books
-        if scan is not None and b.clock() - self._last_save > 60:
+        if scan is not None and b.clock() - self._last_save > SAVE_SECONDS:
             scan.checkpoint()
             self._last_save = b.clock()
 
