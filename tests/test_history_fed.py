@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gwms_obs import catalogue
+from gwms_obs.accounting.ledger import Ledger
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
@@ -33,14 +34,19 @@ def text(tree: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     return out.read_text()
 
 
+@pytest.fixture(scope="module")
+def led(tree: Path) -> Ledger:
+    """What the exporter serves for the tree: a one-shot scan's ledger."""
+    ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
+    ing.scan()
+    return ing.ledger
+
+
 def _last(text: str, name: str, keys: tuple[str, ...]) -> dict[tuple[str, ...], float]:
     return {tuple(dict(k)[x] for x in keys): v[-1][1] for k, v in samples(text, name).items()}
 
 
-def test_the_queue_time_ends_as_the_exporter_serves_it(tree: Path, text: str) -> None:
-    ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
-    ing.scan()
-    led = ing.ledger
+def test_the_queue_time_ends_as_the_exporter_serves_it(led: Ledger, text: str) -> None:
     assert sum(h.count for h in led.queue.values()) > 100  # the scan knows most pilots' queue times
     for fam, table in ((catalogue.PILOT_QUEUE_TIME, led.queue), (catalogue.PILOT_GRID_QUEUE_TIME, led.grid_queue)):
         count = _last(text, fam.name + "_count", ("entry", "client", "site"))
@@ -65,10 +71,7 @@ def test_the_queue_grows_with_the_pilots_ending(text: str) -> None:
     assert values[0] < values[-1] and values == sorted(values)
 
 
-def test_the_factory_logs_counts_end_as_the_exporter_serves_them(tree: Path, text: str) -> None:
-    ing = Ingest(IngestConfig(factory_dir=str(tree), settle_seconds=0.0))
-    ing.scan()
-    led = ing.ledger
+def test_the_factory_logs_counts_end_as_the_exporter_serves_them(led: Ledger, text: str) -> None:
     assert led.submit_failures and led.submitted and led.removed
     assert _last(text, catalogue.SUBMIT_FAILURES.name, ("entry", "site")) == {
         k: float(v) for k, v in led.submit_failures.items()
