@@ -10,10 +10,12 @@ that runs after that is here.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +60,37 @@ class Run:
 
 # While the factory's log dir is not there yet, look for it this often at least (seconds).
 FACTORY_WAIT_POLL = 10.0
+# Python's full collections walk every object the daemon keeps, the GIL held all along: 0.9-1.4 s
+# each at 300,000 pilots, and a tick's garbage set one off every few ticks (/metrics stalled for as
+# long; a third of the ticks' CPU). After a full scan, at most this often, the heap is collected once
+# and frozen (gc.freeze): later collections walk only what was made since, and the next one here
+# collects what the frozen part let go of in between.
+HEAP_FREEZE_SECONDS = 3600.0
+
+
+class Heap:
+    """The daemon's long-lived objects frozen out of the collector after the full scans (HEAP_FREEZE_SECONDS)."""
+
+    def __init__(self, every: float = HEAP_FREEZE_SECONDS) -> None:
+        self.every = every
+        self.frozen_at: float | None = None
+        self.last_collect_seconds = 0.0
+
+    def after_full_scan(self) -> bool:
+        """Collect and freeze, if the last time is ``every`` ago (or never); True if it did."""
+        now = time.monotonic()
+        if self.frozen_at is not None and now - self.frozen_at < self.every:
+            return False
+        gc.unfreeze()  # the frozen objects are collected again, with the rest, once
+        gc.collect()
+        gc.freeze()
+        self.frozen_at = time.monotonic()
+        self.last_collect_seconds = self.frozen_at - now
+        log.debug("heap: collected in %.2fs, %d objects frozen", self.last_collect_seconds, gc.get_freeze_count())
+        return True
+
+    def close(self) -> None:
+        gc.unfreeze()
 
 
 def run(cfg: ExportConfig, a: Run) -> int:
@@ -111,6 +144,7 @@ def run(cfg: ExportConfig, a: Run) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     failed = False  # what --once exits with
+    heap = Heap()
     waiting: str | None = None  # why the factory dir is not ready, while the daemon waits for it
     if not a.once and cfg.ingest.factory_dir and ingest.watch():
         log.info(
@@ -153,11 +187,14 @@ def run(cfg: ExportConfig, a: Run) -> int:
                 # not wake it: its own look at the ledger renders within its gap, which bounds the share
                 # of CPU renders take (a render per tick was 0.17 s a second at 56 entries).
                 exposition.changed()
+            if not a.once and ingest.last_scan_full:
+                heap.after_full_scan()
             if a.once:
                 break
             # Watching: a short tick reads what changed; scanning (configured, or a fallback): interval.
             stop.wait(cfg.ingest.tick_seconds if ingest.discovery is not None else cfg.interval)
     finally:
+        heap.close()
         ingest.close()  # what the last ticks changed is saved
         if server is not None:
             server.close()
