@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
@@ -126,3 +129,24 @@ def test_a_full_scan_forgets_the_ended_pilots_of_deleted_logs(tmp_path: Path) ->
     assert again.events.timeline.ended_count() == tl.ended_count()
     again.scan()
     assert dict(again.ledger.pilots) == pilots
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 10**18 - 1), st.integers(0, 10**9 - 1)), unique=True, max_size=60),
+    st.integers(0, 70),
+)
+def test_ended_jobs_of_a_log_behave_as_a_set(jobs: list[tuple[int, int]], n: int) -> None:
+    """The sorted array a log's ended pilots are kept in (any order of ends, ids of up to 18 digits)."""
+    ints = [el._job(c, p) for c, p in jobs]
+    half = len(ints) // 2
+    kept = el._Jobs(ints[:half])  # as restored from a checkpoint
+    for j in ints[half:]:  # as ended, in any order
+        assert j not in kept
+        kept.add(j)
+    assert len(kept) == len(ints) and sorted(kept) == sorted(ints)
+    assert all(j in kept for j in ints)
+    assert not any(el._job(c, p) + 1 in kept for c, p in jobs if el._job(c, p) + 1 not in ints)
+    dropped = kept.drop(n)
+    assert dropped == min(n, len(ints)) and len(kept) == len(ints) - dropped
+    assert sum(j in kept for j in ints) == len(ints) - dropped

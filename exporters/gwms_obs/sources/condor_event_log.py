@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
+from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -271,6 +273,55 @@ def _job(cluster: int, proc: int) -> int:
     return cluster << 30 | proc
 
 
+class _Jobs:
+    """The ended pilots of one log (_job ints): a sorted array, 8 bytes a pilot (a set of ints is ~90).
+    A pilot ends after most of those before it in its log, so an insert moves little."""
+
+    __slots__ = ("_a", "_wide")
+    _FITS = 1 << 63  # a cluster id beyond 2**33 (the reader takes 18 digits) is kept in a set
+
+    def __init__(self, jobs: Iterable[int] = ()) -> None:
+        self._wide: set[int] = set()
+        self._a = array("q")
+        for j in sorted(jobs):
+            if j < self._FITS:
+                self._a.append(j)
+            else:
+                self._wide.add(j)
+
+    def __contains__(self, job: int) -> bool:
+        if job >= self._FITS:
+            return job in self._wide
+        a = self._a
+        i = bisect_left(a, job)
+        return i < len(a) and a[i] == job
+
+    def add(self, job: int) -> None:
+        """Add a pilot not in it."""
+        if job >= self._FITS:
+            self._wide.add(job)
+        elif not self._a or job > self._a[-1]:
+            self._a.append(job)
+        else:
+            self._a.insert(bisect_left(self._a, job), job)
+
+    def drop(self, n: int) -> int:
+        """Forget ``n`` pilots at most, the lowest ids first; the number forgotten."""
+        k = min(n, len(self._a))
+        del self._a[:k]
+        while k < n and self._wide:
+            self._wide.pop()
+            k += 1
+        return k
+
+    def __len__(self) -> int:
+        return len(self._a) + len(self._wide)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._a
+        yield from sorted(self._wide)
+
+
 def log_of(path: str) -> LogKey:
     """The log a path is (its rotated names ``.log.N`` are the same log)."""
     em = _ENTRY_DIR.fullmatch(os.path.basename(os.path.dirname(path)))
@@ -299,10 +350,10 @@ class PilotTimeline:
         # The newest event time read from each log with open pilots: the log's own clock.
         self._newest: dict[LogKey, float] = {}
         # Late stray events of an ended pilot must not resurrect it: per log (in the order their first
-        # pilot ended), its ended pilots as _job ints, a set of small ints rather than a key tuple
-        # each (~60 bytes a pilot, not ~200). Day None: a log with no day in its name, or the keys of
-        # a checkpoint written before ended pilots kept their log (looked up for every day's log).
-        self._ended: dict[LogKey, set[int]] = {}
+        # pilot ended), its ended pilots (_Jobs: ~9 bytes a pilot, where a key tuple in an OrderedDict
+        # took ~210). Day None: a log with no day in its name, or the keys of a checkpoint written
+        # before ended pilots kept their log (looked up for every day's log).
+        self._ended: dict[LogKey, _Jobs] = {}
         self._n_ended = 0
         # The open pilots held now (a subset of _open): what held_now() walks.
         self._held: set[tuple[str | None, str | None, int, int]] = set()
@@ -382,7 +433,7 @@ class PilotTimeline:
                     p.return_value = e.return_value
                 self._open.pop(key, None)
                 if ended is None:
-                    ended = self._ended[log] = set()
+                    ended = self._ended[log] = _Jobs()
                 ended.add(job)
                 self._n_ended += 1
                 if self._n_ended > self.max_pilots:
@@ -404,9 +455,7 @@ class PilotTimeline:
         while self._n_ended > self.max_pilots:
             first = next(iter(self._ended))
             jobs = self._ended[first]
-            while jobs and self._n_ended > self.max_pilots:
-                jobs.pop()
-                self._n_ended -= 1
+            self._n_ended -= jobs.drop(self._n_ended - self.max_pilots)
             if not jobs:
                 del self._ended[first]
 
@@ -460,7 +509,7 @@ class PilotTimeline:
             "open": [[*k, asdict(p), t, log[2]] for k, (p, t, log) in self._open.items()],
             # Per log: [entry, client, day, [cluster, proc, cluster, proc, ...]] (was "ended", a row a pilot).
             "ended_by_log": [
-                [*log, [x for j in sorted(jobs) for x in (j >> 30, j & _PROC)]] for log, jobs in self._ended.items()
+                [*log, [x for j in jobs for x in (j >> 30, j & _PROC)]] for log, jobs in self._ended.items()
             ],
             "newest": [[*log, t] for log, t in self._newest.items()],
         }
@@ -482,11 +531,13 @@ class PilotTimeline:
             tl._open[(entry, client, int(cluster), int(proc))] = (pilot, float(t), (entry, client, day))
         for entry, client, day, t in data.get("newest", []):
             tl._newest[(entry, client, day)] = float(t)
+        ended: dict[LogKey, set[int]] = {}
         for entry, client, cluster, proc in data.get("ended", []):  # a checkpoint before ended_by_log: undated
-            tl._ended.setdefault((entry, client, None), set()).add(_job(int(cluster), int(proc)))
+            ended.setdefault((entry, client, None), set()).add(_job(int(cluster), int(proc)))
         for entry, client, day, flat in data.get("ended_by_log", []):
-            jobs = tl._ended.setdefault((entry, client, day), set())
+            jobs = ended.setdefault((entry, client, day), set())
             jobs.update(_job(int(c), int(p)) for c, p in zip(flat[::2], flat[1::2], strict=True))
+        tl._ended = {log: _Jobs(jobs) for log, jobs in ended.items()}
         tl._n_ended = sum(len(jobs) for jobs in tl._ended.values())
         tl._trim_ended()
         tl._held = {k for k, (p, _, _) in tl._open.items() if p.end_event == "held"}
