@@ -51,6 +51,11 @@ DETECTION = RESULTS.parent / "detection.md"
 # The backfill's section of detection.md, between these (benchmarks/detection.py keeps it when it rewrites the file).
 BEGIN, END = "<!-- operator_detection.py --backfill -->", "<!-- end operator_detection.py --backfill -->"
 SPAN_HOURS, SLOW_HOURS = 9 * 24.0, 24.0
+DELAY_NOTE = (
+    "The delay is the pilots': a glidein's time in queue is observed when it ends (as the exporter counts it),"
+    " after its queue (8 times the usual, about 2.8 h median) and its 3 to 10 h of life, and the hour's"
+    " median turns slow once most of the glideins ending in it were submitted after the onset."
+)
 KINDS = {"held": "held", "ce_unreachable": "ce_unreachable", "queue_slow": "queue_slow"}
 SLOW = next(e for e in OPERATOR_ENTRIES if e.queue_slow != 1.0)
 BATCHES, GAP = 6, 25.0  # the long-queue entry's pilots: 6 batches, 25 s apart (the window is 20 s)
@@ -186,7 +191,7 @@ def backfill_main(a: argparse.Namespace) -> int:
         "",
         f"False positives: {'; '.join(fps) or 'none'}.",
         "First firing of GwmsEntryQueueSlow after the label's onset (the first slow submission): "
-        f"{'; '.join(delays) or '-'}.",
+        f"{'; '.join(delays) or '-'}. {DELAY_NOTE}",
         "",
         "analyze's entry actions on the same trees (`gwms_obs.analysis.collect` then `entry_actions`, in process;"
         " queue_slow judges an entry against its own earlier pilots in the window, as the alert):",
