@@ -109,8 +109,19 @@ def _prom_config() -> str:
 
 
 @contextlib.contextmanager
-def backfilled(work: Path, factory: Path, c: config.Config, alerts: Sequence[rules.Alert]) -> Iterator[Backfill]:
-    """The history of ``factory`` and the recording rules ``alerts`` read in a running Prometheus."""
+def backfilled(
+    work: Path,
+    factory: Path,
+    c: config.Config,
+    alerts: Sequence[rules.Alert],
+    *,
+    final_config: str | None = None,
+    port: int | None = None,
+) -> Iterator[Backfill]:
+    """The history of ``factory`` and the recording rules ``alerts`` read in a running Prometheus.
+
+    ``final_config`` (and its ``port``): that Prometheus's own config, e.g. scraping the live
+    exporter with our rules for the stretch after the history; else none scraped, no rules."""
     secs: dict[str, float] = {}
     om, data, prom = work / "history.om", work / "prom" / "data", work / "prom"
     report = [sys.executable, "-m", "gwms_obs.cli", "--log-level", "WARNING", "report", "--factory-dir", str(factory)]
@@ -137,7 +148,7 @@ def backfilled(work: Path, factory: Path, c: config.Config, alerts: Sequence[rul
                 1800,
             )  # fmt: skip
     blocks = len(list(data.glob("*/meta.json")))
-    with prometheus(prom, _prom_config()) as url:
+    with prometheus(prom, final_config or _prom_config(), port=port) as url:
         yield Backfill(url, start, end, secs, blocks, samples)
 
 
