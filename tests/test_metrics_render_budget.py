@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gwms_obs import catalogue
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.outputs import prometheus
 from gwms_obs.outputs.prometheus import Exposition
@@ -69,3 +70,29 @@ def test_the_budget_is_charged_with_each_render_and_refills(expo: Exposition) ->
     assert 0 < spent < 1.0
     assert expo._credit(expo._last_end + 5.0) == pytest.approx(min(prometheus.RENDER_BURST, expo._budget + 0.5))
     assert expo._credit(expo._last_end + 1e6) == prometheus.RENDER_BURST
+
+
+def _keys(e: Exposition) -> set[str]:
+    with e._lock:
+        return {"om" if k == e._prometheus else "other" for k in e._wanted}
+
+
+def test_an_encoding_not_scraped_lately_is_no_longer_rendered(
+    expo: Exposition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prometheus, "WANTED_SECONDS", 0.3)
+    _, text = expo.answer(None, None)  # the classic text, as a person's curl asks
+    assert _keys(expo) == {"om", "other"}
+    time.sleep(0.4)
+    _change(expo)
+    assert expo.refresh()
+    assert _keys(expo) == {"om"}  # Prometheus' OpenMetrics always; the text no longer with every change
+    assert len(expo._current.bodies) == 1 if expo._current is not None else False
+    # Asked again: rendered whole for this change, served, and rendered with every change again.
+    _, again = expo.answer(None, None)
+    per_scrape = b"# HELP " + catalogue.PARSE_ERRORS.base.encode()  # what follows moves with the clock
+    assert per_scrape in again and again.split(per_scrape)[0] == text.split(per_scrape)[0]
+    assert _keys(expo) == {"om", "other"}
+    _change(expo)
+    assert expo.refresh()
+    assert len(expo._current.bodies) == 2 if expo._current is not None else False

@@ -406,7 +406,10 @@ def _registry(first: Collector, stats: ForwarderStats | None) -> CollectorRegist
 # compresses only the chunks that moved (_Body). Renders come from a thread of their own.
 # A render of what a watched tick changed costs a few ms: the gap and the poll set how soon a
 # pilot reaches /metrics (within ~POLL + MIN_GAP of its tick), RENDER_SHARE the CPU of big ones.
-MIN_GAP = 0.5  # seconds between two renders that no scan's end asked for (the ledger moving mid-scan)
+# At 2 arrivals a second every tick moves the ledger, so this is how often a watching daemon renders:
+# 0.5 s made it a render a tick (14-31 ms of CPU each at 511 entries, 1.4-3 % of a core); 2 s keeps a
+# pilot's p99 from close to /metrics under ~4 s (tick 1 s + gap 2 s + poll), within issue 34's 5 s.
+MIN_GAP = 2.0  # seconds between two renders that no scan's end asked for (ticks, the ledger moving mid-scan)
 RENDER_SHARE = 0.1  # ... and at most this share of the time spent rendering: a backfill keeps its CPU
 # ... over time, in renders' CPU: renders spend it from a budget that refills at RENDER_SHARE and holds at
 # most this much. Spacing each render by its own cost instead held back the small renders of the ticks
@@ -415,6 +418,11 @@ RENDER_SHARE = 0.1  # ... and at most this share of the time spent rendering: a 
 RENDER_BURST = 2.0
 POLL = 0.25  # seconds between two looks at the ledger's version (a lock and a compare) while nothing wakes it
 MAX_VARIANTS = 8  # encodings kept rendered (text, OpenMetrics, their escapings); others per scrape
+# An encoding other than Prometheus' (OpenMetrics) is rendered with every change only while it is asked
+# for this often: each encoding is half a render's CPU (at 301,040 pilots, 511 entries, a render after a
+# tick was 31 ms with text and OpenMetrics, 14 ms with OpenMetrics alone). Once dropped, its next scrape
+# renders it whole once (0.7 s at 500 entries) and it is kept again.
+WANTED_SECONDS = 600.0
 GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
 CHUNK_BYTES = 16384  # a gzip member's text: a change compresses again the chunks it falls in
 _OM_EOF = b"# EOF\n"
@@ -456,14 +464,23 @@ class _Body:
     before, and a scrape compresses only its own tail.
     """
 
-    __slots__ = ("chunks", "data", "gz", "inc", "lock")
+    __slots__ = ("_data", "chunks", "gz", "inc", "lock")
 
     def __init__(self, chunks: list[tuple[Any, bytes]], inc: _Incremental | None = None) -> None:
         self.chunks = chunks
-        self.data = b"".join(c for _, c in chunks)
+        self._data: bytes | None = None
         self.inc = inc  # its encoding's state: the chunks compressed for the render before
         self.gz: bytes | None = None
         self.lock = threading.Lock()
+
+    @property
+    def data(self) -> bytes:
+        """The chunks joined, at the first scrape that wants them plain: Prometheus asks for gzip, and
+        joining every render's 5-7 MB (500 entries), both encodings, was a quarter of a render's CPU."""
+        with self.lock:
+            if self._data is None:
+                self._data = b"".join(c for _, c in self.chunks)
+            return self._data
 
     def gzipped(self, tail: bytes) -> bytes:
         return self.compress() + _gzip_member(tail)
@@ -712,6 +729,8 @@ class Exposition:
             _variant(text): (text, False),
             _variant(om): (om, True),
         }
+        self._prometheus = _variant(om)  # always rendered
+        self._asked: dict[tuple[Any, ...], float] = {k: time.monotonic() for k in self._wanted}
         self._current: _Rendered | None = None
         self._inc: dict[tuple[Any, ...], _Incremental] = {}  # per encoding rendered, its rows (refresh only)
         self._render_lock = threading.Lock()  # one render at a time
@@ -740,6 +759,11 @@ class Exposition:
             t0, cpu0, began = time.perf_counter(), time.thread_time(), time.monotonic()
             sections = _sections(snap, self.factory)
             with self._lock:
+                now = time.monotonic()
+                for k in [k for k in self._wanted if k != self._prometheus]:
+                    if now - self._asked.get(k, 0.0) > WANTED_SECONDS:  # not scraped lately: not rendered
+                        del self._wanted[k]
+                        self._inc.pop(k, None)
                 wanted = list(self._wanted.items())
             bodies = {}
             units = 0
@@ -837,6 +861,7 @@ class Exposition:
 
     def _want(self, key: tuple[Any, ...], encoder: Encoder, gz: bool) -> None:
         with self._lock:
+            self._asked[key] = time.monotonic()
             had = self._wanted.get(key)
             if had is None and len(self._wanted) < MAX_VARIANTS:
                 self._wanted[key] = (encoder, gz)
