@@ -13,12 +13,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gwms_obs import catalogue
 from tools import render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -719,9 +721,14 @@ def test_prometheus_scrapes_the_controller_over_https_when_it_serves_tls() -> No
     assert tls and tls["scheme"] == "https" and tls["tls_config"]["ca_file"].endswith("/web-ca.crt")
 
 
-# What the per-component variables rendered before prometheus_scrape_configs: the jobs its default builds.
+# What the per-component variables rendered before prometheus_scrape_configs: the jobs its default builds
+# (and the factory's name on the exporter's series, from the compose stack's `factory` external label).
 _STACK_JOBS = [
-    {"job_name": "gwms-obs", "honor_labels": True, "static_configs": [{"targets": ["exporter:9822"]}]},
+    {
+        "job_name": "gwms-obs",
+        "honor_labels": True,
+        "static_configs": [{"targets": ["exporter:9822"], "labels": {catalogue.FACTORY_LABEL: "laptop"}}],
+    },
     {"job_name": "otel-collector", "honor_labels": True, "static_configs": [{"targets": ["otelcol:8888"]}]},
     {"job_name": "gwms-controller", "static_configs": [{"targets": ["controller:9830"]}]},
     {"job_name": "prometheus", "static_configs": [{"targets": ["localhost:9090"]}]},
@@ -741,6 +748,19 @@ def test_prometheus_scrape_configs_default_is_the_per_component_jobs() -> None:
         )
     )
     assert [j["job_name"] for j in alone["scrape_configs"]] == ["gwms-obs", "prometheus", "alertmanager"]
+    assert "labels" not in alone["scrape_configs"][0]["static_configs"][0]  # no factory named: no label
+
+
+def test_the_exporters_traces_and_its_series_name_the_factory_alike() -> None:
+    """The pilot traces' factory (the exporter's factory_name) is the label its Prometheus gives its series,
+    both from the host's `factory` external label, so a dashboard row's Jaeger search is that factory's."""
+    labels = {"prometheus_external_labels": {catalogue.FACTORY_LABEL: "fnal", "replica": "a"}}
+    prom = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **labels))
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "gwms-obs"]
+    assert job["static_configs"][0]["labels"] == {catalogue.FACTORY_LABEL: "fnal"}
+    toml = tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2", **labels))
+    assert toml["factory_name"] == "fnal"
+    assert "factory_name" not in tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2"))
 
 
 def test_prometheus_scrape_configs_takes_any_component_as_given() -> None:

@@ -112,23 +112,27 @@ def test_exemplars_link_to_the_jaeger_datasource_by_the_exporters_label() -> Non
 
 def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome() -> None:
     """Every table or bar gauge with per-entry, per-site or per-frontend rows, and the site red light,
-    has one Jaeger search per outcome, selecting the row's pilots by the labels its rows carry."""
-    checked = 0
+    has one Jaeger search per outcome, selecting the row's pilots by the labels its rows carry: an
+    entry's rows by their factory too (the exporter's series carry it: prometheus_factory_name), so
+    two factories sharing a Jaeger do not mix; a site's rows sum the factories and search them all."""
+    F = catalogue.FACTORY_LABEL
+    checked = by_factory = 0
     for uid, b in boards().items():
         if uid == PHASES:
             continue  # another board's business
         for p in panels(b):
             red_light = uid == SITE_HEALTH and p["type"] == "state-timeline"
-            labels = row_labels(p)
+            labels = row_labels(p)  # with the factory, where its rows have one
+            named = labels - {F}
             # A table's rows are per entry when its query groups by one, or when it links to its
             # pilots already (a recording rule's series: the site problems, per entry and site).
             rows = p["type"] in ("table", "bargauge")
-            if not (rows and (labels or pilot_links(p))) and not red_light:
+            if not (rows and (named or pilot_links(p))) and not red_light:
                 continue
             links = pilot_links(p)
             assert len(links) == len(PILOT_SEARCHES), (uid, p["title"])
             table = p["type"] == "table"
-            row = {"entry": "CMS_T2_US_Nebraska_x", "site": "Nebraska", "client": "fe_cms.main"}
+            row = {"entry": "CMS_T2_US_Nebraska_x", "site": "Nebraska", "client": "fe_cms.main", F: "fnal"}
             for link, (title, key, value) in zip(links, PILOT_SEARCHES, strict=True):
                 assert link["title"].endswith(title), link["title"]
                 assert ("__data.fields." in link["url"]) == table, link["url"]
@@ -137,12 +141,21 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
                 by = {x for x, attr in TRACE_ATTRIBUTES.items() if attr in tags}
                 # the row's entry (and frontend, where its rows are per frontend), or the red light's site
                 # the row's site (a site's row, the red light), else its entry, and frontend where per frontend
-                want = {"site"} if red_light or labels == {"site"} else labels - {"site"} or {"entry"}
+                want = {"site"} if red_light or named == {"site"} else named - {"site"} or {"entry"}
+                # by the factory where the rows have it: grouped by it, from series that carry it on one
+                # factory's Prometheus too (the exporter's, its scrape target's label), not a recording
+                # rule's or an alert's (the label is Thanos's only there)
+                read = {n for t in p["targets"] for n in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{", t["expr"])}
+                exporters = {m.name for m in catalogue.ALL} | {f"{m.name}_bucket" for m in catalogue.ALL}
+                want |= {F} & labels if read <= exporters else set()
                 assert by == want, (uid, p["title"], by)
+                assert F not in link["title"]  # the factory: in the search, not the title
                 assert tags == {TRACE_ATTRIBUTES[x]: row[x] for x in by} | {key: value}
                 assert q["service"] == C.SERVICE_PILOT
                 assert (q["start"], q["end"]) == ("1700000000000000", "1700086400000000")
             checked += 1
+            by_factory += F in by
+    assert by_factory >= 12  # the per-entry rows of the exporter's series
     # 17 before issue 33 and the frontend board (seven tables, nine bar gauges, the red light), and
     # since: the entry-health tables of holds by class, CEs down, removals by reason and why
     # glideins are not running, and the frontend's two per-entry tables.

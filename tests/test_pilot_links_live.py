@@ -2,7 +2,9 @@
 real collector to the real Jaeger) scraped by a real Prometheus with exemplar storage. Prometheus's
 exemplar API returns the pilot histograms' exemplars and Jaeger holds their traces; the generated
 dashboards' data links, filled as Grafana fills them and turned into Jaeger's query API, return
-exactly the row's pilots with that outcome (and as many as the panel's number says)."""
+exactly the row's pilots with that outcome (and as many as the panel's number says). Another
+factory's traces of the same entries share the Jaeger: an entry's search, by its factory, leaves
+them out; a site's, which sums the factories, finds both."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from dashboards.gen import names as N
 from dashboards.gen.board import PILOT_SEARCHES
-from dashboards.gen.boards.common import PROVISIONING, SITE_HEALTH
+from dashboards.gen.boards.common import ENTRY_HEALTH, PROVISIONING, SITE_HEALTH
 from gwms_obs import catalogue
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.ingest.outlets import Outlets
@@ -27,6 +30,8 @@ from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
+from gwms_obs.tracing import outbox as O
+from gwms_obs.tracing.redact import Tally
 from tests.support.local_stack import prometheus_config
 from tests.support.servers import export_command, first_scan_done, process, prom_query, prom_value, prometheus
 from tests.support.trace_stack import Stack, stack
@@ -37,20 +42,32 @@ from tools.polling import poll as wait_for
 from tools.tracing_backends import free_port
 
 PILOTS = 60
+F = catalogue.FACTORY_LABEL
+OTHER = "another-factory"
 HISTOGRAMS = (catalogue.PILOT_LIFETIME, catalogue.PILOT_VALIDATION, catalogue.PILOT_QUEUE_TIME)
 
 
-def _expected(factory: Path) -> tuple[dict[str, Pilot], int]:
-    """The traces the exporter builds for the tree (the same ids: they are its pilots' identity), in process."""
+def _expected(factory: Path, name: str | None = None) -> tuple[dict[str, Pilot], int, Box]:
+    """The traces the exporter builds for the tree (the same ids: they are its pilots' identity), in
+    process, and their requests; ``name``: as another factory of the same name's files would."""
     box = Box()
     cfg = IngestConfig(str(factory), settle_seconds=0, final=True, lost_after_seconds=0)
     errors = ParseErrors()
-    sink = P.PilotTraces(box, P.factory_name(cfg.monitor, errors))
+    sink = P.PilotTraces(box, name or P.factory_name(cfg.monitor, errors))
     ing = Ingest(cfg, outlets=Outlets(traces=sink), errors=errors)
     ing.scan()
     sink.flush()
     traces = {rs["scopeSpans"][0]["spans"][0]["traceId"]: Pilot(rs) for r in box.requests for rs in r["resourceSpans"]}
-    return traces, len(ing.seen)
+    return traces, len(ing.seen), box
+
+
+def _send(box: Box, st: Stack, work: Path) -> None:
+    """The requests into the real collector, as the exporter's forwarder posts them."""
+    fw = O.SpoolForwarder(st.col.traces_url, work, ParseErrors(), token=st.col.token, spans_per_second=0)
+    for r in box.requests:
+        spans = sum(len(ss["spans"]) for rs in r["resourceSpans"] for ss in rs["scopeSpans"])
+        assert fw.enqueue(json.dumps(r).encode(), spans, "other factory", scrubbed=Tally())
+    assert fw.send_once() and not fw.pending()
 
 
 def _searched(p: Pilot) -> set[str]:
@@ -60,12 +77,11 @@ def _searched(p: Pilot) -> set[str]:
 
 
 @contextlib.contextmanager
-def _exporter(factory: Path, st: Stack, work: Path) -> Iterator[tuple[int, Path]]:
+def _exporter(factory: Path, st: Stack, work: Path, port: int) -> Iterator[Path]:
     """The exporter daemon sending its pilots' traces; .out files settle for 2 s, so the first scans
     read the event log before the .out counts its pilot (its queue time), as on a factory."""
     token = work / "token"
     token.write_text(st.col.token)
-    port = free_port()
     ck = work / "checkpoint.json"
     cmd = [
         *export_command(factory, port, ck, interval=1, settle=2),
@@ -81,7 +97,7 @@ def _exporter(factory: Path, st: Stack, work: Path) -> Iterator[tuple[int, Path]
             return first_scan_done(http_get(url))
 
         wait_for("the exporter's first scan", scanned, 120, step=0.5)
-        yield port, ck
+        yield ck
 
 
 def _exemplars(prom: str, metric: catalogue.MetricDef) -> list[tuple[dict[str, str], str]]:
@@ -93,6 +109,11 @@ def _exemplars(prom: str, metric: catalogue.MetricDef) -> list[tuple[dict[str, s
     return [(s["seriesLabels"], e["labels"][catalogue.EXEMPLAR_TRACE_ID]) for s in doc["data"] for e in s["exemplars"]]
 
 
+def _searched_by(links: list[dict[str, Any]]) -> set[str]:
+    """The row's labels a table's pilot searches fill in."""
+    return {x for x in ("entry", "client", "site", F) if links and f"fields.{x}:" in links[0]["url"]}
+
+
 def _jaeger_ids(st: Stack, params: dict[str, str]) -> set[str]:
     doc = json.loads(http_get(f"{st.jaeger.query}/api/traces?{urllib.parse.urlencode(params)}"))
     return {t["traceID"] for t in doc.get("data") or []}
@@ -102,13 +123,18 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
     now = time.time()
     factory = tmp_path / "factory"
     simulate(factory, PILOTS, seed=5, start=now - 4 * 86400, span_hours=24)
-    expected, counted = _expected(factory)
+    expected, counted, _ = _expected(factory)
     assert len(expected) == counted > PILOTS // 2
+    name = P.factory_name(str(factory / "monitor"), ParseErrors())  # the exporter's, in its traces
+    # another factory with the same entries, sites and pilots, sharing the Jaeger
+    others, _, other_box = _expected(factory, OTHER)
+    assert len(others) == counted and not set(others) & set(expected)
     with stack(tmp_path) as st:
         prom_port = free_port()
+        cfg = prometheus_config([], port := free_port(), prom_port, factory_name=name)
         with (
-            _exporter(factory, st, tmp_path) as (port, ck),
-            prometheus(tmp_path / "prom", prometheus_config([], port, prom_port), port=prom_port) as prom,
+            _exporter(factory, st, tmp_path, port) as ck,
+            prometheus(tmp_path / "prom", cfg, port=prom_port) as prom,
         ):
             # every pilot counted by the daemon, and its traces in Jaeger
             wait_for("every pilot counted", lambda: len(json.loads(ck.read_text())["seen"]) == counted, 120, step=0.5)
@@ -116,6 +142,16 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
                 "Jaeger holding every pilot's trace",
                 lambda: (
                     len(J.search(st.jaeger.query, start=now - 10 * 86400, end=now + 86400, limit=10_000)) == counted
+                ),
+                90,
+                step=1.0,
+            )
+            (tmp_path / "other").mkdir()
+            _send(other_box, st, tmp_path / "other")
+            wait_for(
+                "Jaeger holding the other factory's traces too",
+                lambda: (
+                    len(J.search(st.jaeger.query, start=now - 10 * 86400, end=now + 86400, limit=10_000)) == 2 * counted
                 ),
                 90,
                 step=1.0,
@@ -157,36 +193,61 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
             site_problems = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "table")
             red_light = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "state-timeline")
             per_frontend = next(p for p in panels(boards()[PROVISIONING]) if p["type"] == "table")
+            # an entry's rows from the exporter's series (by factory) and from a recording rule's (the
+            # site problems: the factory label is Thanos's only, so every factory's pilots)
+            per_entry = next(
+                p
+                for p in panels(boards()[ENTRY_HEALTH])
+                if p["type"] == "table" and _searched_by(pilot_links(p)) == {"entry", F}
+            )
             rows = {
-                "entry": (pilot_links(site_problems), ("entry",)),
+                "entry": (pilot_links(per_entry), ("entry",)),
+                "entry, recorded": (pilot_links(site_problems), ("entry",)),
                 "client": (pilot_links(per_frontend), ("entry", "client")),
                 "site": (pilot_links(red_light), ("site",)),
             }
+            by_factory = {"entry": True, "entry, recorded": False, "client": True, "site": False}
             attr = {"entry": C.ENTRY, "client": C.CLIENT, "site": C.SITE}
             from_ms, to_ms = int((now - 10 * 86400) * 1000), int((now + 86400) * 1000)
             found: dict[tuple[str, str], int] = defaultdict(int)
+            excluded = 0  # other-factory pilots an entry's search by factory left out
             for view, (links, by) in rows.items():
                 want: dict[tuple[tuple[str, ...], str], set[str]] = defaultdict(set)
+                theirs: dict[tuple[tuple[str, ...], str], set[str]] = defaultdict(set)
                 keys = set()
-                for tid, p in expected.items():
-                    key = tuple(str(p.resource[attr[x]]) for x in by)
-                    keys.add(key)
-                    for search in _searched(p):
-                        want[key, search].add(tid)
+                for pilots, into in ((expected, want), (others, theirs)):
+                    for tid, p in pilots.items():
+                        key = tuple(str(p.resource[attr[x]]) for x in by)
+                        keys.add(key)
+                        for search in _searched(p):
+                            into[key, search].add(tid)
                 for link, (title, tag, value) in zip(links, PILOT_SEARCHES, strict=True):
+                    per_factory = by_factory[view]
+                    assert (f"{F}:percentencode" in link["url"]) == per_factory, (view, link["url"])
                     for key in sorted(keys):
-                        row = dict(zip(by, key, strict=True))
-                        got = _jaeger_ids(st, jaeger_query(interpolate(link["url"], row, from_ms, to_ms)))
-                        assert got == want[key, title], (row, title)
-                        found[view, title] += len(got)
+                        row = dict(zip(by, key, strict=True)) | {F: name}  # the factory label on every series
+                        q = jaeger_query(interpolate(link["url"], row, from_ms, to_ms))
+                        got = _jaeger_ids(st, q)
+                        if per_factory:
+                            assert json.loads(q["tags"])[C.FACTORY] == name
+                            assert got == want[key, title], (row, title)
+                            # without the factory, the same search finds the other factory's pilots too
+                            unfiltered = {k: v for k, v in json.loads(q["tags"]).items() if k != C.FACTORY}
+                            both = _jaeger_ids(st, q | {"tags": json.dumps(unfiltered)})
+                            assert both == want[key, title] | theirs[key, title], (row, title)
+                            excluded += len(both - got)
+                        else:
+                            assert got == want[key, title] | theirs[key, title], (row, title)
+                        found[view, title] += len(got & want[key, title])
                         if tag == P.OUTCOME:  # the panel's number: the pilots the row counted with that outcome
                             sel = ",".join(f'{x}="{v}"' for x, v in row.items())
                             n = prom_query(prom, f'sum(gwms_pilots_total{{{sel},outcome="{value}"}})')
-                            assert (float(n[0]["value"][1]) if n else 0.0) == len(got), (row, title)
+                            assert (float(n[0]["value"][1]) if n else 0.0) == len(got & want[key, title]), (row, title)
                     # the panel's time range bounds the search: a range before the factory finds nothing
-                    row = dict(zip(by, sorted(keys)[0], strict=True))
+                    row = dict(zip(by, sorted(keys)[0], strict=True)) | {F: name}
                     early = jaeger_query(interpolate(link["url"], row, from_ms - 86400_000, from_ms))
                     assert _jaeger_ids(st, early) == set()
             # every view found pilots of every search (the simulated factory has each kind)
             assert len(found) == len(rows) * len(PILOT_SEARCHES) and all(found.values()), found
-            print(f"pilots found through the links: {dict(found)}", file=sys.stderr)
+            assert excluded > 0, "no search had another factory's pilots to leave out"
+            print(f"pilots found through the links: {dict(found)}; left out by factory: {excluded}", file=sys.stderr)

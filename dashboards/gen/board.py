@@ -116,8 +116,9 @@ PILOT_SEARCHES: tuple[tuple[str, str, str], ...] = (
     ("misconfiguration badput", PT.JOB_CATEGORY, Category.MISCONFIGURATION_BADPUT.value),
     ("lost", PT.OUTCOME, Outcome.LOST.value),
 )
-# A metric label -> the pilot trace's resource attribute holding the same value (the factory's names).
-TRACE_ATTRIBUTES = {"entry": C.ENTRY, "site": C.SITE, "client": C.CLIENT}
+# A metric label -> the pilot trace's resource attribute holding the same value (the factory's names;
+# the factory's own: the label its Prometheus gives the exporter's series, prometheus_factory_name).
+TRACE_ATTRIBUTES = {"entry": C.ENTRY, "site": C.SITE, "client": C.CLIENT, FACTORY: C.FACTORY}
 JAEGER_LIMIT = 1000  # traces a search returns: Jaeger's UI offers up to 1500
 
 
@@ -139,7 +140,8 @@ class PilotSearch:
         )
 
     def title(self, table_row: bool) -> str:
-        of = " ".join(f"${{__data.fields.{x}}}" if table_row else f"${{__field.labels.{x}}}" for x in self.labels)
+        named = [x for x in self.labels if x != FACTORY]  # the factory: in the search, not the title
+        of = " ".join(f"${{__data.fields.{x}}}" if table_row else f"${{__field.labels.{x}}}" for x in named)
         return f"Pilots of {of} in Jaeger: {self.search}"
 
     def url(self, table_row: bool) -> str:
@@ -166,9 +168,30 @@ class PilotSearch:
 
 
 def pilot_links(*labels: str) -> tuple[PilotSearch, ...]:
-    """The links from a row (or a series) with ``labels`` to its pilots in Jaeger, one per search."""
-    assert labels and set(labels) <= set(TRACE_ATTRIBUTES), labels
+    """The links from a row (or a series) with ``labels`` to its pilots in Jaeger, one per search
+    (and by its factory where the row has one: :func:`_by_factory`)."""
+    assert labels and set(labels) <= set(TRACE_ATTRIBUTES) - {FACTORY}, labels
     return tuple(PilotSearch(title, labels) for title, _, _ in PILOT_SEARCHES)
+
+
+_BY = re.compile(r"\bby \(([^)]*)\)")
+_READS = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
+
+
+def _by_factory(spec: PanelSpec, link: Link) -> Link:
+    """A row's pilot search also by its factory when the row has one: every aggregation of every
+    query keeps the factory label, and reads only the exporter's series, which carry it (the
+    exporter's scrape target label, prometheus_factory_name; Thanos's external label on the global
+    view). A recording rule's or an alert's series has it on the global view only, and a per-site
+    row sums the factories: those rows search every factory's pilots."""
+    if not isinstance(link, PilotSearch):
+        return link
+    groups = [[x.strip() for x in g.split(",")] for t in spec.targets for g in _BY.findall(t.expr)]
+    exporters = {m.name for m in catalogue.ALL} | {f"{m.name}_bucket" for m in catalogue.ALL}
+    read = {name for t in spec.targets for name in _READS.findall(t.expr)}
+    if groups and len(groups) >= len(spec.targets) and all(FACTORY in g for g in groups) and read <= exporters:
+        return PilotSearch(link.search, (FACTORY, *link.labels))
+    return link
 
 
 Link = Drill | PilotSearch
@@ -444,7 +467,8 @@ def _panel(pid: int, spec: PanelSpec, pos: GridPos) -> Built:
             ]
         )
     if spec.drill:
-        p = p.data_links([D.DashboardLink(_title(d, table_rows)).url(d.url(table_rows)) for d in spec.drill])
+        links = [_by_factory(spec, d) for d in spec.drill]
+        p = p.data_links([D.DashboardLink(_title(d, table_rows)).url(d.url(table_rows)) for d in links])
     for i, t in enumerate(spec.targets):
         q = prometheus.Dataquery().expr(t.expr).ref_id(chr(ord("A") + i)).legend_format(t.legend or "__auto")
         if t.instant or spec.kind in ("table", "bargauge"):

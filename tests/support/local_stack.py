@@ -50,11 +50,13 @@ def prometheus_config(
     scrape_interval: str = "1s",
     external_labels: dict[str, str] | None = None,
     more_targets: Sequence[str] = (),
+    factory_name: str = "",
 ) -> str:
     """The prometheus role's config for a test: our exporter, Prometheus itself, no collector.
 
     ``more_targets`` are other exporters scraped in the same job (a frontend's, as one site's
-    Prometheus scrapes the factory's and the frontend's)."""
+    Prometheus scrapes the factory's and the frontend's); ``factory_name``: the factory label on
+    the exporter's series (prometheus_factory_name)."""
     text = render(
         "prometheus",
         "prometheus.yml.j2",
@@ -65,6 +67,7 @@ def prometheus_config(
         prometheus_exporter_targets=[f"127.0.0.1:{exporter_port}", *more_targets],
         prometheus_collector_targets=[],  # no collector here: GwmsCollectorDown goes to factory-ops
         prometheus_self_targets=[f"127.0.0.1:{prom_port}"],
+        prometheus_factory_name=factory_name,
     )
     if external_labels:  # as an operator sets them (global.external_labels)
         doc = yaml.safe_load(text)
