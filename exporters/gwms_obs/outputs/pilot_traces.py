@@ -248,8 +248,9 @@ _NATIVE_JOB_NAMES: Final = [
     SPAN_JOB, JOB_ID, JOB_CATEGORY, JOB_CPUS, JOB_CPU_SECONDS, JOB_CPU_USED, JOB_MEMORY, JOB_MEMORY_USED,
     JOB_GPUS, JOB_SIGNAL, EXIT_CODE, EVENT_PREEMPTED, EVENT_EVICTED, Category.PREEMPTION_BADPUT.value,
 ]  # fmt: skip
-# A job's category, encoded once.
+# A job's category, encoded once (and its value: an enum's .value is a descriptor call, ~0.4 us).
 _CATEGORY_KV: Final = {c: _attr(JOB_CATEGORY, c.value) for c in Category}
+_CATEGORY_VALUE: Final = {c: c.value for c in Category}
 
 
 def _clamp(t: float | None, lo: float, hi: float) -> float | None:
@@ -556,7 +557,7 @@ def _jobs(
     done = 0  # jobs written by the compiled encoder
     if _NATIVE is not None:
         firsts = [jobs[i] for i in order[:max_job_spans]]
-        cats = [classify_job(j, ce, pilot_end, rules).value for j in firsts]
+        cats = [_CATEGORY_VALUE[classify_job(j, ce, pilot_end, rules)] for j in firsts]
         args = (tr.ids[condor], firsts, cats, cs, ce, pilot_end, float(grace), CE_POLL_LAG, len(order) <= max_job_spans)
         got = _NATIVE.trace_jobs(hashed, head, *args, evictions, _NATIVE_JOB_NAMES)
         if got is not None:
