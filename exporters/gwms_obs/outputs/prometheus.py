@@ -721,16 +721,14 @@ class Exposition:
         self.renders = 0
         self.last_render_seconds = 0.0
         self.last_units = 0  # rows, entries and groups encoded by the last render, all encodings
-        text, _ = choose_encoder("")
+        self.render_cpu = 0.0  # seconds of CPU all renders took (benchmarks/steady_state.py breakdown)
         om, _ = choose_encoder("application/openmetrics-text")
         # Encodings rendered with every change -> whether their gzip stream is, too: Prometheus asks for
-        # OpenMetrics, gzipped; others join once asked for (their first scrape after a change renders them).
-        self._wanted: dict[tuple[Any, ...], tuple[Encoder, bool]] = {
-            _variant(text): (text, False),
-            _variant(om): (om, True),
-        }
+        # OpenMetrics, gzipped; others join once asked for (their first scrape after a change renders
+        # them whole) and leave when not asked for WANTED_SECONDS.
+        self._wanted: dict[tuple[Any, ...], tuple[Encoder, bool]] = {_variant(om): (om, True)}
         self._prometheus = _variant(om)  # always rendered
-        self._asked: dict[tuple[Any, ...], float] = {k: time.monotonic() for k in self._wanted}
+        self._asked: dict[tuple[Any, ...], float] = {}
         self._current: _Rendered | None = None
         self._inc: dict[tuple[Any, ...], _Incremental] = {}  # per encoding rendered, its rows (refresh only)
         self._render_lock = threading.Lock()  # one render at a time
@@ -785,7 +783,9 @@ class Exposition:
             self.renders += 1
             self.last_render_seconds = time.perf_counter() - t0
             self.last_units = units
-            self._budget = self._credit(began) - (time.thread_time() - cpu0)
+            cpu = time.thread_time() - cpu0
+            self.render_cpu += cpu
+            self._budget = self._credit(began) - cpu
             self._last_end = time.monotonic()
             return True
 
