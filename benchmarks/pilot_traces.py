@@ -11,11 +11,14 @@ recorded ones are in benchmarks/results/pilot-traces.md.
 
 cpu        The exporter's CPU (user + sys of the whole process, from the kernel's
            accounting of each finished child) for `export --once` on a simulated
-           factory of --pilots and of 50 pilots, with pilot_traces on and off, in
-           turn, --runs times each. Per pilot = (big - small) / (pilots counted in
-           big - in small), so start-up cancels out; the aim is traces' added CPU
-           at most 20 % of the pilot's accounting (the scan with traces off). The
-           traces go to a port nothing listens on (--traces-drain-seconds 0):
+           factory of --pilots and of 50 pilots, with pilot_traces off, on, and on
+           with the Python encoder (the compiled one, native/src/trace.rs, left
+           out; the readers stay compiled), in turn, --runs times each. Per
+           pilot = (big - small) / (pilots counted in big - in small), so start-up
+           cancels out; the aim is traces' added CPU at most 20 % of the pilot's
+           accounting (the scan with traces off). Then the big factory again, each
+           encoder in turn, with each step of a trace timed in the scan's thread.
+           The traces go to a port nothing listens on (--traces-drain-seconds 0):
            this is what building and queueing costs the scan; sending is `send`'s.
 send       The outbox a scan of --pilots leaves (export --once with no collector),
            posted by SpoolForwarder to the real collector into Jaeger: unpaced
@@ -57,6 +60,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from gwms_obs import catalogue  # noqa: E402
+from gwms_obs.outputs import pilot_traces as P  # noqa: E402
 from gwms_obs.parse_errors import ParseErrors  # noqa: E402
 from gwms_obs.simulate.factory import simulate  # noqa: E402
 from gwms_obs.tracing import jaeger as J  # noqa: E402
@@ -84,9 +88,11 @@ def _counted(checkpoint: Path) -> int:
 # scan's thread) of each step of a pilot's trace summed and written to OUT_JSON at exit. Only
 # pilot_traces' and the outbox's own functions are wrapped, a few hundred ns a call.
 _TIMED = """
-import atexit, json, runpy, sys, time
+import atexit, json, os, runpy, sys, time
 from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.tracing import outbox as O
+if os.environ.get("GWMS_BENCH_PYTHON_ENCODER") == "1":
+    P._NATIVE = None
 spent = {}
 def timed(owner, attr, name):
     f = getattr(owner, attr)
@@ -107,13 +113,29 @@ atexit.register(lambda: open(out, "w").write(json.dumps(spent)))
 sys.argv = ["gwms-obs", *sys.argv[2:]]
 runpy.run_module("gwms_obs.cli", run_name="__main__")
 """
+# Run as `python -c _PY_ENCODER ARGS...`: `gwms-obs ARGS` with the pilot traces written by the Python
+# encoder (the compiled readers still on), to compare the compiled encoder with in the same rounds.
+_PY_ENCODER = """
+import runpy, sys
+from gwms_obs.outputs import pilot_traces as P
+P._NATIVE = None
+sys.argv = ["gwms-obs", *sys.argv[1:]]
+runpy.run_module("gwms_obs.cli", run_name="__main__")
+"""
 
 
 def _export_once(
-    factory: Path, work: Path, traces: bool, endpoint: str, outbox: Path | None = None, timed: Path | None = None
+    factory: Path,
+    work: Path,
+    traces: bool,
+    endpoint: str,
+    outbox: Path | None = None,
+    timed: Path | None = None,
+    python_encoder: bool = False,
 ) -> tuple[float, int]:
     """CPU seconds (user + sys) of one `export --once` from no checkpoint, and the pilots it counted
-    (``timed``: run under _TIMED, which writes there where a trace's CPU went)."""
+    (``timed``: run under _TIMED, which writes there where a trace's CPU went; ``python_encoder``:
+    under _PY_ENCODER)."""
     ck = work / "ck" / "checkpoint.json"
     shutil.rmtree(ck.parent, ignore_errors=True)
     ck.parent.mkdir(parents=True)
@@ -128,9 +150,12 @@ def _export_once(
     ]  # fmt: skip
     if outbox is not None:
         cmd += ["--traces-outbox", str(outbox)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if timed is not None:
         cmd = [sys.executable, "-c", _TIMED, str(timed), *cmd[len(GWMS_OBS) :]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env["GWMS_BENCH_PYTHON_ENCODER"] = "1" if python_encoder else "0"
+    elif python_encoder:
+        cmd = [sys.executable, "-c", _PY_ENCODER, *cmd[len(GWMS_OBS) :]]
     with open(work / "export.log", "ab") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         _, status, ru = os.wait4(p.pid, 0)
@@ -145,55 +170,71 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
     simulate(big, a.pilots, seed=1)
     simulate(small, SMALL, seed=1)
     dead = f"http://127.0.0.1:{TB.free_port()}/v1/traces"  # nothing listens: building and queueing only
-    runs: dict[tuple[str, bool], list[float]] = {(f, t): [] for f in ("big", "small") for t in (False, True)}
+    # modes: traces off, on (the compiled encoder where installed), on with the Python encoder
+    modes = ("off", "on", "python")
+    runs: dict[tuple[str, str], list[float]] = {(f, m): [] for f in ("big", "small") for m in modes}
     counted: dict[str, int] = {}
     for _ in range(a.runs):
-        for traces in (False, True):
+        for mode in modes:
             for name, factory in (("big", big), ("small", small)):
-                s, n = _export_once(factory, work, traces, dead)
-                runs[(name, traces)].append(s)
+                s, n = _export_once(factory, work, mode != "off", dead, python_encoder=mode == "python")
+                runs[(name, mode)].append(s)
                 counted[name] = n
-    # Where a trace's CPU goes: the big factory again, traces on, each step timed in the process.
-    steps: list[dict[str, float]] = []
+    # Where a trace's CPU goes: the big factory again, traces on, each step timed in the process,
+    # with either encoder in turn.
+    steps: dict[str, list[dict[str, float]]] = {"on": [], "python": []}
     for i in range(a.runs):
-        _export_once(big, work, True, dead, timed=work / f"timed-{i}.json")
-        steps.append(json.loads((work / f"timed-{i}.json").read_text()))
+        for mode, steps_of in steps.items():
+            _export_once(big, work, True, dead, timed=work / f"timed-{i}.json", python_encoder=mode == "python")
+            steps_of.append(json.loads((work / f"timed-{i}.json").read_text()))
     med = {k: statistics.median(v) for k, v in runs.items()}
     pilots = counted["big"] - counted["small"]
-    off = (med[("big", False)] - med[("small", False)]) / pilots
-    on = (med[("big", True)] - med[("small", True)]) / pilots
+
+    def per_pilot_of(mode: str) -> float:
+        return (med[("big", mode)] - med[("small", mode)]) / pilots
+
+    off, on, py = per_pilot_of("off"), per_pilot_of("on"), per_pilot_of("python")
+
     # The same, pair by pair (the runs of one round were taken back to back).
-    added_pairs = sorted(
-        ((runs[("big", True)][i] - runs[("small", True)][i]) - (runs[("big", False)][i] - runs[("small", False)][i]))
-        / pilots
-        for i in range(a.runs)
-    )
+    def added_pairs(mode: str) -> str:
+        def big_less_small(m: str, i: int) -> float:
+            return runs[("big", m)][i] - runs[("small", m)][i]
+
+        xs = sorted((big_less_small(mode, i) - big_less_small("off", i)) / pilots for i in range(a.runs))
+        return ", ".join(f"{x * 1e6:.0f}" for x in xs)
+
+    encoder = "compiled encoder" if P._NATIVE is not None else "Python encoder: no compiled module here"
     rows = [
         f"`python benchmarks/pilot_traces.py cpu --pilots {a.pilots} --runs {a.runs}` on {_machine()}.",
         "",
-        "| `export --once`, CPU s (median of runs: min-max) | traces off | traces on |",
-        "|---|---|---|",
+        f"| `export --once`, CPU s (median of runs: min-max) | traces off | traces on ({encoder}) "
+        "| traces on, Python encoder |",
+        "|---|---|---|---|",
     ]
     for name in ("big", "small"):
-        cells = [f"{med[(name, t)]:.2f} ({min(runs[(name, t)]):.2f}-{max(runs[(name, t)]):.2f})" for t in (False, True)]
-        rows.append(f"| {counted[name]} pilots counted | {cells[0]} | {cells[1]} |")
+        cells = [f"{med[(name, m)]:.2f} ({min(runs[(name, m)]):.2f}-{max(runs[(name, m)]):.2f})" for m in modes]
+        rows.append(f"| {counted[name]} pilots counted | {' | '.join(cells)} |")
     rows += [
         "",
         f"- the pilot's accounting (scan with traces off), per pilot: **{off * 1e6:.0f} us**",
         f"- added by its trace (on - off), per pilot: **{(on - off) * 1e6:.0f} us** = "
-        f"**{(on - off) / off * 100:.0f} %** of its accounting (aim: at most 20 %)",
-        f"- the added CPU round by round: {', '.join(f'{x * 1e6:.0f}' for x in added_pairs)} us",
+        f"**{(on - off) / off * 100:.0f} %** of its accounting (aim: at most 20 %); with the Python encoder "
+        f"{(py - off) * 1e6:.0f} us = {(py - off) / off * 100:.0f} %",
+        f"- the added CPU round by round: {added_pairs('on')} us (Python encoder: {added_pairs('python')} us)",
         "",
-        f"Where it goes: the {counted['big']}-pilot factory again, traces on, {a.runs} runs with each step's "
-        "CPU (the scan thread's) summed in the process; us per pilot counted, median (min-max):",
+        f"Where it goes: the {counted['big']}-pilot factory again, traces on, {a.runs} runs of each encoder in "
+        "turn with each step's CPU (the scan thread's) summed in the process; us per pilot counted, median (min-max):",
         "",
-        "| step | us a pilot |",
-        "|---|---|",
+        f"| step | {encoder} | Python encoder |",
+        "|---|---|---|",
     ]
 
-    def per_pilot(key: str, minus: str | None = None) -> str:
-        xs = [(x.get(key, 0.0) - (x.get(minus, 0.0) if minus else 0.0)) / counted["big"] * 1e6 for x in steps]
-        return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
+    def per_pilot(key: str) -> str:
+        cells = []
+        for runs_of in steps.values():
+            xs = [x.get(key, 0.0) / counted["big"] * 1e6 for x in runs_of]
+            cells.append(f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})")
+        return " | ".join(cells)
 
     rows += [
         f"| the trace sink, all of it (`PilotTraces.__call__`) | {per_pilot('sink')} |",
