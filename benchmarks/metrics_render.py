@@ -8,7 +8,9 @@ rendered once per change, served as bytes), both behind the daemon's MetricsServ
 alternate old/new, one at a time, over HTTP on 127.0.0.1, as Prometheus asks (OpenMetrics,
 gzip) and in the classic text; first idle, then while the daemon's scan runs back to back
 in a thread (steady state: the same tree walked and stat-ed, the GIL shared). Each
-scrape is timed from connect to its last byte, by a client process of its own.
+scrape is timed from connect to its last byte, by a client process of its own, alternating with a
+floor: the same bytes from a minimal server in a process of its own (what the shared machine gives
+any server at that moment). ``--no-old`` leaves the old app out (its scrapes take seconds).
 
     .venv/bin/python benchmarks/metrics_render.py [--entries 500] [--scrapes 40]
 
@@ -44,6 +46,7 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 
 from gwms_obs.accounting.ledger import Ledger
+from gwms_obs.daemon import Heap
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.outputs.http import MetricsServer, SharedRenders, exposition_app
 from gwms_obs.outputs.prometheus import Exposition, _encode, _snapshot, exporter_registry, ledger_families
@@ -75,14 +78,51 @@ def scrape(port: int, accept: str, gz: bool) -> tuple[float, bytes]:
     return took, gzip.decompress(body) if gz else body
 
 
-def scrapes_from_another_process(old: int, new: int, accept: str, gz: bool, n: int) -> dict[str, list[float]]:
-    """``n`` scrapes of each app, alternating, by a client process of its own (as Prometheus is: a client
+def raw(port: int, accept: str, gz: bool) -> bytes:
+    """One answer's body as sent (gzipped when asked), for the floor to serve the same bytes."""
+    head = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: {accept}\r\n"
+    head += "Accept-Encoding: gzip\r\n\r\n" if gz else "\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(head.encode())
+        chunks = []
+        while chunk := s.recv(1 << 20):
+            chunks.append(chunk)
+    return b"".join(chunks).split(b"\r\n\r\n", 1)[1]
+
+
+FLOOR = """import socket, sys
+body = open(sys.argv[1], "rb").read()
+head = b"HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\nConnection: close\\r\\n\\r\\n" % len(body)
+srv = socket.create_server(("127.0.0.1", 0), backlog=128)
+print(srv.getsockname()[1], flush=True)
+while True:
+    c, _ = srv.accept()
+    data = b""
+    while b"\\r\\n\\r\\n" not in data and (d := c.recv(65536)):
+        data += d
+    c.sendall(head + body)
+    c.close()
+"""
+
+
+def floor_server(body: bytes, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The floor: ``body`` served by a minimal server in a process of its own (no scan, no GIL shared,
+    no HTTP parsing): what the machine, shared as it is, gives any server at that moment."""
+    path = tmp / f"floor-{len(body)}"
+    path.write_bytes(body)
+    p = subprocess.Popen([sys.executable, "-c", FLOOR, str(path)], stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    return p, int(p.stdout.readline())
+
+
+def scrapes_from_another_process(ports: dict[str, int], accept: str, gz: bool, n: int) -> dict[str, list[float]]:
+    """``n`` scrapes of each server, alternating, by a client process of its own (as Prometheus is: a client
     thread here would wait for the GIL the scan holds and time that instead of the server)."""
     code = (
         "import json, sys; sys.path.insert(0, 'benchmarks'); from metrics_render import scrape; "
-        f"t = {{'old': [], 'new': []}}\n"
+        f"t = {{k: [] for k in {ports!r}}}\n"
         f"for _ in range({n}):\n"
-        f"    for k, port in (('old', {old}), ('new', {new})):\n"
+        f"    for k, port in {ports!r}.items():\n"
         f"        t[k].append(scrape(port, {accept!r}, {gz})[0])\n"
         "print(json.dumps(t))"
     )
@@ -170,6 +210,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--serve", choices=("old", "new"), help="one app alone, for a process timer")
     ap.add_argument("--factory", type=Path, help="with --serve: the simulated factory (made once)")
+    ap.add_argument("--no-old", action="store_true", help="leave the old app out (its scrapes take seconds)")
     a = ap.parse_args()
     if a.serve:
         return serve_alone(a.serve, a.factory, a.entries, a.scrapes)
@@ -181,12 +222,15 @@ def main() -> int:
         t0 = time.perf_counter()
         ing.scan()
         first_scan = time.perf_counter() - t0
+        heap = Heap()
+        heap.after_full_scan()  # as the daemon does after its first full scan
         expo = Exposition(ing, factory="benchfactory")
-        old_port, new_port = free_port(), free_port()
-        old = MetricsServer(
-            "127.0.0.1", old_port, SharedRenders(make_wsgi_app(exporter_registry(ing, factory="benchfactory")))
-        )
-        new = MetricsServer("127.0.0.1", new_port, SharedRenders(exposition_app(expo)))
+        servers = {"new": MetricsServer("127.0.0.1", 0, SharedRenders(exposition_app(expo)))}
+        if not a.no_old:
+            old_app = make_wsgi_app(exporter_registry(ing, factory="benchfactory"))
+            servers["old"] = MetricsServer("127.0.0.1", 0, SharedRenders(old_app))
+        new_port = servers["new"].port
+        floors = {}
         t0 = time.perf_counter()
         expo.refresh()
         first_render = time.perf_counter() - t0
@@ -207,12 +251,15 @@ def main() -> int:
             body = scrape(new_port, PROMETHEUS_ACCEPT, True)[1]
             samples = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
             size = len(body)
+            for kind, (accept, gz) in KINDS.items():
+                floors[kind] = floor_server(raw(new_port, accept, gz), Path(tmp))
             for phase in ("idle", "during back-to-back scans"):
                 scanner = threading.Thread(target=scanning) if phase != "idle" else None
                 if scanner is not None:
                     scanner.start()
                 for kind, (accept, gz) in KINDS.items():
-                    times = scrapes_from_another_process(old_port, new_port, accept, gz, a.scrapes)
+                    ports = {k: srv.port for k, srv in servers.items()} | {"floor": floors[kind][1]}
+                    times = scrapes_from_another_process(ports, accept, gz, a.scrapes)
                     rows.append((phase, kind, times))
                     print(
                         phase, kind, {k: f"{q(v, 0.5) * 1e3:.1f}/{q(v, 0.99) * 1e3:.1f} ms" for k, v in times.items()}
@@ -222,36 +269,46 @@ def main() -> int:
                     scanner.join(600)
         finally:
             stop.set()
-            old.close()
-            new.close()
+            for srv in servers.values():
+                srv.close()
+            for fp, _ in floors.values():
+                fp.kill()
+                fp.wait()
             expo.stop()
+            heap.close()
     load = os.getloadavg()
     lines = [
         "# /metrics rendered once per change",
         "",
-        f"`.venv/bin/python benchmarks/metrics_render.py --entries {a.entries} --scrapes {a.scrapes}`, "
+        f"`.venv/bin/python benchmarks/metrics_render.py --entries {a.entries} --scrapes {a.scrapes}"
+        f"{' --no-old' if a.no_old else ''}`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} cores shared "
         f"with other work, load {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min) at the end.",
         "",
         f"A simulated factory of {a.entries} entries, 3 pilots each, scanned once ({first_scan:.1f} s); its "
-        f"/metrics is {samples:,} samples, {size / 1e6:.2f} MB of text. The old app (every family built "
-        "under the ingest lock on each scrape) and the new one (the ledger rendered once per change, "
-        f"first render {first_render * 1e3:,.0f} ms, {expo.renders} render(s) in all) serve the same Ingest "
-        "in one process, each behind the daemon's MetricsServer; scrapes alternate old, new, one at a time, "
-        "from a client process of its own, timed from connect to the last byte. "
-        '"During scans": the daemon\'s scan of the same tree runs back '
-        f"to back in a thread ({len(scans)} scans, median {statistics.median(scans) if scans else 0:.2f} s).",
+        f"/metrics is {samples:,} samples, {size / 1e6:.2f} MB of text. "
+        + ("The" if a.no_old else "The old app (every family built under the ingest lock on each scrape) and the")
+        + " new one (the ledger rendered once per change, "
+        f"first render {first_render * 1e3:,.0f} ms, {expo.renders} render(s) in all) "
+        + ("serves the Ingest" if a.no_old else "serve the same Ingest in one process, each")
+        + " behind the daemon's MetricsServer; \"floor\": the new one's answer, the same "
+        "bytes, from a minimal "
+        "server in a process of its own (what the shared machine gives any server then). Scrapes "
+        "alternate between them, one at a time, from a client process of its own, timed from connect to "
+        'the last byte. "During scans": the daemon\'s scan of the same tree (its checkpoint written at '
+        f"each of its steps; the heap frozen after the first scan, as the daemon does) runs back to back in "
+        f"a thread ({len(scans)} scans, median "
+        f"{statistics.median(scans) if scans else 0:.2f} s).",
         "",
-        "| phase | scrape | old p50 | old p99 | new p50 | new p99 | new max | p50 old/new |",
-        "|---|---|---|---|---|---|---|---|",
+        "| phase | scrape | server | p50 | p99 | max |",
+        "|---|---|---|---|---|---|",
     ]
     for phase, kind, times in rows:
-        o, n = times["old"], times["new"]
-        lines.append(
-            f"| {phase} | {kind} | {q(o, 0.5) * 1e3:,.1f} ms | {q(o, 0.99) * 1e3:,.1f} ms | "
-            f"{q(n, 0.5) * 1e3:,.1f} ms | {q(n, 0.99) * 1e3:,.1f} ms | {max(n) * 1e3:,.1f} ms | "
-            f"{q(o, 0.5) / q(n, 0.5):,.0f}x |"
-        )
+        for name, ts in times.items():
+            lines.append(
+                f"| {phase} | {kind} | {name} | {q(ts, 0.5) * 1e3:,.1f} ms | {q(ts, 0.99) * 1e3:,.1f} ms | "
+                f"{max(ts) * 1e3:,.1f} ms |"
+            )
     wh, ch = costs["whole"], costs["changed"]
     lines += [
         "",
@@ -259,7 +316,8 @@ def main() -> int:
         f"(process time), {a.renders} of each, alternating: the whole ledger encoded, text and OpenMetrics "
         f"and the OpenMetrics gzipped, as a render was before it encoded only what changed: median "
         f"{statistics.median(wh) * 1e3:,.1f} ms (max {max(wh) * 1e3:,.1f}); `Exposition.refresh` now, "
-        f"{statistics.median(costs['units']):.0f} rows encoded (both encodings) and the gzip members of the "
+        f"{statistics.median(costs['units']):.0f} rows encoded (OpenMetrics alone: the text is rendered with "
+        "every change only while scraped) and the gzip members of the "
         f"chunks they are in: median {statistics.median(ch) * 1e3:,.1f} ms (max {max(ch) * 1e3:,.1f}), "
         f"{statistics.median(wh) / statistics.median(ch):,.0f}x less.",
     ]
@@ -269,7 +327,9 @@ def main() -> int:
         "/metrics at 500 entries served in <= 20 ms (p99), also during a scan.",
         "",
     ]
-    a.out.write_text("\n".join(lines))
+    old_text = a.out.read_text() if a.out.exists() else ""
+    kept = old_text[old_text.index("\n## ") :] if "\n## " in old_text else ""  # the sections written by hand
+    a.out.write_text("\n".join(lines) + kept)
     print(f"wrote {a.out}")
     return 0
 
