@@ -8,6 +8,7 @@ cannot be used is refused, never silently replaced (docs/runbooks.md).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import tempfile
@@ -57,10 +58,11 @@ def _pieces(x: Any, depth: int) -> Iterator[str]:
         elif not x:
             yield "{}"
         else:
-            items = list(x.items())
-            for i in range(0, len(items), SLICE_ITEMS):
-                part = _encode(dict(items[i : i + SLICE_ITEMS]))  # "{...}": its inside, comma-joined
-                yield ("{" if i == 0 else ",") + part[1:-1]
+            items = iter(x.items())  # sliced as it goes: a list of 400,000 items is itself a long call
+            sep = "{"
+            while part := _encode(dict(itertools.islice(items, SLICE_ITEMS)))[1:-1]:  # "{...}": its inside
+                yield sep + part
+                sep = ","
             yield "}"
     elif isinstance(x, (list, tuple)):
         if len(x) <= OPEN_ITEMS and depth < 4:
