@@ -760,7 +760,15 @@ def test_the_exporters_traces_and_its_series_name_the_factory_alike() -> None:
     assert job["static_configs"][0]["labels"] == {catalogue.FACTORY_LABEL: "fnal"}
     toml = tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2", **labels))
     assert toml["factory_name"] == "fnal"
-    assert "factory_name" not in tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2"))
+    # a factory nothing names: its host's inventory name, in both
+    host = {"inventory_hostname": "factory01.example.org"}
+    prom = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **host))
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "gwms-obs"]
+    assert job["static_configs"][0]["labels"] == {catalogue.FACTORY_LABEL: "factory01.example.org"}
+    assert (
+        tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2", **host))["factory_name"]
+        == host["inventory_hostname"]
+    )
 
 
 def test_prometheus_scrape_configs_takes_any_component_as_given() -> None:
@@ -828,7 +836,10 @@ def test_prometheus_config_renders_the_same_with_ansible(tmp_path: Path) -> None
         args = {**extra, "ansible_python_interpreter": sys.executable}
         r = _run(_tool("ansible-playbook"), "-i", "localhost,", str(play), "-e", json.dumps(args))
         assert r.returncode == 0, r.stdout + r.stderr
-        assert out.read_text() == render.render("prometheus", "prometheus.yml.j2", **extra), name
+        # the play's host: its inventory name names a factory nothing else names (the https case)
+        assert out.read_text() == render.render(
+            "prometheus", "prometheus.yml.j2", **extra, inventory_hostname="localhost"
+        )
 
 
 # --- Many factories, one view (thanos role, multi-factory inventory) ----------------------------
