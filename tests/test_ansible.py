@@ -765,6 +765,10 @@ def test_the_exporters_traces_and_its_series_name_the_factory_alike() -> None:
     prom = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **host))
     (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "gwms-obs"]
     assert job["static_configs"][0]["labels"] == {catalogue.FACTORY_LABEL: "factory01.example.org"}
+    # a central Prometheus scraping other hosts' exporters: its own name is none of theirs
+    targets = {"prometheus_exporter_targets": ["factory01.example.org:9822", "factory02.example.org:9822"]}
+    prom = yaml.safe_load(render.render("prometheus", "prometheus.yml.j2", **host, **targets))
+    assert "labels" not in prom["scrape_configs"][0]["static_configs"][0]
     assert (
         tomllib.loads(render.render("gwms_exporter", "exporter.toml.j2", **host))["factory_name"]
         == host["inventory_hostname"]
