@@ -66,6 +66,14 @@ SLOW = next(e for e in OPERATOR_ENTRIES if e.queue_slow != 1.0)
 BATCHES, GAP = 6, 25.0  # the long-queue entry's pilots: 6 batches, 25 s apart (the window is 20 s)
 
 
+def tally(s: list[int], want: set[str], got: set[str]) -> list[str]:
+    """Adds true positives, false positives and misses to ``s``; returns the false positives."""
+    s[0] += len(want & got)
+    s[1] += len(got - want)
+    s[2] += len(want - got)
+    return sorted(got - want)
+
+
 def one(work: Path, seed: int, pilots: int) -> tuple[list[dict[str, object]], set[tuple[str, str]], float]:
     t0 = time.perf_counter()
     work.mkdir(parents=True)
@@ -159,26 +167,15 @@ def backfill_main(a: argparse.Namespace) -> int:
             for kind in LIVE:
                 want_l = {str(x["entry"]) for x in labels if x["kind"] == kind}
                 got_l = {e for e, r in live if r == kind}
-                sl = score[kind]
-                sl[0] += len(want_l & got_l)
-                sl[1] += len(got_l - want_l)
-                sl[2] += len(want_l - got_l)
-                fps += [f"seed{seed}: {kind} (live) at {e}" for e in sorted(got_l - want_l)]
+                fps += [f"seed{seed}: {kind} (live) at {e}" for e in tally(score[kind], want_l, got_l)]
             for kind, got_an in analyzed.items():
                 want_an = {str(x["entry"]) for x in labels if x["kind"] == kind}
-                sa = an_score[kind]
-                sa[0] += len(want_an & got_an)
-                sa[1] += len(got_an - want_an)
-                sa[2] += len(want_an - got_an)
-                an_fps += [f"seed{seed}: {kind} at {e}" for e in sorted(got_an - want_an)]
+                an_fps += [f"seed{seed}: {kind} at {e}" for e in tally(an_score[kind], want_an, set(got_an))]
             cells = []
             for kind, alert in Q.ALERTS.items():
                 want = {str(x["entry"]): x for x in labels if x["kind"] == kind}
                 got = fired[alert]
-                s = score[kind]
-                s[0] += len(want.keys() & got.keys())
-                s[1] += len(got.keys() - want.keys())
-                s[2] += len(want.keys() - got.keys())
+                tally(score[kind], set(want), set(got))
                 for e, t in sorted(got.items()):
                     if e not in want:
                         fps.append(f"seed{seed}: {alert} at {e} ({(info['end'] - t) / 3600:.1f} h before the end)")
@@ -301,11 +298,7 @@ def main() -> int:
             for kind, reason in KINDS.items():
                 want = {str(x["entry"]) for x in labels if x["kind"] == kind}
                 got = {e for e, r in seen if r == reason}
-                s = score[kind]
-                s[0] += len(want & got)
-                s[1] += len(got - want)
-                s[2] += len(want - got)
-                fps += [f"seed{seed}: {reason} at {e}" for e in sorted(got - want)]
+                fps += [f"seed{seed}: {reason} at {e}" for e in tally(score[kind], want, got)]
                 found.append(f"{reason}: {', '.join(sorted(got)) or '-'}")
             rows.append(f"| `seed{seed}` | {len(DEFAULT_ENTRIES + ANOMALY_ENTRIES + OPERATOR_ENTRIES)} | "
                         f"{'; '.join(found)} | {secs:.0f} s |")  # fmt: skip
