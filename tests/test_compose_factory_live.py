@@ -31,8 +31,9 @@ import pytest
 import yaml
 
 from gwms_obs import catalogue
+from gwms_obs.config import load
 from gwms_obs.outputs import pilot_traces as P
-from gwms_obs.simulate.scenario import DEFAULT_ENTRIES, FACTORY
+from gwms_obs.simulate.scenario import DEFAULT_ENTRIES
 from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
 from tests.support.servers import first_scan_done, prom_query
@@ -157,12 +158,15 @@ def test_jaeger_holds_the_compose_factorys_pilot_traces(laptop: Laptop) -> None:
         return found if len(found) >= 100 else []
 
     found = wait_for("the factory's pilot traces in Jaeger", traces, 300, step=2.0)
+    # The stack names its factory (exporter.toml's factory_name, the `factory` label of its Prometheus)
+    factory = load(str(ROOT / "compose/config/exporter.toml")).factory_name
+    assert factory
     first_submit = laptop.started - SPAN_HOURS * 3600 - 60
     for t in found:
         roots = [s for s in t["spans"] if s["operationName"] == C.SPAN_PILOT]
         assert len(roots) == 1, t["traceID"]
         tags = {x["key"]: x["value"] for x in t["processes"][roots[0]["processID"]]["tags"]}
-        assert tags[C.FACTORY] == FACTORY and tags[P.TRACE_SOURCE], tags
+        assert tags[C.FACTORY] == factory and tags[P.TRACE_SOURCE], tags
         start = roots[0]["startTime"] / 1e6
         end = start + roots[0]["duration"] / 1e6
         # The factory's times: its 51 hours, ending when the stack started

@@ -119,9 +119,11 @@ def test_ansibles_template_module_renders_the_same(tmp_path: Path) -> None:
         env=env,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    ours = render.render("gwms_exporter", "exporter.toml.j2", **values)
+    # The host Ansible renders for is "localhost": its inventory name names a factory nothing else names.
+    ours = render.render("gwms_exporter", "exporter.toml.j2", inventory_hostname="localhost", **values)
     assert out.read_text().splitlines()[1:] == ours.splitlines()[1:]  # only the managed-by line may differ
     assert "pilot_traces = false" in ours and "trace_spans_per_second = 75" in ours
+    assert 'factory_name = "localhost"' in ours
 
 
 @pytest.mark.parametrize("own", [True, False])

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gwms_obs import catalogue
+from gwms_obs.outputs.prometheus import MIN_GAP
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing.outbox import MAX_OUTBOX_BYTES, OUTBOX_PREFIX
 from tests.support.servers import export_command, process
@@ -171,12 +172,19 @@ def test_a_collector_outage_loses_nothing_and_the_outbox_stays_within_its_bound(
             peak = max(peak, held)
             assert held > 0  # their traces wait in the outbox
 
-            seen: list[float] = []
+            seen: list[tuple[float, float]] = []
 
             def all_counted() -> int | None:
-                """The pilots counted, once two polls a second apart agree."""
-                seen.append(_metric(http_get(url), catalogue.PILOTS.name))
-                return int(seen[-1]) if len(seen) > 1 and seen[-1] == seen[-2] else None
+                """The pilots counted, once /metrics has shown the same count for 3 render gaps.
+
+                /metrics is rendered at most every MIN_GAP (2 s), so two polls a second apart
+                that agree may be one render: the count must hold over several renders."""
+                pilots = _metric(http_get(url), catalogue.PILOTS.name)
+                seen.append((pilots, time.monotonic()))
+                done = any(p == pilots and seen[-1][1] - t >= 3 * MIN_GAP for p, t in seen)
+                if seen[-2:-1] and seen[-2][0] != pilots:
+                    seen[:-1] = []  # the count moved: the window starts again
+                return int(pilots) if done else None
 
             with _collector(st):
                 n = wait_for("the daemon done counting", all_counted, 120, step=1.0)
