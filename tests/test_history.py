@@ -17,6 +17,7 @@ from gwms_obs.ingest.outlets import Outlets
 from gwms_obs.outputs.history import History
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
+from tests.support import thanos_stack as T
 
 STEP = 900.0
 
@@ -86,14 +87,7 @@ def test_each_series_is_a_counter_sampled_every_step(text: str) -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian prometheus not installed")
 def test_promtool_backfills_it(text: str, tmp_path: Path) -> None:
     (tmp_path / "h.om").write_text(text)
-    r = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "h.om"), str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
+    T.backfill(tmp_path / "h.om", tmp_path / "data", timeout=300)
     assert list((tmp_path / "data").glob("*/meta.json"))
 
 

@@ -37,6 +37,7 @@ from gwms_obs.outputs.rrd_history import (
 from gwms_obs.parse_errors import ParseErrors
 from gwms_obs.sources import rrd
 from gwms_obs.sources.schedd_status import read_schedd_status
+from tests.support import thanos_stack as T
 from tests.support.servers import prom_query, prometheus
 from tools import render
 from tools.glideinwms_rrd_fixtures import (
@@ -214,14 +215,7 @@ def test_nothing_at_or_after_the_cutover_and_no_total(text: str) -> None:
 def test_the_blocks_load_in_a_real_prometheus(text: str, tmp_path: Path) -> None:
     (tmp_path / "rrd.om").write_text(text)
     data = tmp_path / "prom" / "data"
-    r = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "rrd.om"), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
+    T.backfill(tmp_path / "rrd.om", data, timeout=300)
     # The fixtures' history is months old: keep it past the default 15 days.
     with prometheus(tmp_path / "prom", "global: {}\n", ["--storage.tsdb.retention.time=100y"]) as url:
         for ds, t in (("StatusHeld", FINE_FROM + 10 * STEP), ("ReqMaxGlideins", (START // HOUR + 5) * HOUR + 7 * STEP)):

@@ -24,6 +24,7 @@ from gwms_obs import catalogue
 from gwms_obs.cli import SCRAPE_INSTANCE, SCRAPE_JOB
 from gwms_obs.outputs import prometheus as P
 from gwms_obs.outputs.rrd_history import sanitized
+from tests.support import thanos_stack as T
 from tests.support.servers import prom_query, prometheus
 from tests.test_frontend_status import frontend_series, scan
 from tests.test_import_rrd import Series, parse
@@ -152,14 +153,7 @@ def test_the_frontend_blocks_load_in_a_real_prometheus(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "gwms_obs.cli", "import-rrd", str(FIXTURES), "--cutover", str(CUTOVER)]
     subprocess.run([*cmd, "-o", str(om)], check=True, timeout=300)
     data = tmp_path / "prom" / "data"
-    r = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=4374h", str(om), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
+    T.backfill(om, data, max_block="4374h", timeout=300)
     want = fed_values()
     m = catalogue.FRONTEND_ENTRY_REQUESTED.name
     (labels, value), *_ = [(lab, v) for (name, lab), v in want.items() if name == m and ("kind", "idle") in lab]

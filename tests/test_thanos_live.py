@@ -252,14 +252,7 @@ def test_imported_rrd_history_and_the_live_exporter_meet_at_the_cutover(
     # (here, the report history backfilled there) are compacted with them by Prometheus, and the
     # sidecar ships no compacted block.
     blocks = tmp_path / "blocks"
-    r = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=4374h", str(om), str(blocks)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr
+    T.backfill(om, blocks, max_block="4374h", timeout=300)
     made = {d.name for d in blocks.iterdir() if (d / "meta.json").is_file()}
     external = [f'--label={catalogue.FACTORY_LABEL}="factory-a"', f'--label={catalogue.REPLICA_LABEL}="{rep.replica}"']
     upload = [str(T.thanos_binary()), "tools", "bucket", "upload-blocks", f"--path={blocks}", *external]

@@ -169,14 +169,16 @@ def write_history(tree: Path, out: Path, step: float) -> Path:
     return out
 
 
-def backfill(history: Path, data: Path) -> None:
-    """The history's TSDB blocks, into a Prometheus data dir (before Prometheus starts)."""
+def backfill(history: Path, data: Path, *, max_block: str | None = None, timeout: float = 900) -> None:
+    """The history's TSDB blocks, into a Prometheus data dir (before Prometheus starts), cut at
+    most ``max_block`` long (promtool's --max-block-duration; a year in 2 h blocks is read 4,380 times)."""
     data.mkdir(parents=True, exist_ok=True)
+    size = [f"--max-block-duration={max_block}"] if max_block else []
     r = subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(history), str(data)],
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", *size, str(history), str(data)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
     if r.returncode != 0:
