@@ -74,6 +74,14 @@ def tally(s: list[int], want: set[str], got: set[str]) -> list[str]:
     return sorted(got - want)
 
 
+def scored(s: list[int]) -> str:
+    """``precision | recall | TP | FP | FN`` of a table row (nan where a ratio has no denominator)."""
+    tp, fp, fn = s
+    p = tp / (tp + fp) if tp + fp else math.nan
+    r = tp / (tp + fn) if tp + fn else math.nan
+    return f"{fmt(p)} | {fmt(r)} | {tp} | {fp} | {fn}"
+
+
 def one(work: Path, seed: int, pilots: int) -> tuple[list[dict[str, object]], set[tuple[str, str]], float]:
     t0 = time.perf_counter()
     work.mkdir(parents=True)
@@ -226,10 +234,7 @@ def backfill_main(a: argparse.Namespace) -> int:
     how = {**{k: f"{v}, over the history" for k, v in Q.ALERTS.items()},
            **{k: f"`gwms:site_problem` reason `{k}`, live at the end" for k in LIVE}}  # fmt: skip
     for kind in (*Q.ALERTS, *LIVE):
-        tp, fp, fn = score[kind]
-        p = tp / (tp + fp) if tp + fp else math.nan
-        r = tp / (tp + fn) if tp + fn else math.nan
-        lines.append(f"| {kind} | {how[kind]} | {fmt(p)} | {fmt(r)} | {tp} | {fp} | {fn} |")
+        lines.append(f"| {kind} | {how[kind]} | {scored(score[kind])} |")
     lines += [
         "",
         f"False positives: {'; '.join(fps) or 'none'}.",
@@ -243,10 +248,7 @@ def backfill_main(a: argparse.Namespace) -> int:
         "|---|---|---|---|---|---|",
     ]
     for kind in ANALYZED:
-        tp, fp, fn = an_score[kind]
-        p = tp / (tp + fp) if tp + fp else math.nan
-        r = tp / (tp + fn) if tp + fn else math.nan
-        lines.append(f"| {kind} | {fmt(p)} | {fmt(r)} | {tp} | {fp} | {fn} |")
+        lines.append(f"| {kind} | {scored(an_score[kind])} |")
     lines += [
         "",
         f"False positives: {'; '.join(an_fps) or 'none'}.",
@@ -323,10 +325,7 @@ def main() -> int:
         "|---|---|---|---|---|---|---|",
     ]
     for kind, reason in KINDS.items():
-        tp, fp, fn = score[kind]
-        p = tp / (tp + fp) if tp + fp else math.nan
-        r = tp / (tp + fn) if tp + fn else math.nan
-        lines.append(f"| {kind} | `{reason}` | {fmt(p)} | {fmt(r)} | {tp} | {fp} | {fn} |")
+        lines.append(f"| {kind} | `{reason}` | {scored(score[kind])} |")
     lines += ["", f"False positives: {', '.join(fps) or 'none'}.", ""]
     a.out.write_text("\n".join(lines))
     print("\n".join(lines))
