@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gwms_obs.simulate.factory import simulate
-from gwms_obs.simulate.scenario import ANOMALY_ENTRIES, DEFAULT_ENTRIES
+from gwms_obs.simulate.scenario import ANOMALY_ENTRIES, DEFAULT_ENTRIES, FACTORY
 from tests.support.servers import free_port
 from tests.test_analyze import to_jaeger
 from tests.test_cli_misuse import argparse_error, gwms_obs, one_line
@@ -115,8 +115,11 @@ def test_jaeger_spans_give_the_same_actions_and_count_once(anomalous: Path, jaeg
     empty = tmp_path / "factory"
     (empty / "client").mkdir(parents=True)
     (empty / "server").mkdir()
-    from_jaeger = analyze_json(empty, "--jaeger", jaeger, "--since", "2026-01-01", "--until", "2026-12-31")
+    # Jaeger's spans of this factory only: a tree without descript.xml does not name it, so the flag does
+    window = ("--since", "2026-01-01", "--until", "2026-12-31")
+    from_jaeger = analyze_json(empty, "--jaeger", jaeger, *window, "--factory-name", FACTORY)
     assert from_jaeger["jaeger_spans"] > 0 and from_jaeger["spools"] == 0
+    assert analyze_json(empty, "--jaeger", jaeger, *window, "--factory-name", "another")["jaeger_spans"] == 0
     assert (from_jaeger["actions"][0]["entry"], from_jaeger["actions"][0]["name"]) == (SLOW.name, SLOW.slow_script)
     # Both: every span once, the distributions are the spools'.
     both = analyze_json(anomalous, "--jaeger", jaeger, "--since", "2026-01-01", "--until", "2026-12-31")

@@ -464,7 +464,7 @@ def _factory_name(a: argparse.Namespace, factory_dir: str | None, errors: ParseE
     cfg = load(a.config) if getattr(a, "config", None) else None
     if cfg is not None and cfg.factory_name:
         return cfg.factory_name
-    monitor = a.monitor_dir or (cfg.ingest.monitor_dir if cfg is not None else None)
+    monitor = getattr(a, "monitor_dir", None) or (cfg.ingest.monitor_dir if cfg is not None else None)
     if monitor is None:
         where = (cfg.ingest.factory_dir if cfg is not None else None) or factory_dir
         monitor = os.path.join(where, "monitor") if where else ""
@@ -511,6 +511,13 @@ def cmd_traces(a: argparse.Namespace) -> int:
 
     if _empty_window(a):
         return 2
+    # Two factories may share a Jaeger (and entry names): the factory's traces only, named as export
+    # names them, when given one (--factory-name, or the exporter's --config); else every factory's.
+    try:
+        factory = _factory_name(a, None, ParseErrors()) if a.factory_name or a.config else None
+    except ConfigError as e:
+        log.error("%s", e)
+        return 2
     try:
         if a.trace_id:
             traces = [t for tid in a.trace_id for t in J.get_trace(a.jaeger, tid)]
@@ -519,8 +526,9 @@ def cmd_traces(a: argparse.Namespace) -> int:
             since = a.since if a.since is not None else until - 86400
             services = a.service or [C.SERVICE_PILOT]
             traces = J.search(
-                a.jaeger, services=services, entry=a.entry, client=a.client, start=since, end=until, limit=a.limit
-            )
+                a.jaeger, services=services, factory=factory, entry=a.entry, client=a.client, start=since,
+                end=until, limit=a.limit,
+            )  # fmt: skip
         rows = J.rows(traces)
         if a.format == "parquet":
             if not a.output:
@@ -557,6 +565,14 @@ def cmd_analyze(a: argparse.Namespace) -> int:
 
     if not _factory_window_ok(a):
         return 2
+    factory = None
+    if a.jaeger:  # Jaeger's pilots of this factory only, named as export names its traces
+        try:
+            factory = _factory_name(a, a.factory_dir, ParseErrors())
+        except ConfigError as e:
+            log.error("%s", e)
+            return 2
+        log.info("reading the pilots of factory %r from Jaeger (gwms.factory; --factory-name to change)", factory)
     try:
         data, ingest, res = collect(
             a.factory_dir,
@@ -565,6 +581,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
             until=a.until,
             jaeger=a.jaeger,
             jaeger_limit=a.limit,
+            factory=factory,
             lost_after_seconds=a.lost_after_seconds,
             progress=True,
             workers=a.workers,
@@ -917,6 +934,16 @@ def parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--jaeger", default=os.environ.get("GWMS_OBS_JAEGER_URL", "http://127.0.0.1:16686"),
                    help="Jaeger query base URL (default $GWMS_OBS_JAEGER_URL or http://127.0.0.1:16686)")  # fmt: skip
+    t.add_argument(
+        "--factory-name",
+        help="only this factory's pilots (gwms.factory, export's factory_name; default: every factory's, "
+        "or the --config's)",
+    )
+    t.add_argument(
+        "--config",
+        help="the exporter's TOML configuration: only its factory's pilots (its factory_name, else its "
+        "monitor dir's FactoryName, as export names its traces)",
+    )
     t.add_argument("--entry", help="only traces with a span of this gwms.entry")
     t.add_argument("--client", help="only traces with a span of this gwms.client (frontend client)")
     t.add_argument("--service", action="append", help="Jaeger service (repeatable; default glidein)")
@@ -948,6 +975,10 @@ def parser() -> argparse.ArgumentParser:
     an.add_argument("--jaeger", type=_http_url, help="also read the pilots' spans from this Jaeger query base URL")
     an.add_argument(
         "--limit", type=_positive_int, default=200, help="with --jaeger: traces to fetch per entry (default 200)"
+    )
+    _trace_names(an)  # with --jaeger: this factory's traces only (another may share the Jaeger)
+    an.add_argument(
+        "--config", help="the exporter's TOML configuration, for its factory_name (--factory-name overrides it)"
     )
     an.set_defaults(func=cmd_analyze)
 

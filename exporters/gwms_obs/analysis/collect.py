@@ -10,7 +10,10 @@ Jaeger's spans come through ``tracing.jaeger.search``, one search per entry the
 accounting counted (up to ``jaeger_limit`` traces each): where every pilot has a
 trace (the exporter builds one per counted pilot, outputs/pilot_traces.py), one
 search of the whole factory would hand its busiest entries the whole sample and
-leave a small entry below ``outliers.MIN_SAMPLES``.
+leave a small entry below ``outliers.MIN_SAMPLES``. Each search is also by the
+factory's name (``gwms.factory``, as export names its traces): another factory
+sharing the Jaeger may have entries of the same names, and its pilots are not
+this tree's.
 
 A span's entry, site and client are the factory's (the accounting's), never
 what the pilot wrote, whenever the pilot is known: the .err's path for a
@@ -217,13 +220,15 @@ def collect(
     until: float | None = None,
     jaeger: str | None = None,
     jaeger_limit: int = 200,
+    factory: str | None = None,
     lost_after_seconds: float = 3600.0,
     progress: bool = False,
     workers: int | None = None,
 ) -> tuple[Dataset, Ingest, ScanResult]:
     """Read the tree (and Jaeger) once; the Ingest and its scan are returned for errors and failed sources.
 
-    Raises ``tracing.jaeger.JaegerError`` when Jaeger cannot be read.
+    ``factory``: the factory's name in its traces (``gwms.factory``); Jaeger's traces of another are
+    left out. None: every factory's. Raises ``tracing.jaeger.JaegerError`` when Jaeger cannot be read.
     """
     c = Collector(since, until)
     ingest = Ingest(
@@ -248,5 +253,5 @@ def collect(
         lo = since if since is not None else hi - 7 * 86400
         entries: list[str | None] = [*sorted({a.entry for a in c.all_accounts})] or [None]
         for entry in entries:  # None: no pilot counted in the window, the whole factory's newest
-            c.add_jaeger(J.search(jaeger, entry=entry, start=lo, end=hi, limit=jaeger_limit))
+            c.add_jaeger(J.search(jaeger, factory=factory, entry=entry, start=lo, end=hi, limit=jaeger_limit))
     return c.dataset(), ingest, res

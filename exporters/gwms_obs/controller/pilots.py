@@ -139,12 +139,14 @@ def fetch_trace(base: str, tid: str, timeout: float) -> dict[str, Any] | None:
 
 
 def search(
-    base: str, entry: str | None, since: float, until: float, limit: int, timeout: float
+    base: str, entry: str | None, since: float, until: float, limit: int, timeout: float, factory: str | None = None
 ) -> list[dict[str, Any]]:
-    """The pilots' traces (service ``glidein``) in [since, until], of ``entry`` when given."""
+    """The pilots' traces (service ``glidein``) in [since, until], of ``entry`` and ``factory`` when given
+    (factories sharing a Jaeger may have entries of the same name: ``gwms.factory`` tells them apart)."""
     q = {"service": C.SERVICE_PILOT, "limit": str(limit), "start": str(int(since * 1e6)), "end": str(int(until * 1e6))}
-    if entry:
-        q["tags"] = json.dumps({C.ENTRY: entry})
+    tags = {k: v for k, v in ((C.FACTORY, factory), (C.ENTRY, entry)) if v}
+    if tags:
+        q["tags"] = json.dumps(tags)
     doc = _get(f"{base.rstrip('/')}/api/traces?{urllib.parse.urlencode(q)}", timeout, MAX_SEARCH_BYTES)
     data = doc.get("data") if isinstance(doc, dict) else None
     return [t for t in data or [] if isinstance(t, dict)] if isinstance(data, list) else []
@@ -420,6 +422,7 @@ def view(trace: Mapping[str, Any], tid: str) -> PilotView:
 @dataclass(frozen=True, slots=True)
 class ListRow:
     trace_id: str
+    factory: str
     entry: str
     site: str
     job: str
@@ -438,7 +441,7 @@ def list_rows(traces: Iterable[Mapping[str, Any]], keep: Any) -> list[ListRow]:
         if tid is None or not keep(attrs):
             continue
         v = view(t, tid)
-        out.append((v.start, ListRow(tid, v.entry, v.site, v.job, v.start, v.duration, v.outcome,
+        out.append((v.start, ListRow(tid, v.factory, v.entry, v.site, v.job, v.start, v.duration, v.outcome,
                                      _first_error(v))))  # fmt: skip
     return [r for _, r in sorted(out, key=lambda x: x[0], reverse=True)]
 

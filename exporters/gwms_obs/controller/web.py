@@ -49,6 +49,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..tracing import conventions as C
 from . import pilots as PL
 from .policy import CEILING, Denied, Kind, Principal, Role, Rule, Verbosity, authorize_change, require_writer
 from .validate import STATUS, parse_id, rule_request, visible
@@ -637,6 +638,10 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         entry = q.get("entry", "").strip() or None
         if entry is not None and not _ENTRY.fullmatch(entry):
             return message(request, 400, "Bad list", "entry: 1-256 of letters, digits and _.:@/-", who)
+        # factories sharing a Jaeger may share entry names: a factory's pilots only, when asked
+        factory = q.get("factory", "").strip() or None
+        if factory is not None and not _ENTRY.fullmatch(factory):
+            return message(request, 400, "Bad list", "factory: 1-256 of letters, digits and _.:@/-", who)
         now = controller.clock()
         try:
             since = _when(q.get("since"), now - PILOT_HOURS * 3600, now)
@@ -651,14 +656,20 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
             return message(request, 400, "Bad list", "since must be before until", who)
         try:
             found = await run_in_threadpool(
-                PL.search, cfg.jaeger_query_url, entry, since, until, limit, cfg.jaeger_timeout_seconds
+                PL.search, cfg.jaeger_query_url, entry, since, until, limit, cfg.jaeger_timeout_seconds, factory
             )
         except PL.JaegerFailed as e:
             return jaeger_failed(request, who, e)
         controller.metrics.jaeger("ok")
-        rows = PL.list_rows(found, lambda attrs: PL.may_see(who, attrs, cfg.scopes))
+        rows = PL.list_rows(
+            found,  # Jaeger's search by the factory, held here too: a backend may not search resource tags
+            lambda attrs: (
+                (factory is None or str(attrs.get(C.FACTORY) or "") == factory) and PL.may_see(who, attrs, cfg.scopes)
+            ),
+        )
         return page(
-            request, "pilots.html", who=who, rows=rows, entry=entry or "", since=utc(since), until=utc(until),
+            request, "pilots.html", who=who, rows=rows, entry=entry or "", factory=factory or "", since=utc(since),
+            until=utc(until),
             limit=limit, found=len(found), now=utc(now), scope=scope_text(who),
         )  # fmt: skip
 

@@ -3,9 +3,11 @@
 The table is the tracer2022 prototype's (seed 000): trace:span, parent,
 entry, client, start (UTC), duration (µs), plus status and span name.
 Jaeger's ``/api/traces`` search takes a service, a time range (µs) and
-``tags`` (JSON, matched against span and resource attributes); the entry and
-client filters are applied again here, to whole traces, so the answer does
-not depend on which attributes a storage backend searches.
+``tags`` (JSON, matched against span and resource attributes); the factory,
+entry and client filters are applied again here, to whole traces, so the
+answer does not depend on which attributes a storage backend searches. Two
+factories sharing a Jaeger may have entries of the same name: ``factory``
+(the traces' ``gwms.factory``, the exporter's ``factory_name``) keeps one's.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def search(
     base: str,
     *,
     services: Iterable[str] = (C.SERVICE_PILOT,),
+    factory: str | None = None,
     entry: str | None = None,
     client: str | None = None,
     start: float | None = None,
@@ -66,7 +69,7 @@ def search(
     timeout: float = 30.0,
 ) -> list[dict[str, Any]]:
     """Traces (Jaeger API JSON) of the services with a span matching the filters, deduplicated."""
-    tags = {k: v for k, v in ((C.ENTRY, entry), (C.CLIENT, client)) if v}
+    tags = {k: v for k, v in ((C.FACTORY, factory), (C.ENTRY, entry), (C.CLIENT, client)) if v}
     seen: dict[str, dict[str, Any]] = {}
     for service in services:
         q: dict[str, str] = {"service": service, "limit": str(limit)}
