@@ -6,6 +6,7 @@ the controller's pilot list each return the one factory's pilots when given it, 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -143,3 +144,7 @@ def test_the_controllers_pilot_list_keeps_to_the_factory_asked_for(shared: Share
     page = op.get(f"/pilots?entry={entry}&factory={OTHER}&since=30d").text
     assert f'name="factory" value="{OTHER}"' in page and f"<td>{OTHER}</td>" in page  # shown, and kept in the form
     assert op.get("/pilots?factory=a%20b").status_code == 400
+    # a pilot's page links to its entry's other pilots at its own factory
+    page = op.get(f"/pilots/{sorted(others)[0]}").text
+    link = re.search(r'href="(/pilots\?[^"]+)">Other pilots of', page)
+    assert link and listed(html.unescape(link.group(1)).split("?", 1)[1]) == others

@@ -625,7 +625,10 @@ def app(controller: Any, session_secret: str, https_only: bool = False) -> Starl
         v = PL.view(trace, tid)
         v.jaeger_link = PL.jaeger_link(cfg.jaeger_ui_url, tid)
         v.grafana_link = PL.grafana_link(cfg.grafana_url, cfg.grafana_jaeger_datasource, tid)
-        return page(request, "pilot.html", who=who, pilot=v, now=utc(controller.clock()))
+        # its entry's other pilots at its own factory (another may have an entry of the same name)
+        same = {"factory": v.factory} if _ENTRY.fullmatch(v.factory) else {}
+        others = urllib.parse.urlencode({**same, "entry": v.entry})
+        return page(request, "pilot.html", who=who, pilot=v, others=others, now=utc(controller.clock()))
 
     async def pilot_list(request: Request) -> Response:
         who = await current(request)
