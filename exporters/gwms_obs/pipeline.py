@@ -29,7 +29,7 @@ which is written here and nowhere else:
 A watching daemon (:meth:`Ingest.watch`, ingest/watch.py) runs this full scan at start and
 every ``full_scan_seconds``; in between, each tick runs the same steps on what the inotify
 events say changed (and the pilots still waiting to settle), prunes nothing, and saves the
-checkpoint at most every ``CHECKPOINT_SECONDS``.
+checkpoint at most every ``CHECKPOINT_SECONDS`` (so do the full scans after the first).
 
 A step that fails is counted as ``scan_failed`` under its stage's first
 source, and the other steps go on. All state is saved in one checkpoint file
@@ -124,6 +124,7 @@ class Ingest:
         self._saved_at = float("-inf")
         self._settled_at = float("-inf")  # when a watched tick last looked at every held line and end
         self.last_scan_full = False  # whether the last scan was a full one (else a watched tick)
+        self._tick_saves = False  # whether this full scan saves the checkpoint as a tick does
         data = None
         if cfg.checkpoint and not cfg.reset_checkpoint:
             data = checkpoint.load(cfg.checkpoint, cfg.factory_dir)
@@ -211,6 +212,9 @@ class Ingest:
                 b.health.last_scan_duration = b.health.last_scan_end - t0
             return res
         d = self.discovery
+        # A watching daemon's full scan after its first (periodic, or a queue overflow) saves as
+        # its ticks do; its first saves at each step, as a backfill's progress.
+        self._tick_saves = d is not None and d.listing is not None
         changes = d.begin() if d is not None else None
         if d is not None and not d.watching:  # fell back for good (the watch limit): scans from now on
             self.discovery = d = None
@@ -228,10 +232,10 @@ class Ingest:
             phase(self.lines.source, self.lines.name_clients, scan)
         read(self.events)  # 3
         read(self.pilot_files)  # 4
-        self.save_checkpoint()
+        self._save_step()
         read(self.lines)  # 5
         phase(self.pilot_files.source, self.pilot_files.settle, scan)
-        self.save_checkpoint()
+        self._save_step()
         read(self.status)  # 6
         read(self.frontend)
         read(self.factory_log)
@@ -243,8 +247,18 @@ class Ingest:
         with b.lock:
             b.health.last_scan_end = now
             b.health.last_scan_duration = now - t0
-        self.save_checkpoint()
+        self._save_step()
         return res
+
+    def _save_step(self) -> None:
+        """The checkpoint at a full scan's step. A watching daemon's hourly scan saves as a tick
+        does (when the state changed, at most every CHECKPOINT_SECONDS): a whole checkpoint is
+        ~1.3 s of CPU at 301,040 pilots, and its three were half of that scan's cost."""
+        if self._tick_saves and (
+            self._state_mark() == self._saved_mark or self.books.clock() - self._saved_at < CHECKPOINT_SECONDS
+        ):
+            return
+        self.save_checkpoint()
 
     def watch(self) -> bool:
         """Discover by inotify events from now on (the daemon; ``report`` scans in full): a full

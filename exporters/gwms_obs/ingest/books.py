@@ -133,6 +133,7 @@ class Books:
         self.ledger = Ledger()
         self.errors = errors if errors is not None else ParseErrors()
         self.once = layout.OncePerPath(self.errors)  # what every scan lists again is counted once
+        self.client_dirs = layout.ClientDirs(key_str)  # each client directory's last listing, parsed
         self.health = Health()
         self.follower = Follower()  # cursors of the followed logs (completed_jobs, event logs)
         self.counted = Counted()  # the pilots counted, and those whose .out proved unusable
@@ -161,17 +162,12 @@ class Books:
 
     def list_clients(self) -> Listing:
         """Walk the client directories once: the pilots' files and the event logs."""
-        client_dirs = list(layout.entry_dirs(self.cfg.factory_dir, self.once))
-        listings = [(user, entry, *layout.scan_client_dir(user, entry, d, self.once)) for user, entry, d in client_dirs]
-        present: dict[str, layout.PilotFiles] = {}
-        for _, _, pilots, _ in listings:
-            for p in pilots:
-                present.setdefault(key_str(p.key), p)
+        client_dirs, present, logs = self.client_dirs.list(self.cfg.factory_dir, self.once)
         dirs_by_entry: dict[str, list[str]] = {}
         for _, entry, d in client_dirs:
             dirs_by_entry.setdefault(entry, []).append(d)
         self.names.listed(user for user, _, _ in client_dirs)
-        return Listing(present, dirs_by_entry, [f for *_, logs in listings for f in logs])
+        return Listing(present, dirs_by_entry, logs)
 
     def out_waits(self, ks: str, listing: Listing, recheck: bool) -> bool:
         """Whether the pilot's .out is there to be read (so no fallback may count it)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -161,15 +161,25 @@ def entry_dirs(factory_dir: str, errors: Recorder | None = None) -> Iterator[tup
 def scan_client_dir(
     username: str, entry: str, edir: str, errors: Recorder | None = None
 ) -> tuple[list[PilotFiles], list[EventLogFile]]:
+    names = _names_in(edir, errors)
+    return _parse_client_dir(username, entry, edir, names, errors) if names is not None else ([], [])
+
+
+def _names_in(edir: str, errors: Recorder | None) -> list[str] | None:
+    try:
+        with os.scandir(edir) as it:
+            return [e.name for e in it]
+    except OSError as e:
+        _listing_failed(e, edir, errors, Source.GLIDEIN_OUT.value)
+        return None
+
+
+def _parse_client_dir(
+    username: str, entry: str, edir: str, names: list[str], errors: Recorder | None
+) -> tuple[list[PilotFiles], list[EventLogFile]]:
     pilots: list[PilotFiles] = []
     logs: list[EventLogFile] = []
     src = Source.GLIDEIN_OUT.value
-    try:
-        with os.scandir(edir) as it:
-            names = [e.name for e in it]
-    except OSError as e:
-        _listing_failed(e, edir, errors, src)
-        return pilots, logs
     present = set(names)
     for name in names:
         if m := _JOB_OUT.fullmatch(name):
@@ -185,6 +195,60 @@ def scan_client_dir(
     pilots.sort(key=lambda p: (p.cluster, p.proc))
     logs.sort(key=lambda f: (f.day, f.client, -f.rotation))
     return pilots, logs
+
+
+@dataclass(slots=True)
+class _DirListing:
+    names: tuple[int, int]  # (how many, hash) of the directory's names, in the order listed
+    pilots: dict[str, PilotFiles]  # key -> files, by (cluster, proc)
+    logs: list[EventLogFile]
+
+
+class ClientDirs:
+    """Lists every entry's client directory, parsing again only those whose names changed.
+
+    A full scan of a large factory lists some 600,000 names, nearly all as they were an hour
+    before: a directory whose names are those of its last listing (their count and the hash
+    of the names in order; str hashes are keyed per process, so no name can be chosen to
+    collide) gives back its last parse, not a regular expression, a join and an object per
+    file again. ``key_of``: the pilots' key in the listing (ingest/books.py's key_str).
+    Holds only the directories of the last listing.
+    """
+
+    def __init__(self, key_of: Callable[[tuple[str, int, int]], str]) -> None:
+        self._key_of = key_of
+        self._last: dict[str, _DirListing] = {}
+
+    def list(
+        self, factory_dir: str, errors: Recorder | None = None
+    ) -> tuple[list[tuple[str, str, str]], dict[str, PilotFiles], list[EventLogFile]]:
+        """(user, entry, dir) of each client directory, the pilots' files by key (a pilot listed
+        in two directories: the first), and the event logs; as :func:`scan_client_dir` on each."""
+        client_dirs = list(entry_dirs(factory_dir, errors))
+        last, self._last = self._last, {}
+        parts: list[dict[str, PilotFiles]] = []
+        logs: list[EventLogFile] = []
+        for user, entry, edir in client_dirs:
+            names = _names_in(edir, errors)
+            if names is None:
+                continue
+            sig = (len(names), hash(tuple(names)))
+            got = last.get(edir)
+            if got is None or got.names != sig:
+                pilots, dlogs = _parse_client_dir(user, entry, edir, names, errors)
+                got = _DirListing(sig, {self._key_of(p.key): p for p in pilots}, dlogs)
+            self._last[edir] = got
+            parts.append(got.pilots)
+            logs.extend(got.logs)
+        present: dict[str, PilotFiles] = {}
+        for part in parts:
+            present.update(part)
+        if len(present) != sum(map(len, parts)):  # a pilot in two directories: the first listed is its
+            present = {}
+            for part in parts:
+                for k, p in part.items():
+                    present.setdefault(k, p)
+        return client_dirs, present, logs
 
 
 # What a name in an entry's client directory is, for the watch (ingest/watch.py) that sees
