@@ -585,6 +585,15 @@ DISCOVERY_FALLBACKS = MetricDef(
     ("reason",),
 )
 
+# The daemon's /metrics is served by a process of its own (outputs/serve.py): a scan never holds its GIL.
+METRICS_SERVER_RESTARTS = MetricDef(
+    "gwms_obs_metrics_server_restarts_total",
+    "counter",
+    "Times the exporter restarted the process serving its /metrics after it exited (each logged with its"
+    " exit status); the listening socket stays the daemon's, so scrapes wait in its queue meanwhile.",
+    (),
+)
+
 # The span-spool forwarder (tracing.outbox.SpoolForwarder), when the exporter forwards pilots' spans.
 TRACE_SPOOLS = MetricDef(
     "gwms_obs_trace_spools_total",

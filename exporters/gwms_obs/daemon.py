@@ -97,9 +97,10 @@ def run(cfg: ExportConfig, a: Run) -> int:
     """The exporter, once its configuration is checked and its checkpoint locked: 0, or what --once exits with."""
     from .ingest.checkpoint import CheckpointError
     from .outputs import self_trace
-    from .outputs.http import MetricsServer, SharedRenders, exposition_app
+    from .outputs.http import listen
     from .outputs.otlp import otlp_configured, start_otlp
     from .outputs.prometheus import Exposition
+    from .outputs.serve import ServingChild
     from .pipeline import Ingest
 
     errors = ParseErrors()  # the scans' and the forwarder's: one count of what was wrong, on /metrics
@@ -129,11 +130,20 @@ def run(cfg: ExportConfig, a: Run) -> int:
         exposition = Exposition(ingest, stats, traces.factory if traces is not None else None)
         host, port = parse_listen(cfg.listen)
         try:
-            server = MetricsServer(host, port, SharedRenders(exposition_app(exposition)))
+            sock = listen(host, port)  # here, so the port is ours across restarts of the serving process
         except OSError as e:  # in use, or a host name that does not resolve here
             log.error("cannot listen on %s: %s", cfg.listen, e.strerror or e)
             return 2
+        # /metrics answered by a process of its own (a scan holds our GIL), from the renders published to it.
+        server = ServingChild(exposition, sock)
         exposition.start()
+        try:
+            server.start()
+        except OSError as e:
+            log.error("cannot start the /metrics serving process: %s", e)
+            server.close()
+            exposition.stop()
+            return 2
         log.info("serving /metrics on http://%s:%d/metrics, factory %s", host, port, cfg.ingest.factory_dir)
     log.info("readers: %s", native.describe())
     if forwarder is not None:

@@ -138,10 +138,7 @@ def exposition_app(exposition: Any) -> Any:
 
 
 class _Server(WSGIServer):
-    """Binds and listens (with our backlog) and holds the WSGI environ; it serves nothing itself."""
-
-    request_queue_size = BACKLOG
-    allow_reuse_address = True
+    """Holds the listening socket (:func:`listen`) and the WSGI environ; it serves nothing itself."""
 
 
 class _HeadFirst(io.RawIOBase):
@@ -205,10 +202,19 @@ class MetricsServer:
         head_timeout: float = HEAD_TIMEOUT,
         io_timeout: float = IO_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        sock: socket.socket | None = None,
     ) -> None:
-        family, addr = _best_family(host, port)
-        server_cls = type("_FamilyServer", (_Server,), {"address_family": family})
-        self._server: _Server = server_cls((addr, port), _Handler)  # binds: OSError when in use
+        """``sock``: a socket :func:`listen` made (the daemon's, inherited by its serving child,
+        outputs/serve.py), else one bound to (host, port) here; :meth:`close` closes it either way."""
+        if sock is None:
+            sock = listen(host, port)  # OSError when in use
+        handler: Any = _Handler  # made by our workers (_answer_loop), never by socketserver
+        self._server: _Server = _Server(sock.getsockname()[:2], handler, bind_and_activate=False)
+        self._server.socket.close()  # the one socketserver made, never bound
+        self._server.socket = sock
+        self._server.server_name = socket.getfqdn(host)  # as HTTPServer.server_bind sets them, for the environ
+        self._server.server_port = self._server.server_address[1]
+        self._server.setup_environ()
         self._server.set_app(app)
         self._server.socket.setblocking(False)
         self.port: int = self._server.server_address[1]
@@ -351,6 +357,20 @@ class MetricsServer:
 def _close(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) and listening with :data:`BACKLOG` (OSError when in use)."""
+    family, addr = _best_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart binds at once (TIME_WAIT)
+        sock.bind((addr, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _best_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:

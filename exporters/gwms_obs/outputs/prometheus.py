@@ -738,6 +738,8 @@ class Exposition:
         self._last_end = 0.0
         self._budget = RENDER_BURST  # seconds of CPU renders may spend now (RENDER_BURST)
         self._thread: threading.Thread | None = None
+        # Called with each new render, in the renderer's thread (outputs/serve.py publishes it to its child).
+        self.on_render: Callable[[_Rendered], None] | None = None
 
     # --- rendering -----------------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -787,6 +789,8 @@ class Exposition:
             self.render_cpu += cpu
             self._budget = self._credit(began) - cpu
             self._last_end = time.monotonic()
+            if self.on_render is not None:
+                self.on_render(self._current)
             return True
 
     def _credit(self, at: float) -> float:
@@ -848,16 +852,28 @@ class Exposition:
             data = encoder(registry.restricted_registry(names))
             body = gzip.compress(data, GZIP_LEVEL) if gz else data
         else:
-            key = _variant(encoder)
-            cached = cur.bodies.get(key)
-            if cached is None:  # an encoding not asked for before: rendered once for this change
-                cached = cur.bodies.setdefault(key, _Body([((-1, 0), _encode(encoder, cur.families()))]))
-            self._want(key, encoder, gz)
+            cached = self.ledger_body(encoder, gz, cur)[1]
             tail = encoder(self.per_scrape)
             body = cached.gzipped(tail) if gz else cached.data + tail
         if gz:
             headers.append(("Content-Encoding", "gzip"))
         return headers, body
+
+    def ledger_body(self, encoder: Encoder, gz: bool, cur: _Rendered | None = None) -> tuple[_Rendered, _Body]:
+        """The ledger's part of a scrape in ``encoder`` (``gz``: asked gzipped) from ``cur`` (else the last
+        render), noted as asked for: what :meth:`answer` serves before the per-scrape families."""
+        if cur is None:
+            cur = self._current
+            if cur is None:  # before start(): a render of its own
+                self.refresh()
+                cur = self._current
+                assert cur is not None
+        key = _variant(encoder)
+        cached = cur.bodies.get(key)
+        if cached is None:  # an encoding not asked for before: rendered once for this change
+            cached = cur.bodies.setdefault(key, _Body([((-1, 0), _encode(encoder, cur.families()))]))
+        self._want(key, encoder, gz)
+        return cur, cached
 
     def _want(self, key: tuple[Any, ...], encoder: Encoder, gz: bool) -> None:
         with self._lock:
