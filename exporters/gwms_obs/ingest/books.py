@@ -30,6 +30,7 @@ from ..follow import Follower
 from ..model import CompletedJob, GlideinErr, GlideinOut, PilotTimes, StatsFormat
 from ..parse_errors import ParseErrors
 from ..sources import layout
+from .checkpoint import Op
 from .counted import Counted
 from .names import FrontendNames
 from .resolve import Holds
@@ -154,7 +155,7 @@ class Books:
                 times = self.holds.end_of(ks)
             self.ledger.add(acc, times)  # its queue time, when the event log holds it
             if ks is not None:
-                self.counted.seen[ks] = self.clock()
+                self.counted.count(ks, self.clock())
                 self.holds.counted(ks)
         res.pilots += 1
         res.by_source[source] += 1
@@ -201,6 +202,19 @@ class Books:
             "client_by_user": self.names.to_json(),
             "evidence": {e: dataclasses.asdict(ev) for e, ev in self.evidence.items()},
         }
+
+    def changes(self) -> list[Op] | None:
+        """Its part of a checkpoint journal record: the pilots counted since the last checkpoint, the
+        rest (the ledger, the cursors: ~3 MB at 300,000 pilots) whole. None: the next must be a base."""
+        counted = self.counted.changes()
+        if counted is None:
+            return None
+        mine = self.counted.state()
+        whole = {k: v for k, v in self.state().items() if k not in mine}
+        return [("whole", [k], v) for k, v in whole.items()] + counted
+
+    def saved(self) -> None:
+        self.counted.saved()
 
     def restore(self, data: dict[str, Any]) -> None:
         self.ledger = Ledger.from_json(data.get("ledger", {}))

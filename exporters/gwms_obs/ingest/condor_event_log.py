@@ -21,7 +21,9 @@ from ..model import PilotTimes
 from ..sources import condor_event_log, files, layout
 from ..sources.hold_reasons import classify
 from ..tracing.redact import mask_text
+from . import checkpoint
 from .books import Books, Listing, PilotFacts, key_str
+from .checkpoint import Op
 from .outlets import HoldCount, Outlets
 from .stage import Scan, Stage
 
@@ -58,6 +60,8 @@ class CondorEventLogStage(Stage):
         self.holds = books.holds  # its pilots ended, not counted (yet) are books.holds.ends
         self._users: dict[condor_event_log.LogKey, str] = {}  # each log's factory-side user (its client)
         self._logged: dict[str, tuple[str, float]] = {}  # entry -> (class, when) of its hold last logged
+        # The timeline's open pilots and ended logs as the last checkpoint saved them (None: not saved yet).
+        self._marks: tuple[checkpoint.Marks, checkpoint.Marks] | None = None
 
     def discover(self, scan: Scan) -> Sequence[layout.EventLogFile]:
         return scan.listing.logs if scan.listing is not None else []
@@ -211,11 +215,37 @@ class CondorEventLogStage(Stage):
             log.debug("forgot %d ended pilots of event logs no longer on disk", n)
 
     def state(self) -> dict[str, Any]:
-        return {
-            "waiting": {k: dataclasses.asdict(t) for k, t in self.holds.ends.items()},
-            "timeline": self.timeline.to_json(),
-        }
+        return {"waiting": self._waiting(), "timeline": self.timeline.to_json()}
+
+    def _waiting(self) -> dict[str, Any]:
+        return {k: dataclasses.asdict(t) for k, t in self.holds.ends.items()}
+
+    def changes(self) -> list[Op] | None:
+        """The waiting ends whole (those of pilots lost, an hour's at most), and of the timeline the rows
+        that changed: at 300,000 pilots its whole was ~17 MB and ~1 s of CPU, each event of an open
+        pilot changing one row."""
+        if self._marks is None:
+            return None
+        tl, (opened, ended) = self.timeline, self._marks
+        return [
+            ("whole", ["waiting"], self._waiting()),
+            ("rows", ["timeline", "open"], checkpoint.rows_changed(opened, tl.open_map, id, tl.open_row, 4)),
+            (
+                "rows",
+                ["timeline", "ended_by_log"],
+                checkpoint.rows_changed(ended, tl.ended_map, tl.ended_mark, tl.ended_row, 3),
+            ),
+            ("whole", ["timeline", "newest"], tl.newest_rows()),
+        ]
+
+    def saved(self) -> None:
+        tl = self.timeline
+        self._marks = (
+            checkpoint.mark_rows(tl.open_map.items(), id),
+            checkpoint.mark_rows(tl.ended_map.items(), tl.ended_mark),
+        )
 
     def restore(self, data: dict[str, Any]) -> None:
         self.holds.ends = {str(k): PilotTimes(**v) for k, v in data.get("waiting", {}).items()}
         self.timeline = condor_event_log.PilotTimeline.from_json(data.get("timeline", {}))
+        self._marks = None

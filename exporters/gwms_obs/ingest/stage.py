@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Source
 from .books import Books, Listing, PilotFacts, ScanResult
+from .checkpoint import Op
 from .outlets import Outlets
 
 
@@ -75,6 +76,15 @@ class Stage:
     def state(self) -> dict[str, Any]:
         """Its part of the checkpoint: exactly ``checkpoint_keys``."""
         return {}
+
+    def changes(self) -> list[Op] | None:
+        """Its part of a checkpoint journal record (ingest/checkpoint.py): what changed since the
+        last checkpoint. Here its state whole; a stage whose state is large says what changed.
+        None: it cannot say, the next checkpoint must be a base."""
+        return [("whole", [k], v) for k, v in self.state().items()]
+
+    def saved(self) -> None:
+        """The checkpoint on disk (a base or a journal record) holds its state as it is now."""
 
     def restore(self, data: dict[str, Any]) -> None:
         """Take back its part of a loaded checkpoint."""

@@ -24,7 +24,7 @@ import re
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -317,6 +317,12 @@ class _Jobs:
     def __len__(self) -> int:
         return len(self._a) + len(self._wide)
 
+    def fingerprint(self) -> tuple[int, ...]:
+        """Changes whenever its pilots do: adds change its length; drop() takes the lowest, so an add
+        and a drop that change what it holds change its lowest."""
+        a = self._a
+        return (len(a), a[0] if a else -1, a[-1] if a else -1, *sorted(self._wide))
+
     def __iter__(self) -> Iterator[int]:
         yield from self._a
         yield from sorted(self._wide)
@@ -506,13 +512,38 @@ class PilotTimeline:
     def to_json(self) -> dict[str, Any]:
         """JSON-safe state for the exporter's checkpoint."""
         return {
-            "open": [[*k, asdict(p), t, log[2]] for k, (p, t, log) in self._open.items()],
+            "open": [self.open_row(k, v) for k, v in self._open.items()],
             # Per log: [entry, client, day, [cluster, proc, cluster, proc, ...]] (was "ended", a row a pilot).
-            "ended_by_log": [
-                [*log, [x for j in jobs for x in (j >> 30, j & _PROC)]] for log, jobs in self._ended.items()
-            ],
-            "newest": [[*log, t] for log, t in self._newest.items()],
+            "ended_by_log": [self.ended_row(log, jobs) for log, jobs in self._ended.items()],
+            "newest": self.newest_rows(),
         }
+
+    def newest_rows(self) -> list[list[Any]]:
+        return [[*log, t] for log, t in self._newest.items()]
+
+    # What the checkpoint's journal (ingest/checkpoint.py) needs to write only the rows that changed:
+    # the two maps, their rows as to_json writes them, and what tells a row changed. Every event of an
+    # open pilot stores a new (pilot, time, log) tuple: its identity (the mark keeps it alive).
+    @property
+    def open_map(self) -> Mapping[tuple[str | None, str | None, int, int], tuple[PilotTimes, float, LogKey]]:
+        return self._open
+
+    @property
+    def ended_map(self) -> Mapping[LogKey, _Jobs]:
+        return self._ended
+
+    @staticmethod
+    def open_row(k: tuple[str | None, str | None, int, int], v: tuple[PilotTimes, float, LogKey]) -> list[Any]:
+        p, t, log = v
+        return [*k, asdict(p), t, log[2]]
+
+    @staticmethod
+    def ended_mark(jobs: _Jobs) -> tuple[int, ...]:
+        return jobs.fingerprint()
+
+    @staticmethod
+    def ended_row(log: LogKey, jobs: _Jobs) -> list[Any]:
+        return [*log, [x for j in jobs for x in (j >> 30, j & _PROC)]]
 
     @classmethod
     def from_json(cls, data: dict[str, Any], max_pilots: int = 200_000, max_age: float = 30 * 86400) -> PilotTimeline:
