@@ -74,7 +74,11 @@ def test_base_and_journal_load_as_the_whole_state_after_random_ticks(
             step()
             if rng.random() < 0.5:
                 continue  # several steps in one tick
+            full = rng.random() < 0.15  # the hourly full scan now and then: it appends as a tick does
+            assert ing.discovery is not None
+            ing.discovery.full_scan_seconds = 0.0 if full else 3600.0
             ing.scan()
+            assert ing.last_scan_full == full
             if rng.random() < 0.1:
                 ing.save_checkpoint()  # a base now and then (a full scan's, a journal past its bound)
             else:
