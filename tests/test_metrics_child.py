@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.exposition import choose_encoder
 
 from gwms_obs import catalogue
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.outputs.http import listen
 from gwms_obs.outputs.prometheus import Exposition
-from gwms_obs.outputs.serve import ServingChild
+from gwms_obs.outputs.serve import ServingChild, encoding_tag
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.tracing.outbox import ForwarderStats
@@ -228,3 +229,26 @@ def test_the_serving_process_ends_with_a_sigkilled_daemon(
     p.wait(10)
     wait_for("the serving process to end", lambda: _gone(kid), 15)
     assert not _listening(port)  # no orphan holds the port
+
+
+def test_an_encoding_is_written_with_each_render_only_while_it_is_scraped(
+    child: tuple[Ingest, Exposition, ServingChild, int],
+) -> None:
+    """Prometheus' OpenMetrics gzipped is written with every render; another form (here the same
+    OpenMetrics, plain) only while the child is asked for it: one curl must not cost every render after."""
+    ing, expo, served, port = child
+    om_gz, om_raw = (served.dir / f"body.{encoding_tag(choose_encoder(PROMETHEUS)[0], gz)}" for gz in (True, False))
+
+    def seq(path: Path) -> int:
+        return int(path.read_bytes().split(b"\n", 1)[0])
+
+    _get(port, PROMETHEUS)  # plain: waits for the daemon to write it for the last render
+    assert seq(om_raw) == seq(om_gz)
+    served._wanted_seconds = 0.0  # as if its last scrape were WANTED_SECONDS ago
+    before = seq(om_gz)
+    assert ing.scan().pilots > 0
+    while expo.refresh():  # the scan's last change rendered (the renderer's thread rendered some meanwhile)
+        pass
+    assert seq(om_gz) > before and seq(om_raw) == before  # not written again
+    _, body = _get(port, PROMETHEUS)  # asked again: written for the last render, and served
+    assert seq(om_raw) == seq(om_gz) and b"gwms_pilots_total{" in body

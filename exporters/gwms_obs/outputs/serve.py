@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gwms_obs.serve")
 
-TAIL_SECONDS = 2.0  # how often the daemon looks at the per-scrape families (~0.3 ms of CPU each time) and wants
+TAIL_SECONDS = 5.0  # how often the daemon looks at the per-scrape families (0.3-0.7 ms of CPU each time)
 WAIT_SECONDS = 10.0  # how long a scrape of an encoding not written for the last render waits for it
 ASK_AGAIN = 1.0  # ... waking the daemon again this often (a render may have raced the first ask)
 MAX_WANTS = 32  # encodings the child asks for (Accept headers are the scrapers'; a few in practice)
@@ -174,7 +174,8 @@ class ServingChild:
         self._lock = threading.Lock()  # the state below, shared by the renderer's thread and ours
         self._cur: Any = None  # the last render published, and its number
         self._seq = 0
-        self._asked: dict[tuple[Any, bool], Any] = {}  # (Exposition's key, gzip) -> encoder, as the child asked
+        # (Exposition's key, gzip) -> its encoder and when the child was last asked for it (monotonic)
+        self._asked: dict[tuple[Any, bool], tuple[Any, float]] = {}
         self._written: dict[str, int] = {}  # body file -> the render number in it
         self._want_times: dict[str, int] = {}  # want file -> the mtime_ns last acted on
         self._tail: bytes | None = None
@@ -182,9 +183,10 @@ class ServingChild:
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
-        from .prometheus import _variant  # the daemon has it loaded; the child never imports it
+        from .prometheus import WANTED_SECONDS, _variant  # the daemon has them loaded; the child never imports it
 
         self._variant = _variant
+        self._wanted_seconds = WANTED_SECONDS  # an encoding or its gzip not asked for this long is not written
         self._prometheus_key = _variant(choose_encoder(PROMETHEUS_ACCEPT)[0])
         exposition.per_scrape.register(_Restarts(self))
         exposition.on_render = self._rendered
@@ -196,7 +198,11 @@ class ServingChild:
         with self._lock:
             self._seq += 1
             self._cur = cur
-            for (key, gz), encoder in self._asked.items():
+            now = time.monotonic()
+            for (key, gz), (encoder, asked) in list(self._asked.items()):
+                if now - asked > self._wanted_seconds:  # not scraped lately: written again when it is
+                    del self._asked[key, gz]
+                    continue
                 body = cur.bodies.get(key)  # absent once Exposition dropped it: written again when asked
                 if body is not None and (key, gz) != (self._prometheus_key, True):
                     self._publish_body(encoding_tag(encoder, gz), body, gz)
@@ -266,7 +272,7 @@ class ServingChild:
                 continue
             key = self._variant(encoder)
             with self._lock:
-                self._asked[key, gz] = encoder
+                self._asked[key, gz] = (encoder, time.monotonic())
             cur, body = self.exposition.ledger_body(encoder, gz)  # rendered whole if Exposition dropped it
             with self._lock:
                 if cur is self._cur:  # else a newer render is being published, with this encoding
@@ -396,7 +402,8 @@ class Published:
         self.control = control
         self._lock = threading.Lock()
         self._files: dict[str, _File] = {}
-        self._tail: tuple[tuple[int, int, int], list[Any]] | None = None
+        self._tail: tuple[tuple[int, int, int], list[Any]] | None = None  # rows: families, or _PROCESS
+        self._encoded: dict[Any, list[bytes]] = {}  # per encoding, the tail's parts around the process figures
         self._process = ProcessCollector(pid=lambda: parent, registry=None)
         self._parsed: tuple[int, dict[str, Metric]] | None = None  # name[]'s families of one render
 
@@ -423,8 +430,7 @@ class Published:
             self._files[name] = got
         return got
 
-    def tail(self) -> list[Metric]:
-        """The per-scrape families: the daemon's last, its process figures read now."""
+    def _tail_rows(self) -> tuple[tuple[int, int, int], list[Any]]:
         path = self.dir / "tail.json"
         try:
             st = os.stat(path)
@@ -433,15 +439,37 @@ class Published:
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         cached = self._tail
         if cached is None or cached[0] != sig:
-            rows = json.loads(path.read_bytes())
+            rows = [_PROCESS if r == _PROCESS else _family_from_json(r) for r in json.loads(path.read_bytes())]
             cached = self._tail = (sig, rows)
+            self._encoded = {}
+        return cached
+
+    def tail(self) -> list[Metric]:
+        """The per-scrape families: the daemon's last, its process figures read now."""
         out: list[Metric] = []
-        for row in cached[1]:
-            if row == _PROCESS:
-                out += self._process.collect()
-            else:
-                out.append(_family_from_json(row))
+        for row in self._tail_rows()[1]:
+            out += self._process.collect() if row is _PROCESS else [row]
         return out
+
+    def encoded_tail(self, encoder: Any) -> bytes:
+        """:meth:`tail` in ``encoder``: the daemon's families encoded once per change of them (their help
+        texts escaped char by char were most of a scrape's CPU), the process figures at each scrape."""
+        rows = self._tail_rows()[1]
+        key = (getattr(encoder, "func", encoder), tuple(sorted(getattr(encoder, "keywords", {}).items())))
+        parts: list[bytes] | None = self._encoded.get(key)
+        if parts is None:
+            parts = []
+            run: list[Metric] = []
+            for row in [*rows, None]:  # None: the end
+                if row is _PROCESS or row is None:
+                    parts.append(_encode_part(encoder, run))
+                    run = []
+                else:
+                    run.append(row)
+            if len(self._encoded) < MAX_WANTS:
+                self._encoded[key] = parts
+        process = _encode_part(encoder, list(self._process.collect()))
+        return process.join(parts) + (_OM_EOF if encoder(_Families([])) == _OM_EOF else b"")
 
     def _ask(self, tag: str, accept: str) -> None:
         """Tell the daemon ``tag`` was scraped: the want file's time, and a byte to wake it."""
@@ -491,7 +519,7 @@ class Published:
             got = self._body(tag, (accept or "")[:MAX_ACCEPT])
             if got is None:
                 raise _NotYet(tag)
-            tail = encoder(_Families(self.tail()))
+            tail = self.encoded_tail(encoder)
             body = got.data + (_gzip_member(tail) if gz else tail)
         if gz:
             headers.append(("Content-Encoding", "gzip"))
@@ -512,6 +540,12 @@ class Published:
         registry.register(_Families(list(parsed[1].values())))
         registry.register(_Families(self.tail()))
         return registry.restricted_registry([n for n in names if _NAME_OK.match(n)])
+
+
+def _encode_part(encoder: Any, families: list[Metric]) -> bytes:
+    """``families`` in ``encoder``, without OpenMetrics' closing line (parts are joined, then closed)."""
+    data: bytes = encoder(_Families(families))
+    return data[: -len(_OM_EOF)] if data.endswith(_OM_EOF) else data
 
 
 class _Families:
