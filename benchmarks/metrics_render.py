@@ -46,6 +46,9 @@ from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 
 from gwms_obs.accounting.ledger import Ledger
+from gwms_obs.accounting.partition import Partition
+from gwms_obs.accounting.pilot import PilotAccount
+from gwms_obs.catalogue import Category, Outcome
 from gwms_obs.daemon import Heap
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.outputs.http import MetricsServer, SharedRenders, exposition_app
@@ -140,16 +143,15 @@ def q(xs: list[float], p: float) -> float:
 
 
 def arrive(led: Ledger, rng: random.Random) -> None:
-    """A pilot's worth of change, as Ledger.add makes it: one pool's CPU, pilots, lifetime and last pilot."""
-    pool = rng.choice(list(led.lifetime))
-    for k in [k for k in led.cpu if k[:3] == pool][:2]:
-        led.cpu[k] += rng.uniform(1e3, 1e5)
-    outcome = next((k for k in led.pilots if k[:3] == pool), None)
-    if outcome is not None:
-        led.pilots[outcome] += 1
-    led.lifetime[pool].observe(rng.uniform(600, 200_000))
-    led.last_completed[pool] = time.time()
-    led.version += 1
+    """A pilot's worth of change, through Ledger.add (which marks what it changes for the renderer):
+    one pool's CPU, pilots, user jobs, lifetime, validation and last pilot."""
+    entry, client, site = rng.choice(list(led.lifetime))
+    part = Partition({Category.GOODPUT: rng.uniform(1e3, 1e5), Category.OVERHEAD: rng.uniform(10, 1e3)})
+    part.jobs[Category.GOODPUT] = rng.randrange(1, 9)
+    end = time.time()
+    start = end - rng.uniform(600, 200_000)
+    cluster = rng.randrange(10**6)
+    led.add(PilotAccount(entry, client, site, cluster, 0, Outcome.RAN_JOBS, start, end, 8, None, 0, 120.0, part))
 
 
 def full_render(ing: Ingest) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,6 +152,34 @@ class Ledger:
     # Bumped by every add and entry update: /metrics re-renders when it moved (outputs/prometheus.py
     # Exposition), instead of building every family on every scrape. Not saved.
     version: int = field(default=0, repr=False, compare=False)
+    # What moved since the renderer last took it (take_changes), so a render costs what a tick changed:
+    # a served table's name -> the keys written or dropped, or None when it was replaced whole (read it
+    # all again). Each mutator marks a table where it writes it (_touched). Not saved: a restored
+    # ledger is a new object, rendered whole.
+    _changed: dict[str, set[Any] | None] = field(default_factory=dict, repr=False, compare=False)
+    _taken: int = field(default=-1, repr=False, compare=False)  # the version at the last take_changes
+
+    def _touched(self, table: str) -> set[Any]:
+        """The keys of ``table`` changed since the last take_changes: a mutator adds the ones it writes."""
+        keys = self._changed.get(table)
+        if keys is None:
+            if table in self._changed:  # replaced whole since: read whole anyway
+                return set()
+            keys = self._changed[table] = set()
+        return keys
+
+    def _replaced(self, table: str, new: dict[Labels, Any]) -> None:
+        """``table`` replaced by ``new`` (its rows' order may change): the renderer reads it whole."""
+        setattr(self, table, new)
+        self._changed[table] = None
+
+    def take_changes(self) -> tuple[int, dict[str, set[Any] | None]]:
+        """(the version at the previous call, -1 if none; what changed since), and starts recording anew.
+        For /metrics (outputs/prometheus.py Exposition): one reader, which renders whole when the
+        version is not that of its last render (someone else took the changes in between)."""
+        taken, changed = self._taken, self._changed
+        self._taken, self._changed = self.version, {}
+        return taken, changed
 
     def add(self, a: PilotAccount, times: PilotTimes | None = None) -> None:
         """Count one pilot; ``times``: the event log's view of it, when it holds the pilot (its queue time)."""
@@ -164,28 +191,35 @@ class Ledger:
             pool = self._admit(a.entry, a.client, a.site)
         part = a.partition
         acc = _VALUE[part.accuracy]
+        touched = self._touched
         if part.cpu:
-            cpu = self.cpu
+            cpu, mark = self.cpu, touched("cpu")
             for cat, v in part.cpu.items():
                 k = (*pool, _VALUE[cat], acc)
                 cpu[k] = cpu.get(k, 0.0) + v
+                mark.add(k)
         if part.gpu:
-            gpu = self.gpu
+            gpu, mark = self.gpu, touched("gpu")
             for cat, v in part.gpu.items():
                 k = (*pool, _VALUE[cat], acc)
                 gpu[k] = gpu.get(k, 0.0) + v
+                mark.add(k)
         ko = (*pool, _VALUE[a.outcome])
         self.pilots[ko] = self.pilots.get(ko, 0) + 1
+        touched("pilots").add(ko)
         if part.jobs:
-            user_jobs = self.user_jobs
+            user_jobs, mark = self.user_jobs, touched("user_jobs")
             for cat, n in part.jobs.items():
                 kj = (*pool, _VALUE[cat])
                 user_jobs[kj] = user_jobs.get(kj, 0) + n
+                mark.add(kj)
         # At 0 from the first measured job on, as the entry counters: increase() sees the first hog.
         for res, o in a.overuse.items():
             kr = (*pool, _VALUE[res])
             self.overusing[kr] = self.overusing.get(kr, 0) + o.jobs
+            touched("overusing").add(kr)
             self.overuse_seconds[kr] = self.overuse_seconds.get(kr, 0.0) + o.seconds
+            touched("overuse_seconds").add(kr)
         # A histogram is made only for a new pool (setdefault would build one per pilot to throw away).
         h = self.lifetime.get(pool)
         if h is None:
@@ -194,11 +228,13 @@ class Ledger:
         if not life > 0.0:  # PilotAccount.lifetime: max(0.0, end - start)
             life = 0.0
         h.observe(life, a)
+        touched("lifetime").add(pool)
         if a.validation_duration is not None:
             h = self.validation.get(pool)
             if h is None:
                 h = self.validation[pool] = Histogram.empty(catalogue.PILOT_VALIDATION.buckets)
             h.observe(a.validation_duration, a)
+            touched("validation").add(pool)
         if times is not None:
             queued, grid = queue_seconds(times)
             if queued is not None:
@@ -206,13 +242,16 @@ class Ledger:
                 if h is None:
                     h = self.queue[pool] = Histogram.empty(catalogue.PILOT_QUEUE_TIME.buckets)
                 h.observe(queued, a)
+                touched("queue").add(pool)
             if grid is not None:
                 h = self.grid_queue.get(pool)
                 if h is None:
                     h = self.grid_queue[pool] = Histogram.empty(catalogue.PILOT_GRID_QUEUE_TIME.buckets)
                 h.observe(grid, a)
+                touched("grid_queue").add(pool)
         last = self.last_completed.get(pool, 0.0)
         self.last_completed[pool] = a.end if a.end > last else last  # max(last, end)
+        touched("last_completed").add(pool)
 
     def _admit(self, entry: str, client: str, site: str) -> Labels:
         """The pool's labels through the label budget; remembered once all three are admitted
@@ -227,13 +266,16 @@ class Ledger:
         self.version += 1
         k = (*self._admit(entry, client, site), cls)
         self.holds[k] = self.holds.get(k, 0) + 1
+        self._touched("holds").add(k)
         self.held_seconds.setdefault(k[:3], 0.0)  # at 0 from the entry's first hold: increase() sees the first
+        self._touched("held_seconds").add(k[:3])
 
     def add_held_seconds(self, entry: str, client: str, site: str, seconds: float) -> None:
         """A hold ended (released, removed, terminated) after ``seconds``."""
         self.version += 1
         pool = self._admit(entry, client, site)
         self.held_seconds[pool] = self.held_seconds.get(pool, 0.0) + seconds
+        self._touched("held_seconds").add(pool)
 
     def set_held_now(self, held: dict[tuple[str, str, str, str], int]) -> None:
         """The glideins held now, (entry, client, site, class) -> count; replaces the last."""
@@ -243,7 +285,7 @@ class Ledger:
             now[k] = now.get(k, 0) + n
         if now != self.held_now:
             self.version += 1
-            self.held_now = now
+            self._replaced("held_now", now)
 
     def grid_resource(self, entry: str, site: str, down: bool, t: float) -> None:
         """A 026 (``down``) or 025 of the entry's CE at ``t``. The logs of an entry's clients are read one
@@ -269,8 +311,8 @@ class Ledger:
         self._ce_served()
 
     def _ce_served(self) -> None:
-        self.ce_down = {(e, st[0]): 0.0 if st[1] is None else 1.0 for e, st in self.ce.items()}
-        self.ce_down_since = {(e, st[0]): st[1] for e, st in self.ce.items() if st[1] is not None}
+        self._replaced("ce_down", {(e, st[0]): 0.0 if st[1] is None else 1.0 for e, st in self.ce.items()})
+        self._replaced("ce_down_since", {(e, st[0]): st[1] for e, st in self.ce.items() if st[1] is not None})
 
     def _admit_entry(self, entry: str, site: str) -> Labels:
         return self.budget.admit("entry", entry), self.budget.admit("site", site)
@@ -280,24 +322,28 @@ class Ledger:
         self.version += 1
         k = self._admit(entry, client, site)
         self.submitted[k] = self.submitted.get(k, 0) + n
+        self._touched("submitted").add(k)
 
     def add_submit_events(self, entry: str, client: str, site: str, n: int) -> None:
         """``n`` glideins the schedd accepted (000 events of the entry's event log for ``client``)."""
         self.version += 1
         k = self._admit(entry, client, site)
         self.submit_events[k] = self.submit_events.get(k, 0) + n
+        self._touched("submit_events").add(k)
 
     def add_submit_failure(self, entry: str, site: str) -> None:
         """One condor_submit that failed at the entry."""
         self.version += 1
         k = self._admit_entry(entry, site)
         self.submit_failures[k] = self.submit_failures.get(k, 0) + 1
+        self._touched("submit_failures").add(k)
 
     def add_removed(self, entry: str, site: str, reason: str, n: int) -> None:
         """``n`` glideins the factory set out to remove, and why (catalogue.RemovalReason)."""
         self.version += 1
         k = (*self._admit_entry(entry, site), reason)
         self.removed[k] = self.removed.get(k, 0) + n
+        self._touched("removed").add(k)
 
     def update_entry(self, status: EntryStatus, site: str) -> None:
         """Take a new schedd_status.xml; integrate the previous one's gauges up to now."""
@@ -309,6 +355,7 @@ class Ledger:
             self.budget.admit("client", client)
         status.frontends = {c: fs for c, fs in status.frontends.items() if c in self.budget.known["client"]}
         prev = self.entries.get(status.entry)
+        busy, idle = self._touched("bottleneck_seconds"), self._touched("demand_seconds")
         if prev is not None and prev[0].updated is not None and status.updated is not None:
             dt = status.updated - prev[0].updated
             if dt <= 0:
@@ -318,13 +365,18 @@ class Ledger:
                 k = (status.entry, client, prev[1])
                 self.bottleneck_seconds[k] = self.bottleneck_seconds.get(k, 0.0) + b * dt
                 self.demand_seconds[k] = self.demand_seconds.get(k, 0.0) + d * dt
+                busy.add(k)
+                idle.add(k)
         # Counters exist from an entry's first status on, at 0 (Prometheus's "avoid missing
         # metrics"): increase() and rate() then see their first second, and panels show 0.
         for client in status.frontends:
             k = (status.entry, client, site)
             self.bottleneck_seconds.setdefault(k, 0.0)
             self.demand_seconds.setdefault(k, 0.0)
+            busy.add(k)
+            idle.add(k)
         self.entries[status.entry] = (status, site)
+        self._touched("entries").add(status.entry)
 
     def update_frontend_group(self, status: FrontendGroupStatus, client: str) -> None:
         """Take a group's new frontend_status.xml, labelled with the factory's name of its client."""
@@ -333,18 +385,21 @@ class Ledger:
         # An overflowed entry's gauges cannot be summed into another's: dropped (and counted).
         status.factories = {k: m for k, m in status.factories.items() if self.budget.admit("entry", k[0]) == k[0]}
         self.frontend_groups[status.group] = (status, client)
+        self._touched("frontend_groups").add(status.group)
 
     def drop_frontend_groups(self, groups: set[str]) -> None:
         """Forget groups the frontend no longer has (their dir is gone): their series end."""
-        if groups & set(self.frontend_groups):
+        if gone := groups & set(self.frontend_groups):
             self.version += 1
-            for g in groups:
-                self.frontend_groups.pop(g, None)
+            for g in gone:
+                del self.frontend_groups[g]
+            self._touched("frontend_groups").update(gone)
 
     def update_frontend(self, updated: float | None) -> None:
         """The frontend-wide frontend_status.xml's time."""
         self.version += 1
         self.frontend_updated = updated
+        self._touched("frontend_updated").add(None)
 
     # --- checkpoint -------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -437,38 +492,42 @@ class Ledger:
 @dataclass(frozen=True, slots=True)
 class Served:
     metric: catalogue.MetricDef
-    read: Callable[[Ledger], dict[Labels, Any]]
+    table: str  # the Ledger attribute it is read from, and its name in Ledger.take_changes
     from_accounts: bool = True
+
+    def read(self, led: Ledger) -> dict[Labels, Any]:
+        table: dict[Labels, Any] = getattr(led, self.table)
+        return table
 
 
 COUNTERS: tuple[Served, ...] = (
-    Served(catalogue.CPU_SECONDS, lambda led: led.cpu),
-    Served(catalogue.GPU_SECONDS, lambda led: led.gpu),
-    Served(catalogue.PILOTS, lambda led: led.pilots),
-    Served(catalogue.USER_JOBS, lambda led: led.user_jobs),
-    Served(catalogue.USER_JOBS_OVERUSING, lambda led: led.overusing),
-    Served(catalogue.USER_JOB_OVERUSE_SECONDS, lambda led: led.overuse_seconds),
-    Served(catalogue.HOLDS, lambda led: led.holds, from_accounts=False),
-    Served(catalogue.HELD_SECONDS, lambda led: led.held_seconds, from_accounts=False),
-    Served(catalogue.GLIDEINS_SUBMITTED, lambda led: led.submitted, from_accounts=False),
-    Served(catalogue.SUBMIT_FAILURES, lambda led: led.submit_failures, from_accounts=False),
-    Served(catalogue.GLIDEINS_REMOVED, lambda led: led.removed, from_accounts=False),
-    Served(catalogue.GLIDEIN_SUBMIT_EVENTS, lambda led: led.submit_events, from_accounts=False),
+    Served(catalogue.CPU_SECONDS, "cpu"),
+    Served(catalogue.GPU_SECONDS, "gpu"),
+    Served(catalogue.PILOTS, "pilots"),
+    Served(catalogue.USER_JOBS, "user_jobs"),
+    Served(catalogue.USER_JOBS_OVERUSING, "overusing"),
+    Served(catalogue.USER_JOB_OVERUSE_SECONDS, "overuse_seconds"),
+    Served(catalogue.HOLDS, "holds", from_accounts=False),
+    Served(catalogue.HELD_SECONDS, "held_seconds", from_accounts=False),
+    Served(catalogue.GLIDEINS_SUBMITTED, "submitted", from_accounts=False),
+    Served(catalogue.SUBMIT_FAILURES, "submit_failures", from_accounts=False),
+    Served(catalogue.GLIDEINS_REMOVED, "removed", from_accounts=False),
+    Served(catalogue.GLIDEIN_SUBMIT_EVENTS, "submit_events", from_accounts=False),
 )
 HISTOGRAMS: tuple[Served, ...] = (
-    Served(catalogue.PILOT_LIFETIME, lambda led: led.lifetime),
-    Served(catalogue.PILOT_VALIDATION, lambda led: led.validation),
-    Served(catalogue.PILOT_QUEUE_TIME, lambda led: led.queue, from_accounts=False),
-    Served(catalogue.PILOT_GRID_QUEUE_TIME, lambda led: led.grid_queue, from_accounts=False),
+    Served(catalogue.PILOT_LIFETIME, "lifetime"),
+    Served(catalogue.PILOT_VALIDATION, "validation"),
+    Served(catalogue.PILOT_QUEUE_TIME, "queue", from_accounts=False),
+    Served(catalogue.PILOT_GRID_QUEUE_TIME, "grid_queue", from_accounts=False),
 )
 GAUGES: tuple[Served, ...] = (
-    Served(catalogue.PILOT_LAST_COMPLETED, lambda led: led.last_completed),
-    Served(catalogue.HELD_GLIDEINS, lambda led: led.held_now, from_accounts=False),
-    Served(catalogue.ENTRY_CE_DOWN, lambda led: led.ce_down, from_accounts=False),
-    Served(catalogue.ENTRY_CE_DOWN_SINCE, lambda led: led.ce_down_since, from_accounts=False),
+    Served(catalogue.PILOT_LAST_COMPLETED, "last_completed"),
+    Served(catalogue.HELD_GLIDEINS, "held_now", from_accounts=False),
+    Served(catalogue.ENTRY_CE_DOWN, "ce_down", from_accounts=False),
+    Served(catalogue.ENTRY_CE_DOWN_SINCE, "ce_down_since", from_accounts=False),
 )
 # The entry status's counters (the per-entry gauges are built from Ledger.entries itself).
 ENTRY_COUNTERS: tuple[Served, ...] = (
-    Served(catalogue.ENTRY_BOTTLENECK_SECONDS, lambda led: led.bottleneck_seconds, from_accounts=False),
-    Served(catalogue.ENTRY_INSUFFICIENT_DEMAND_SECONDS, lambda led: led.demand_seconds, from_accounts=False),
+    Served(catalogue.ENTRY_BOTTLENECK_SECONDS, "bottleneck_seconds", from_accounts=False),
+    Served(catalogue.ENTRY_INSUFFICIENT_DEMAND_SECONDS, "demand_seconds", from_accounts=False),
 )

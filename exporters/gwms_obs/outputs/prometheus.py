@@ -19,6 +19,7 @@ chooses it from the scraper's Accept header.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import gzip
@@ -401,9 +402,10 @@ def _registry(first: Collector, stats: ForwarderStats | None) -> CollectorRegist
 # --- /metrics rendered once per change -----------------------------------------------------------
 # The ledger's families are rendered when it changes and served as bytes; the health and process
 # families are built per scrape (a few dozen samples). A render encodes only the rows (and entries,
-# frontend groups) whose values moved since the one before (~20 us a sample; 500 entries are
-# ~40,000) and joins the others' bytes as they were (_Incremental); its gzip, a member per chunk,
-# compresses only the chunks that moved (_Body). Renders come from a thread of their own.
+# frontend groups) the ledger marked as changed since the one before (Ledger.take_changes; ~20 us a
+# sample, 500 entries are ~40,000), copies only those from the ledger under its lock (_patched), and
+# joins again only the chunks they fall in, the others' bytes kept (_Incremental); its gzip, a member
+# per chunk, compresses only the chunks that moved (_Body). Renders come from a thread of their own.
 # A render of what a watched tick changed costs a few ms: the gap and the poll set how soon a
 # pilot reaches /metrics (within ~POLL + MIN_GAP of its tick), RENDER_SHARE the CPU of big ones.
 # At 2 arrivals a second every tick moves the ledger, so this is how often a watching daemon renders:
@@ -501,23 +503,39 @@ class _Body:
 
 
 Key = Any  # a unit's key in its section: a table's labels, an entry's or a group's name
+# What a render after another changes, from the ledger's changes (Ledger.take_changes): a served table ->
+# (its keys' order changed, the keys to encode again). None: the first render of a ledger, all of it.
+Delta = dict[str, tuple[bool, set[Key]]]
 
 
 @dataclass(slots=True)
 class _Section:
     """Families served from one set of units, in the order served: a table's rows (one family), the
-    entries (ENTRY_GAUGES), the frontend's groups (FRONTEND_METRICS). ``units``: (key, what it is
-    rendered from); ``build(units)``: each family holding those units' samples, with where each
-    unit's samples end in it."""
+    entries (ENTRY_GAUGES), the frontend's groups (FRONTEND_METRICS). ``rows()``: every unit as (key,
+    what it is rendered from), in the order served; ``build(units)``: each family holding those units'
+    samples, with where each unit's samples end in it. ``changed``: the units that changed since the
+    render before (None: every one); ``keys``: every unit's key in order, when that changed (None: as
+    before)."""
 
-    units: list[tuple[Key, Any]]
+    rows: Callable[[], list[tuple[Key, Any]]]
     build: Callable[[list[tuple[Key, Any]]], list[tuple[Metric, list[int]]]]
+    changed: list[tuple[Key, Any]] | None = None
+    keys: list[Key] | None = None
 
 
-def _sections(snap: L.Ledger, factory: str | None) -> list[_Section]:
-    """:func:`ledger_families` as sections, the families in the same order."""
+def _sections(snap: L.Ledger, factory: str | None, delta: Delta | None = None) -> list[_Section]:
+    """:func:`ledger_families` as sections, the families in the same order; with ``delta``, each
+    section's units that changed (else all)."""
 
-    def table(m: catalogue.MetricDef, rows: dict[Labels, Any], hist: bool) -> _Section:
+    def moved(table: str, rows: dict[Key, Any], order: Callable[[], list[Key]]) -> dict[str, Any]:
+        if delta is None:
+            return {}
+        reordered, keys = delta.get(table, (False, set()))
+        return {"changed": [(k, rows[k]) for k in keys], "keys": order() if reordered else None}
+
+    def table(t: L.Served, hist: bool) -> _Section:
+        m, rows = t.metric, t.read(snap)
+
         def build(units: list[tuple[Key, Any]]) -> list[tuple[Metric, list[int]]]:
             ends = []
             if hist:
@@ -532,7 +550,7 @@ def _sections(snap: L.Ledger, factory: str | None) -> list[_Section]:
                     ends.append(len(vf.samples))
             return [(fam, ends)]
 
-        return _Section(list(rows.items()), build)
+        return _Section(lambda: list(rows.items()), build, **moved(t.table, rows, lambda: list(rows)))
 
     def grouped(
         families: Callable[[tuple[Key, Any]], list[Metric]], empty: Callable[[], list[Metric]]
@@ -548,22 +566,29 @@ def _sections(snap: L.Ledger, factory: str | None) -> list[_Section]:
         return build
 
     def entries() -> _Section:
+        rows = snap.entries
         return _Section(
-            sorted(snap.entries.items()), grouped(lambda u: _entry_families([u]), lambda: _entry_families([]))
+            lambda: sorted(rows.items()),
+            grouped(lambda u: _entry_families([u]), lambda: _entry_families([])),
+            **moved("entries", rows, lambda: sorted(rows)),
         )
 
     def frontend() -> _Section:
         def families(u: tuple[Key, Any]) -> list[Metric]:  # key None: the frontend-wide file's time
             return _frontend_families(u[1], []) if u[0] is None else _frontend_families(None, [u])
 
-        units: list[tuple[Key, Any]] = [(None, snap.frontend_updated), *sorted(snap.frontend_groups.items())]
-        return _Section(units, grouped(families, lambda: _frontend_families(None, [])))
+        rows: dict[Key, Any] = {None: snap.frontend_updated, **snap.frontend_groups}
+        return _Section(
+            lambda: [(None, snap.frontend_updated), *sorted(snap.frontend_groups.items())],
+            grouped(families, lambda: _frontend_families(None, [])),
+            **moved("frontend_groups", rows, lambda: [None, *sorted(snap.frontend_groups)]),
+        )
 
-    out = [table(t.metric, t.read(snap), False) for t in L.COUNTERS]
-    out += [table(t.metric, t.read(snap), True) for t in L.HISTOGRAMS]
-    out += [table(t.metric, t.read(snap), False) for t in L.GAUGES]
+    out = [table(t, False) for t in L.COUNTERS]
+    out += [table(t, True) for t in L.HISTOGRAMS]
+    out += [table(t, False) for t in L.GAUGES]
     out += [entries(), frontend()]
-    out += [table(t.metric, t.read(snap), False) for t in L.ENTRY_COUNTERS]
+    out += [table(t, False) for t in L.ENTRY_COUNTERS]
     return out
 
 
@@ -580,68 +605,87 @@ class _Unsplittable(Exception):
     """An encoder wrote a family's samples other than a line each (the render falls back to whole)."""
 
 
+@dataclass(slots=True)
+class _Part:
+    """One section's state in one encoding, between renders."""
+
+    keys: list[Key]  # its units, in the order served
+    at: dict[Key, int]  # a unit's place in keys
+    lines: dict[Key, tuple[bytes, ...]]  # a unit's lines in each family of the section
+    names: list[str]  # its families
+    chunks: list[list[bytes]]  # per family, its chunks (the first opens with the family's header)
+    out: list[tuple[Any, bytes]]  # the chunks as served: ((family index in the body, chunk index), bytes)
+
+
 class _Incremental:
-    """One encoding's state between renders: each unit's lines in each family of its section, with
-    what they were rendered from; a render encodes only the units that moved (one encoder call per
-    family for all of them, its lines split back per unit) and joins the rest as they were."""
+    """One encoding's state between renders: each unit's lines in each family of its section, and the
+    chunks they are joined in. A render encodes only the units that changed (one encoder call per
+    family for all of them, its lines split back per unit), joins again only the chunks they fall in,
+    and keeps the other chunks as they were: its cost follows what changed, not the ledger's size."""
 
     def __init__(self, encoder: Encoder) -> None:
         self.encoder = encoder
-        self.rows: list[dict[Key, tuple[Any, tuple[bytes, ...]]]] = []  # per section
-        self.joined: list[tuple[list[Key], list[tuple[Any, bytes]]] | None] = []  # per section: its keys, its chunks
+        self.parts: list[_Part | None] = []  # per section; None: not rendered yet
         self.headers: dict[str, bytes] = {}  # family name -> its HELP/TYPE/UNIT lines
         self.per_chunk: dict[str, int] = {}  # family name -> units a chunk (set once: chunks keep their bounds)
         self.gzipped: dict[Any, tuple[bytes, bytes]] = {}  # chunk key -> (its bytes, gzipped), see _Body
         self.encoded = 0  # units encoded by the last render
 
     def render(self, sections: list[_Section]) -> list[tuple[Any, bytes]]:
-        if len(self.rows) != len(sections):
-            self.rows = [{} for _ in sections]
-            self.joined = [None for _ in sections]  # None: not rendered yet
+        if len(self.parts) != len(sections):
+            self.parts = [None for _ in sections]
         chunks: list[tuple[Any, bytes]] = []
         encoded = fi = 0
-        rows_after: list[dict[Key, tuple[Any, tuple[bytes, ...]]]] = []
-        joined_after: list[tuple[list[Key], list[tuple[Any, bytes]]] | None] = []
-        for sec, old, was in zip(sections, self.rows, self.joined, strict=True):
-            new: dict[Key, tuple[Any, tuple[bytes, ...]]] = {}
-            changed = []
-            for key, marker in sec.units:
-                had = old.get(key)
-                if had is not None and (had[0] is marker or _same(had[0], marker)):
-                    new[key] = had
-                else:
-                    changed.append((key, marker))
-            keys = [key for key, _ in sec.units]
-            rows_after.append(new)
-            if was is not None and not changed and keys == was[0]:  # its chunks as they were (most sections)
-                joined_after.append(was)
-                chunks += was[1]
-                fi += len({k[0] for k, _ in was[1]})
+        for s, sec in enumerate(sections):
+            part = self.parts[s]
+            keys = sec.keys
+            if part is None or sec.changed is None:  # whole: a new ledger, or this encoding's first render
+                changed = sec.rows()
+                keys = [key for key, _ in changed]
+            elif not sec.changed and keys is None:  # its chunks as they were (most sections)
+                chunks += part.out
+                fi += len(part.names)
                 continue
+            else:
+                changed = sec.changed
             built = sec.build(changed)
-            lines = [self._split(fam, ends) for fam, ends in built]
-            for j, (key, marker) in enumerate(changed):
-                new[key] = (marker, tuple(per_unit[j] for per_unit in lines))
+            split = [self._split(fam, ends) for fam, ends in built]
+            fresh = {key: tuple(per_unit[j] for per_unit in split) for j, (key, _) in enumerate(changed)}
             encoded += len(changed)
-            mine: list[tuple[Any, bytes]] = []
-            for f, (fam, _) in enumerate(built):
-                rows = [new[key][1][f] for key in keys]
-                n = self.per_chunk.get(fam.name)
-                if n is None and rows:
-                    n = self.per_chunk[fam.name] = max(1, CHUNK_BYTES * len(rows) // max(1, sum(map(len, rows))))
-                head = self.headers[fam.name]
-                if not rows or n is None:
-                    mine.append(((fi, 0), head))
-                else:
-                    for c, i in enumerate(range(0, len(rows), n)):
-                        part = b"".join(rows[i : i + n])
-                        mine.append(((fi, c), head + part if c == 0 else part))
-                fi += 1
-            joined_after.append((keys, mine))
-            chunks += mine
-        self.rows, self.joined = rows_after, joined_after
+            names = [fam.name for fam, _ in built]
+            if part is None or sec.changed is None or keys is not None:  # units moved: every chunk joined
+                assert keys is not None
+                lines = fresh if part is None else {k: fresh[k] if k in fresh else part.lines[k] for k in keys}
+                joined = [self._join(name, f, keys, lines) for f, name in enumerate(names)]
+                part = self.parts[s] = _Part(keys, {k: i for i, k in enumerate(keys)}, lines, names, joined, [])
+            else:  # the same units: only the chunks holding a changed one joined again
+                part.lines.update(fresh)
+                for f, name in enumerate(names):
+                    n = self.per_chunk.get(name)
+                    if n is None:  # no row written in this family before: its first chunks
+                        part.chunks[f] = self._join(name, f, part.keys, part.lines)
+                        continue
+                    for c in {part.at[key] // n for key in fresh}:
+                        part.chunks[f][c] = self._chunk(name, f, c, n, part.keys, part.lines)
+            part.out = [((fi + f, c), data) for f, mine in enumerate(part.chunks) for c, data in enumerate(mine)]
+            chunks += part.out
+            fi += len(names)
         self.encoded = encoded
         return chunks
+
+    def _join(self, name: str, f: int, keys: list[Key], lines: dict[Key, tuple[bytes, ...]]) -> list[bytes]:
+        """Family ``name`` (the section's ``f``-th) as chunks of its units' lines, ~CHUNK_BYTES each."""
+        n = self.per_chunk.get(name)
+        if n is None:
+            size = sum(len(lines[k][f]) for k in keys)
+            if not size:  # no row yet: its header alone, the chunk size set by its first rows
+                return [self.headers[name]]
+            n = self.per_chunk[name] = max(1, CHUNK_BYTES * len(keys) // size)
+        return [self._chunk(name, f, c, n, keys, lines) for c in range(max(1, -(-len(keys) // n)))]
+
+    def _chunk(self, name: str, f: int, c: int, n: int, keys: list[Key], lines: dict[Key, tuple[bytes, ...]]) -> bytes:
+        part = b"".join([lines[k][f] for k in keys[c * n : (c + 1) * n]])
+        return self.headers[name] + part if c == 0 else part
 
     def _split(self, fam: Metric, ends: list[int]) -> list[bytes]:
         """The family's lines, per unit (``ends``: where each unit's samples end)."""
@@ -667,7 +711,9 @@ class _Incremental:
 class _Rendered:
     ledger: L.Ledger  # the object rendered: a restored checkpoint is a new one
     version: int
-    snapshot: L.Ledger  # its copy (a fraction of the families' size): name[] and new encodings build from it
+    # Its copy (a fraction of the families' size): name[] and new encodings build from it. Each render's
+    # is the one before with the tables that changed copied again (_patched): never changed once made.
+    snapshot: L.Ledger
     factory: str | None
     bodies: dict[tuple[Any, ...], _Body]
     scan: ScanEnd  # the last scan's end and duration when the snapshot was taken
@@ -676,21 +722,62 @@ class _Rendered:
         return ledger_families(self.snapshot, self.factory)
 
 
+def _copied(h: Histogram) -> Histogram:
+    return Histogram(h.bounds, h.counts[:], h.total, h.exemplars[:] if h.exemplars is not None else None)
+
+
+_HISTOGRAM_TABLES = frozenset(t.table for t in L.HISTOGRAMS)
+
+
 def _snapshot(led: L.Ledger) -> L.Ledger:
-    """A copy of what :func:`ledger_families` reads, taken under the ingest lock (a few ms at 500
-    entries) so the families are built and rendered outside it while the scan goes on."""
+    """A copy of what :func:`ledger_families` reads, taken under the ingest lock (~7 ms at 500 entries,
+    for a ledger's first render) so the families are built and rendered outside it while the scan goes on."""
     snap = L.Ledger()
     for t in (*L.COUNTERS, *L.GAUGES, *L.ENTRY_COUNTERS):
         t.read(snap).update(t.read(led))
     for t in L.HISTOGRAMS:
-        t.read(snap).update(
-            (k, Histogram(h.bounds, h.counts[:], h.total, h.exemplars[:] if h.exemplars is not None else None))
-            for k, h in t.read(led).items()
-        )
+        t.read(snap).update((k, _copied(h)) for k, h in t.read(led).items())
     snap.entries = dict(led.entries)  # a status is replaced by update_entry, never changed in place
     snap.frontend_groups = dict(led.frontend_groups)  # likewise by update_frontend_group
     snap.frontend_updated = led.frontend_updated
     return snap
+
+
+def _patched(prev: L.Ledger, led: L.Ledger, changes: dict[str, set[Key] | None]) -> tuple[L.Ledger, Delta]:
+    """``prev`` (the last render's snapshot) brought to ``led`` by what changed since (Ledger.take_changes),
+    under the ingest lock: a table that changed is copied with its changed rows (``prev``'s, which a
+    scrape may still read, stays as it was), the others are shared. Also what each section must encode."""
+    snap = copy.copy(prev)
+    delta: Delta = {}
+    for table, keys in changes.items():
+        if table == "frontend_updated":
+            snap.frontend_updated = led.frontend_updated
+            continue
+        live: dict[Key, Any] = getattr(led, table)
+        old: dict[Key, Any] = getattr(prev, table)
+        new: dict[Key, Any]
+        hist = table in _HISTOGRAM_TABLES  # changed in place: copied
+        if keys is None:  # replaced whole (held_now, the CE's): its rows read again, encoded where they differ
+            new = {k: _copied(v) for k, v in live.items()} if hist else dict(live)
+            changed = {k for k, v in new.items() if k not in old or not _same(old[k], v)}
+            reordered = True
+        else:
+            # Rows added or dropped: the table in the live order (a mark missing there is a KeyError here:
+            # the render fails, is logged, and the next is whole). Else the changed rows in their places.
+            reordered = any((k in old) != (k in live) for k in keys)
+            if reordered:
+                new = {k: (_copied(v) if hist else v) if k in keys else old[k] for k, v in live.items()}
+            else:
+                new = dict(old)
+                for k in keys:
+                    new[k] = _copied(live[k]) if hist else live[k]
+            changed = {k for k in keys if k in live}
+        setattr(snap, table, new)
+        delta[table] = (reordered, changed)
+    if "frontend_updated" in changes:  # the frontend section's first unit (key None)
+        reordered, changed = delta.get("frontend_groups", (False, set()))
+        delta["frontend_groups"] = (reordered, {*changed, None})
+    return snap, delta
 
 
 class Exposition:
@@ -755,9 +842,16 @@ class Exposition:
                         self._current = dataclasses.replace(cur, scan=scan)
                     return False
                 version = led.version
-                snap = _snapshot(led)
-            t0, cpu0, began = time.perf_counter(), time.thread_time(), time.monotonic()
-            sections = _sections(snap, self.factory)
+                taken, changes = led.take_changes()
+                delta: Delta | None = None
+                t0, cpu0, began = time.perf_counter(), time.thread_time(), time.monotonic()
+                if cur is None or cur.ledger is not led or taken != cur.version:
+                    # A new ledger (a restored checkpoint), the first render, or changes taken by a render
+                    # that failed: the ledger copied whole, every encoding rendered whole.
+                    snap = _snapshot(led)
+                else:
+                    snap, delta = _patched(cur.snapshot, led, changes)
+            sections = _sections(snap, self.factory, delta)
             with self._lock:
                 now = time.monotonic()
                 for k in [k for k in self._wanted if k != self._prometheus]:
