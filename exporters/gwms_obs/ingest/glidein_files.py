@@ -43,7 +43,7 @@ MIN_CHUNK, MAX_CHUNK = 32, 256  # pilots per chunk a worker reads: small enough 
 AHEAD = 4  # chunks in flight per worker: the workers never wait for the merge, memory stays bounded
 SAVE_SECONDS = 60.0  # a long read of pilots saves the checkpoint this often (a kill loses at most this much)
 
-Listed = tuple[str, layout.PilotFiles]  # a pilot's key (the listing's) and files
+Listed = tuple[str, layout.PilotFiles]  # a pilot's key and files
 Ready = tuple[str, layout.PilotFiles, os.stat_result]  # a settled pilot to read: key, files, the .out's stat
 
 
@@ -57,14 +57,16 @@ class GlideinFilesStage(Stage):
         # own clock has settled, whatever its mtime says (clock skew). Not checkpointed.
         self.unsettled: dict[str, tuple[tuple[float, ...], float]] = {}
         self.unmapped_since: dict[str, float] = {}  # key -> first seen with no frontend name for its user
-        self.deferred: list[Listed] = []  # settled, waiting for this scan's completed_jobs lines
+        self.deferred: list[str] = []  # settled, waiting for this scan's completed_jobs lines (keys)
         self._bar: Any = None  # the progress bar of a long scan
         self._last_save = 0.0  # when a long scan last saved the checkpoint
 
-    def discover(self, scan: Scan) -> Sequence[Listed] | None:
-        return list(scan.listing.present.items()) if scan.listing is not None else None
+    def discover(self, scan: Scan) -> Sequence[str] | None:
+        """The listing's pilots, by key: a list of the keys it holds, no object made per pilot
+        (300,000 pairs set off a collection of the whole heap)."""
+        return list(scan.listing.present) if scan.listing is not None else None
 
-    def read(self, scan: Scan, found: Sequence[Listed]) -> None:
+    def read(self, scan: Scan, found: Sequence[str]) -> None:
         self.deferred = self._pilots(found, scan, last_call=False)
 
     def settle(self, scan: Scan) -> None:
@@ -110,19 +112,21 @@ class GlideinFilesStage(Stage):
             self.unsettled[ks] = (sig, now)
         return None
 
-    def _pilots(self, pilots: Sequence[Listed], scan: Scan, last_call: bool) -> list[Listed]:
-        """Account the settled pilots; return those whose user has no frontend name yet."""
+    def _pilots(self, pilots: Sequence[str], scan: Scan, last_call: bool) -> list[str]:
+        """Account the settled pilots (keys in the listing); return those whose user has no frontend name yet."""
         b = self.books
         now = b.clock()
         seen, bad = b.counted.seen, b.counted.bad_out
-        todo = [kp for kp in pilots if kp[0] not in seen and kp[0] not in bad]  # a known pilot: two lookups
+        assert scan.listing is not None
+        present = scan.listing.present
+        todo = [(k, present[k]) for k in pilots if k not in seen and k not in bad]  # a known pilot: two lookups
         if not last_call:
             b.health.files[Source.GLIDEIN_OUT] = len(pilots)
         if todo:
             b.health.backlog.setdefault(Source.GLIDEIN_OUT, scan.t0)
         self._bar = _progress(len(todo), "pilots") if self.outlets.progress and len(todo) > 1000 else None
         self._last_save = now
-        deferred: list[Listed] = []
+        deferred: list[str] = []
         ready = self._ready(todo, now, last_call, deferred)
         if b.cfg.workers > 1 and len(todo) >= POOL_MIN_PILOTS:
             self._read_pool(ready, scan, len(todo))
@@ -139,7 +143,7 @@ class GlideinFilesStage(Stage):
         todo: list[Listed],
         now: float,
         last_call: bool,
-        deferred: list[Listed],
+        deferred: list[str],
     ) -> Iterator[Ready]:
         """The pilots to read now, in the listing's order (the others wait; in the first call
         those that only wait for their frontend's name go to ``deferred``)."""
@@ -148,7 +152,7 @@ class GlideinFilesStage(Stage):
             st = self._settled(p, ks, now)
             if st is not None and b.names.of(p.username) is None:
                 if not last_call:
-                    deferred.append((ks, p))  # the completed_jobs lines read next may name its frontend
+                    deferred.append(ks)  # the completed_jobs lines read next may name its frontend
                     st = None
                 elif not b.cfg.final and now - self.unmapped_since.setdefault(ks, now) < b.cfg.lost_after_seconds:
                     st = None  # the factory names the frontend in its next completed_jobs lines

@@ -402,12 +402,12 @@ class Discovery:
             self._pending.logs.add(path)
 
     # --- what an incremental scan reads ---------------------------------------------------------
-    def pilots(self, ch: Changes, waiting: Iterable[str]) -> list[tuple[str, layout.PilotFiles]]:
-        """The pilots to look at (key, files): those whose files changed and those still waiting to settle."""
+    def pilots(self, ch: Changes, waiting: Iterable[str]) -> list[str]:
+        """The pilots to look at, by key in the listing: those whose files changed and those still
+        waiting to settle."""
         assert self.listing is not None
         present = self.listing.present
-        keys = sorted(ch.pilots.union(waiting))
-        return [(k, present[k]) for k in keys if k in present]
+        return [k for k in sorted(ch.pilots.union(waiting)) if k in present]
 
     def logs(self, ch: Changes) -> list[layout.EventLogFile]:
         """The event logs written since, in the listing's order within each directory."""
