@@ -269,8 +269,9 @@ def window(
 def breakdown(work: Path, seconds: float, rate: float) -> dict[str, float]:
     """In one process: where a watching daemon's CPU goes, the ticks (discovery and the arriving
     pilots' accounting) against the /metrics renders, the renderer in its thread as the daemon runs it,
-    the heap frozen after the full scan as the daemon does; then a checkpoint write alone."""
+    the heap frozen after the full scan as the daemon does; then a checkpoint journal record and a base, alone."""
     from gwms_obs.daemon import Heap
+    from gwms_obs.ingest import checkpoint
     from gwms_obs.outputs.prometheus import Exposition
     from gwms_obs.pipeline import Ingest, IngestConfig
 
@@ -316,9 +317,18 @@ def breakdown(work: Path, seconds: float, rate: float) -> dict[str, float]:
             ticks += 1
             time.sleep(1.0)
         window_cpu = time.process_time() - cpu0
+        # The checkpoint a watching daemon writes every CHECKPOINT_SECONDS: a journal record of what
+        # the window changed (the window's arrivals counted, its timeline rows); then a whole one, a
+        # base (the daemon's start, a full scan, a journal grown past the base's size).
+        journal = Path(f"{tmp / 'checkpoint.json'}{checkpoint.JOURNAL_SUFFIX}")
+        c = time.process_time()
+        ing.save_checkpoint(journal=True)
+        checkpoint_cpu = time.process_time() - c
+        record_mb = journal.stat().st_size / 1e6  # the first record since the last base: this one
         c = time.process_time()
         ing.save_checkpoint()
-        checkpoint_cpu = time.process_time() - c
+        base_cpu = time.process_time() - c
+        base_mb = (tmp / "checkpoint.json").stat().st_size / 1e6
     finally:
         expo.stop()
         heap.close()
@@ -342,7 +352,9 @@ def breakdown(work: Path, seconds: float, rate: float) -> dict[str, float]:
         "render_cpu_s": round(expo.render_cpu - render_cpu0, 3),
         "ms_a_render": round(1000 * (expo.render_cpu - render_cpu0) / max(expo.renders - renders0, 1), 1),
         "checkpoint_cpu_s": round(checkpoint_cpu, 3),
-        "checkpoint_mb": round(os.path.getsize(work / "checkpoint.json") / 1e6, 1),
+        "checkpoint_record_mb": round(record_mb, 2),
+        "checkpoint_base_cpu_s": round(base_cpu, 3),
+        "checkpoint_mb": round(base_mb, 1),
     }
 
 
