@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
+
+import pytest
 
 from gwms_obs.accounting.pilot import from_glidein
 from gwms_obs.ingest.books import PilotFacts
@@ -100,6 +104,44 @@ def test_two_glideins_of_one_cluster_share_the_trace_never_a_span_id() -> None:
     assert {s["traceId"] for s in a.spans + b.spans} == {TRACE}
     # and again the same ids: a rescan sends nothing new
     assert _build(out, err, issued=_issued(0), own=None).spans == a.spans
+
+
+def test_a_directory_without_a_ledger_is_looked_at_once_a_second_and_a_new_ledger_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stock factory's directory is stat'ed once per LEDGER_RECHECK_SECONDS, not once a pilot;
+    a ledger written there afterwards is read from the next look on."""
+    out, err = _pilot([_job(200, 1200)])
+    clock = [1000.0]
+    stats: list[str] = []
+    real_exists = os.path.exists
+
+    def exists(path: str) -> bool:
+        stats.append(path)
+        return real_exists(path)
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(os.path, "exists", exists)
+    box = Box()
+    traces = P.PilotTraces(box, FACTORY, ledger=LedgerIndex(ParseErrors()), own_spans=lambda *a: OWN_ALL)
+    here = dataclasses.replace(out, path=str(tmp_path / "job.7.0.out"))
+
+    def count() -> None:
+        acc = from_glidein(here, err, entry="E", client="C")
+        assert acc is not None
+        traces(acc, PilotFacts("glidein_out", here, err))
+
+    for _ in range(5):
+        count()
+    assert len(stats) == 1 and traces.merged == 0
+    append_record(tmp_path, 7, TRACE, SUBMIT, GLIDEIN_SUBMITS, {C.ENTRY: "E"})
+    clock[0] += P.LEDGER_RECHECK_SECONDS - 0.01
+    count()
+    assert len(stats) == 1 and traces.merged == 0
+    clock[0] += 0.02
+    count()
+    count()
+    assert len(stats) == 3 and traces.merged == 2  # the ledger is there: looked up each pilot
 
 
 def test_pilot_traces_looks_the_pilot_up_in_the_ledger_beside_its_files(tmp_path: Path) -> None:

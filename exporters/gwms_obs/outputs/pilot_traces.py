@@ -59,6 +59,11 @@ log = logging.getLogger("gwms_obs.outputs.pilot_traces")
 ID_VERSION: Final = "gwms-obs pilot trace 1"  # the first line hashed into every pilot trace id
 MAX_JOB_SPANS: Final = 100  # user jobs with a span each; the rest are summed in one span
 BATCH_PILOTS: Final = 200  # pilots per outbox request
+# A directory seen without a trace ledger is not looked at again for this long: a stat a pilot was
+# ~15 us of a scan. A pilot is in the ledger from its submit, minutes at least before its output
+# is counted, so a ledger that appears meanwhile is seen in time for every pilot it names.
+LEDGER_RECHECK_SECONDS: Final = 1.0
+MAX_NO_LEDGER: Final = 10_000  # directories remembered without a ledger (a factory has one per entry and user)
 SCOPE: Final = {"name": "gwms_obs.pilot_traces", "version": C.VERSION}
 _SCOPE: Final = json.dumps(SCOPE, separators=(",", ":"))
 
@@ -643,6 +648,10 @@ def _jobs(
         tr.add(f"{condor}/jobs", condor, SPAN_JOBS_REST, s, e, attrs)
 
 
+_REQUEST_HEAD: Final = b'{"resourceSpans":['
+_REQUEST_TAIL: Final = b"]}"
+
+
 def factory_name(monitor_dir: str, errors: ParseErrors) -> str:
     """The factory's name (``FactoryName`` of ``monitor/descript.xml``), else this host's name."""
     path = os.path.join(monitor_dir, "descript.xml")
@@ -663,7 +672,7 @@ def _job_id(v: str | None, sc: Scrubber) -> str | None:
 
 class Outbox(Protocol):
     def enqueue(
-        self, request: dict[str, Any] | bytes, spans: int, path: str, *, scrubbed: Tally | None = None
+        self, request: dict[str, Any] | bytes | list[bytes], spans: int, path: str, *, scrubbed: Tally | None = None
     ) -> bool: ...
 
 
@@ -701,6 +710,7 @@ class PilotTraces:
         # gets its log spans inside that trace; own_spans says what its returned spool had.
         self.ledger = ledger
         self.own_spans = own_spans
+        self._no_ledger: dict[str, float] = {}  # log dir -> when it was seen without a ledger (monotonic)
         self.merged = 0  # pilots whose log spans went into their live trace
         self.factory = factory
         self.rules = rules
@@ -712,7 +722,8 @@ class PilotTraces:
         self.batch_spans = batch_spans
         self.errors = errors
         self._lock = threading.Lock()
-        self._pending: list[str] = []  # each pilot's ResourceSpans, encoded
+        # each pilot's ResourceSpans, encoded: the request's parts (written as they are, not joined)
+        self._pending: list[bytes] = []
         self._spans = 0
         self._scrub = Scrubber()  # the batch's: its tally goes with the request
         self.built = 0  # pilots with a trace built
@@ -743,7 +754,7 @@ class PilotTraces:
         if self.batch_spans is not None and self._pending and self._spans + n > self.batch_spans:
             self.flush()  # the request so far fits the bucket: sent whole
         with self._lock:
-            self._pending.append(encoded)
+            self._pending.append(encoded.encode())
             self._spans += n
             self.built += 1
             self.merged += issued is not None
@@ -761,9 +772,17 @@ class PilotTraces:
         if self.ledger is None or facts.out is None or acc.cluster is None or acc.proc is None:
             return None, None
         log_dir = os.path.dirname(facts.out.path)
-        # A stock factory has no ledger: one stat, not the index's open-and-fail (~18 us a pilot).
-        if not os.path.exists(os.path.join(log_dir, LEDGER_NAME)):
+        # A stock factory has no ledger: a stat a directory a second, not the index's open-and-fail
+        # (~18 us a pilot) nor a stat a pilot (~15 us).
+        now = time.monotonic()
+        if now - self._no_ledger.get(log_dir, -math.inf) < LEDGER_RECHECK_SECONDS:
             return None, None
+        if not os.path.exists(os.path.join(log_dir, LEDGER_NAME)):
+            if len(self._no_ledger) >= MAX_NO_LEDGER:
+                self._no_ledger.clear()
+            self._no_ledger[log_dir] = now
+            return None, None
+        self._no_ledger.pop(log_dir, None)
         issued = self.ledger.lookup(log_dir, acc.cluster, acc.proc)
         if issued is None:
             return None, None
@@ -775,5 +794,8 @@ class PilotTraces:
             pending, spans, tally = self._pending, self._spans, self._scrub.tally
             self._pending, self._spans, self._scrub = [], 0, Scrubber()
         if pending:
-            body = ('{"resourceSpans":[' + ",".join(pending) + "]}").encode()
-            self.outbox.enqueue(body, spans, "pilot traces", scrubbed=tally)
+            parts = [_REQUEST_HEAD]
+            for p in pending:
+                parts += (p, b",")
+            parts[-1] = _REQUEST_TAIL  # the last comma
+            self.outbox.enqueue(parts, spans, "pilot traces", scrubbed=tally)
