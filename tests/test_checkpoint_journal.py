@@ -197,3 +197,38 @@ def test_a_version_3_checkpoint_loads(archive: Path, tmp_path: Path) -> None:
     assert json.loads(checkpoint.dumps(fresh.state())) == state
     assert not fresh.errors.counts
     assert fresh.scan().pilots == 0  # nothing counted again
+
+
+def test_a_full_disk_mid_append_leaves_the_last_record_and_a_base_comes_next(
+    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC after half a record: the save fails (the daemon's next scan retries), the load has the
+    record before; the next save writes a base (no record may follow a torn one), and loads whole."""
+    live = tmp_path / "live"
+    shutil.copytree(archive, live)
+    ck = tmp_path / "checkpoint.json"
+    ing = Ingest(IngestConfig(factory_dir=str(live), checkpoint=str(ck), settle_seconds=0.0))
+    ing.watch()
+    ing.scan()
+    ing.books.counted.count("x/1.0", 1.0)
+    ing.save_checkpoint(journal=True)
+    before = whole(ing)
+    ing.books.counted.count("x/2.0", 2.0)
+    write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "write", full)
+    with pytest.raises(OSError):
+        ing.save_checkpoint(journal=True)
+    monkeypatch.setattr(checkpoint.os, "write", write)
+    torn: list[str] = []
+    assert checkpoint.load(str(ck), str(live), lambda p, at, why: torn.append(why)) == before
+    assert len(torn) == 1
+    journal = Path(f"{ck}{checkpoint.JOURNAL_SUFFIX}")
+    mtime = ck.stat().st_mtime_ns
+    ing.save_checkpoint(journal=True)
+    assert ck.stat().st_mtime_ns != mtime and not journal.exists()  # a base, the torn journal gone
+    assert loaded(ing) == whole(ing) and "x/2.0" in whole(ing)["seen"]
