@@ -143,11 +143,11 @@ def test_every_row_of_entries_sites_or_frontends_links_to_its_pilots_by_outcome(
                 # the row's site (a site's row, the red light), else its entry, and frontend where per frontend
                 want = {"site"} if red_light or named == {"site"} else named - {"site"} or {"entry"}
                 # by the factory where the rows have it: grouped by it, from series that carry it on one
-                # factory's Prometheus too (the factory's exporter's, its scrape target's label), not a
-                # recording rule's or an alert's (the label is Thanos's only there) nor a frontend's
+                # factory's Prometheus too (the factory's exporter's, its scrape target's label, and the
+                # recording rules' that keep it), not an alert's, the span metrics' nor a frontend's
                 read = {n for t in p["targets"] for n in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\{", t["expr"])}
                 exporters = {m.name for m in catalogue.ALL if not m.name.startswith("gwms_frontend_")}
-                exporters |= {f"{n}_bucket" for n in exporters}
+                exporters |= {f"{n}_bucket" for n in exporters} | set(N.RECORDED_BY_FACTORY)
                 want |= {F} & labels if read <= exporters else set()
                 assert by == want, (uid, p["title"], by)
                 assert F not in link["title"]  # the factory: in the search, not the title

@@ -180,16 +180,16 @@ _READS = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
 
 def _by_factory(spec: PanelSpec, link: Link) -> Link:
     """A row's pilot search also by its factory when the row has one: every aggregation of every
-    query keeps the factory label, and reads only the exporter's series, which carry it (the
-    exporter's scrape target label, prometheus_factory_name; Thanos's external label on the global
-    view). A recording rule's or an alert's series has it on the global view only, a frontend's
-    exporter is no factory's, and a per-site row sums the factories: those rows search every
-    factory's pilots."""
+    query keeps the factory label, and reads only series that carry it: the exporter's (its scrape
+    target label, prometheus_factory_name; Thanos's external label on the global view) and the
+    recording rules' kept by factory (names.RECORDED_BY_FACTORY). An alert's series, the span
+    metrics' and a frontend's exporter's are no factory's, and a per-site row sums the factories:
+    those rows search every factory's pilots."""
     if not isinstance(link, PilotSearch):
         return link
     groups = [[x.strip() for x in g.split(",")] for t in spec.targets for g in _BY.findall(t.expr)]
     factory = [m.name for m in catalogue.ALL if not m.name.startswith("gwms_frontend_")]
-    exporters = {*factory, *(f"{n}_bucket" for n in factory)}
+    exporters = {*factory, *(f"{n}_bucket" for n in factory), *N.RECORDED_BY_FACTORY}
     read = {name for t in spec.targets for name in _READS.findall(t.expr)}
     if groups and len(groups) >= len(spec.targets) and all(FACTORY in g for g in groups) and read <= exporters:
         return PilotSearch(link.search, (FACTORY, *link.labels))

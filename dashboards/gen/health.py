@@ -76,11 +76,11 @@ def problems(c: Config = CONFIG) -> list[Problem]:
     t, th, s = c.timing, c.thresholds, c.selectors
     w = t.window
     P, U = catalogue.PILOTS.name, catalogue.USER_JOBS.name
-    vf = f'sum by (entry, site) (increase({P}{{outcome="{Outcome.VALIDATION_FAILED}"}}[{w}]))'
-    failed = f'sum by (entry, site) (increase({U}{{category="{Category.MISCONFIGURATION_BADPUT}"}}[{w}]))'
-    held = f"sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}})"
+    vf = f'sum by ({N.ENTRY_KEY}) (increase({P}{{outcome="{Outcome.VALIDATION_FAILED}"}}[{w}]))'
+    failed = f'sum by ({N.ENTRY_KEY}) (increase({U}{{category="{Category.MISCONFIGURATION_BADPUT}"}}[{w}]))'
+    held = f"sum by ({N.ENTRY_KEY}) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}})"
     # Evidence counted over both resources: a hog short of hog_jobs on each may be well over in all.
-    hogs = f"sum by (entry, site) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
+    hogs = f"sum by ({N.ENTRY_KEY}) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
     phase = f'label_replace({N.RR_PHASE_Z}, "entry", "$1", "{N.SPAN_ENTRY}", "(.*)")'  # span labels -> ours
     phase = f'label_replace({phase}, "site", "$1", "{N.SPAN_SITE}", "(.*)")'
     z = th.outlier_z
@@ -140,7 +140,7 @@ def problems(c: Config = CONFIG) -> list[Problem]:
         Problem(
             reason=Reason.PHASE_SLOW,
             status=Status.DEGRADED,
-            expr=f"max by (entry, site) ({phase} > {z})",
+            expr=f"max by ({N.ENTRY_KEY}) ({phase} > {z})",
             meaning="a pilot phase's p95 duration is a robust outlier against the same phase at other entries"
             f" (z > {z}); the phases whose length is overhead ({', '.join(C.OVERHEAD_PHASES)}), from the pilot"
             " tracer or from the factory's own files",
@@ -155,7 +155,7 @@ def problems(c: Config = CONFIG) -> list[Problem]:
         Problem(
             reason=Reason.RESOURCE_HOG,
             status=Status.DEGRADED,
-            expr=f"{N.RR_JOB_OVERUSE_RATIO} > {th.hog_share} and on (entry, site) {hogs} >= {th.hog_jobs}",
+            expr=f"{N.RR_JOB_OVERUSE_RATIO} > {th.hog_share} and on ({N.ENTRY_KEY}) {hogs} >= {th.hog_jobs}",
             meaning=f"more than {th.hog_share:.0%} of the user jobs used more memory, or more cores, than their"
             f" slot gave them (at least {th.hog_jobs} such jobs in the window)",
         ),
@@ -212,9 +212,10 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
     w, b = t.window, t.baseline_window
     P, U, cpu = catalogue.PILOTS.name, catalogue.USER_JOBS.name, catalogue.CPU_SECONDS.name
     waste = "|".join(catalogue.WASTE)
+    fac = catalogue.FACTORY_LABEL
 
     def by_entry(sel: str, metric: str, window: str) -> str:
-        return f"sum by (entry, site) (increase({metric}{sel}[{window}]))"
+        return f"sum by ({N.ENTRY_KEY}) (increase({metric}{sel}[{window}]))"
 
     bucket = f"{N.SPAN_DURATION}_bucket{{{c.selectors.pilot_spans},{c.selectors.overhead_phases}}}"
     e = N.SPAN_ENTRY
@@ -232,8 +233,8 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         {
             # Per resource: of all the entry's jobs, the share that overused it.
             "record": N.RR_JOB_OVERUSE_RATIO,
-            "expr": f"sum by (entry, site, resource) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
-            f" / on (entry, site) group_left {by_entry('', U, w)}",
+            "expr": f"sum by ({N.ENTRY_KEY}, resource) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
+            f" / on ({N.ENTRY_KEY}) group_left {by_entry('', U, w)}",
         },
         {
             "record": N.RR_GOODPUT_RATIO,
@@ -243,15 +244,17 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
             "record": N.RR_WASTE_RATIO,
             "expr": _ratio(by_entry(f'{{category=~"{waste}"}}', cpu, w), by_entry("", cpu, w)),
         },
-        {"record": N.RR_WASTE_MEDIAN, "expr": f"quantile(0.5, {N.RR_WASTE_RATIO})"},
+        # The fleet is the factory's entries (as on each factory's own Prometheus, whose rules the
+        # global view's Thanos sees): one median and MAD per factory label, none when it is absent.
+        {"record": N.RR_WASTE_MEDIAN, "expr": f"quantile by ({fac}) (0.5, {N.RR_WASTE_RATIO})"},
         {
             "record": N.RR_WASTE_MAD,
-            "expr": f"quantile(0.5, abs({N.RR_WASTE_RATIO} - on () group_left {N.RR_WASTE_MEDIAN}))",
+            "expr": f"quantile by ({fac}) (0.5, abs({N.RR_WASTE_RATIO} - on ({fac}) group_left {N.RR_WASTE_MEDIAN}))",
         },
         {
             "record": N.RR_WASTE_Z,
-            "expr": f"({N.RR_WASTE_RATIO} - on () group_left {N.RR_WASTE_MEDIAN})"
-            f" / scalar({MAD_SCALE} * clamp_min({N.RR_WASTE_MAD}, {th.mad_floor_share}))",
+            "expr": f"({N.RR_WASTE_RATIO} - on ({fac}) group_left {N.RR_WASTE_MEDIAN}) / {MAD_SCALE}"
+            f" / on ({fac}) group_left clamp_min({N.RR_WASTE_MAD}, {th.mad_floor_share})",
         },
         {
             "record": N.RR_PHASE_P95,
@@ -273,16 +276,17 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         out.append(
             {
                 "record": N.RR_SITE_PROBLEM,
-                "expr": f'label_replace(max by (entry, site) ({p.expr}) * 0 + {int(p.status)}, "reason",'
+                "expr": f'label_replace(max by ({N.ENTRY_KEY}) ({p.expr}) * 0 + {int(p.status)}, "reason",'
                 f' "{p.reason}", "", "")',
             }
         )
     out.append(
         {
             "record": N.RR_SITE_STATUS,
-            # Every site, 0 unless one of its entries has a problem.
-            "expr": f"max by (site) ({N.RR_SITE_PROBLEM})"
-            f" or on (site) max by (site) ({catalogue.ENTRY_DOWNTIME.name}) * 0",
+            # Every site, 0 unless one of its entries has a problem; per factory (the boards take the
+            # worst of the factories chosen).
+            "expr": f"max by ({fac}, site) ({N.RR_SITE_PROBLEM})"
+            f" or on ({fac}, site) max by ({fac}, site) ({catalogue.ENTRY_DOWNTIME.name}) * 0",
         }
     )
     return out

@@ -25,6 +25,9 @@ DATASOURCE_PROMETHEUS = "gwms-obs-prometheus"
 DATASOURCE_JAEGER = "gwms-obs-jaeger"
 DATASOURCE_ALERTMANAGER = "gwms-obs-alertmanager"
 
+# The labels an entry's recorded series keep (rules.py, health.py): its factory's too, so a board's
+# factory choice selects them, and two factories' entries of one name stay two series (issue 31).
+ENTRY_KEY = f"{catalogue.FACTORY_LABEL}, entry, site"
 # Recording rules (rules.py defines them). level:metric:operation, per the Prometheus naming guide.
 RR_CPU_RATE = "gwms:pilot_cpu_seconds:rate5m"
 RR_GPU_RATE = "gwms:pilot_gpu_seconds:rate5m"
@@ -83,6 +86,10 @@ RECORDING: tuple[str, ...] = (
     RR_SITE_PROBLEM,
     RR_SITE_STATUS,
 )
+# The recorded series that carry the factory label wherever the exporter's series do (ENTRY_KEY, or
+# `without (instance, job)`): not the span metrics' (the collector's series have none), nor the site
+# problems (phase_slow's rows come from those).
+RECORDED_BY_FACTORY: tuple[str, ...] = tuple(r for r in RECORDING if r not in (*PHASE_RECORDED, RR_SITE_PROBLEM))
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
 # them; their names and labels are defined once, in gwms_obs.catalogue

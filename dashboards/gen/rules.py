@@ -97,24 +97,24 @@ def runbook_url(anchor: str) -> str:
 def _up(c: Config) -> str:
     """Not while the entry is in downtime (Alertmanager's inhibition mutes the mail too; the light
     and promtool see it here)."""
-    return f"unless on (entry, site) {catalogue.ENTRY_DOWNTIME.name} == 1"
+    return f"unless on ({N.ENTRY_KEY}) {catalogue.ENTRY_DOWNTIME.name} == 1"
 
 
 def mostly_held(c: Config = CONFIG) -> str:
     """The entries whose factory-queue glideins are mostly held (schedd_status), as the held share."""
     th, G = c.thresholds, catalogue.ENTRY_GLIDEINS.name
-    held = f"sum by (entry, site) ({G}{{{c.selectors.held}}})"
+    held = f"sum by ({N.ENTRY_KEY}) ({G}{{{c.selectors.held}}})"
     # Only where the event log names the holds' class (the alert carries it; GwmsPilotsHeld covers the rest).
     return (
-        f"{N.RR_HELD_RATIO} > {th.held_share} and on (entry, site) {held} >= {th.held_mostly_glideins}"
-        f" and on (entry, site) {N.RR_HELD_TOP_CLASS} {_up(c)}"
+        f"{N.RR_HELD_RATIO} > {th.held_share} and on ({N.ENTRY_KEY}) {held} >= {th.held_mostly_glideins}"
+        f" and on ({N.ENTRY_KEY}) {N.RR_HELD_TOP_CLASS} {_up(c)}"
     )
 
 
 def ce_unreachable(c: Config = CONFIG) -> str:
     """The entries whose CE the gridmanager has seen down this long, as the seconds down."""
     since = catalogue.ENTRY_CE_DOWN_SINCE.name
-    return f"time() - max by (entry, site) ({since}) > {c.thresholds.ce_unreachable_seconds} {_up(c)}"
+    return f"time() - max by ({N.ENTRY_KEY}) ({since}) > {c.thresholds.ce_unreachable_seconds} {_up(c)}"
 
 
 def queue_slow(c: Config = CONFIG) -> str:
@@ -145,28 +145,28 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         # Rules of a group run in order: the ratio uses the job time just recorded.
         {
             "record": N.RR_JOB_SECONDS,
-            "expr": f'sum by (entry, site) (increase({cpu}{{category=~"{job}"}}[{w}]))',
+            "expr": f'sum by ({N.ENTRY_KEY}) (increase({cpu}{{category=~"{job}"}}[{w}]))',
         },
         {
             "record": N.RR_BADPUT_RATIO,
-            "expr": f'sum by (entry, site) (increase({cpu}{{category=~"{bad}"}}[{w}])) / {N.RR_JOB_SECONDS}',
+            "expr": f'sum by ({N.ENTRY_KEY}) (increase({cpu}{{category=~"{bad}"}}[{w}])) / {N.RR_JOB_SECONDS}',
         },
         # Held glideins (issue 33): the share of the factory queue, and the class most held now.
         {
             "record": N.RR_HELD_RATIO,
-            "expr": f"sum by (entry, site) ({G}{{{c.selectors.held}}}) / sum by (entry, site) ({G})",
+            "expr": f"sum by ({N.ENTRY_KEY}) ({G}{{{c.selectors.held}}}) / sum by ({N.ENTRY_KEY}) ({G})",
         },
         {
             "record": N.RR_HELD_TOP_CLASS,
-            "expr": f"topk by (entry, site) (1, sum by (entry, site, class) ({catalogue.HELD_GLIDEINS.name}))",
+            "expr": f"topk by ({N.ENTRY_KEY}) (1, sum by ({N.ENTRY_KEY}, class) ({catalogue.HELD_GLIDEINS.name}))",
         },
         # Time in queue: the window's median per entry (only where pilots started), and the median
         # of those over the entry's own last week.
-        {"record": N.RR_QUEUE_PILOTS, "expr": f"sum by (entry, site) (increase({Q}_count[{w}]))"},
+        {"record": N.RR_QUEUE_PILOTS, "expr": f"sum by ({N.ENTRY_KEY}) (increase({Q}_count[{w}]))"},
         {
             "record": N.RR_QUEUE_P50,
-            "expr": f"histogram_quantile(0.5, sum by (entry, site, le) (increase({Q}_bucket[{w}])))"
-            f" and on (entry, site) {N.RR_QUEUE_PILOTS} > 0",
+            "expr": f"histogram_quantile(0.5, sum by ({N.ENTRY_KEY}, le) (increase({Q}_bucket[{w}])))"
+            f" and on ({N.ENTRY_KEY}) {N.RR_QUEUE_PILOTS} > 0",
         },
         {
             "record": N.RR_QUEUE_BASELINE,
@@ -175,7 +175,7 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         # condor_submit failures in the window (the factory's entry log, issue 33).
         {
             "record": N.RR_SUBMIT_FAILURES,
-            "expr": f"sum by (entry, site) (increase({catalogue.SUBMIT_FAILURES.name}[{w}]))",
+            "expr": f"sum by ({N.ENTRY_KEY}) (increase({catalogue.SUBMIT_FAILURES.name}[{w}]))",
         },
     ]
 
@@ -187,7 +187,7 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
 
     def pilots(outcome: str | None = None) -> str:
         sel = f'{{outcome="{outcome}"}}' if outcome else ""
-        return f"sum by (entry, site) (increase({P}{sel}[{w}]))"
+        return f"sum by ({N.ENTRY_KEY}) (increase({P}{sel}[{w}]))"
 
     vf, nm = pilots(Outcome.VALIDATION_FAILED), pilots(Outcome.NO_MATCH)
     sw = t.short_window
@@ -203,7 +203,7 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
         ),
         site_alert(
             "GwmsPilotsHeld",
-            f"sum by (entry, site) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}}) >= {th.held_glideins}",
+            f"sum by ({N.ENTRY_KEY}) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}}) >= {th.held_glideins}",
             t.for_held,
             "Pilots held at {{ $labels.site }} ({{ $labels.entry }})",
             '{{ $value | printf "%.0f" }} glideins of entry {{ $labels.entry }} are held in the factory queue.',
@@ -211,7 +211,7 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
         site_alert(
             "GwmsEntryMostlyHeld",
             # The held share, labelled with the class most held now (the event log's, never its text).
-            f"({mostly_held(c)}) * on (entry, site) group_left (class) ({N.RR_HELD_TOP_CLASS} * 0 + 1)",
+            f"({mostly_held(c)}) * on ({N.ENTRY_KEY}) group_left (class) ({N.RR_HELD_TOP_CLASS} * 0 + 1)",
             t.for_site,
             "Glideins of {{ $labels.entry }} at {{ $labels.site }} are mostly held ({{ $labels.class }})",
             "{{ $value | humanizePercentage }} of the glideins of entry {{ $labels.entry }} in the"
@@ -263,7 +263,7 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
         ),
         factory_alert(
             "GwmsEntryInfoStale",
-            f"time() - max by (entry, site) ({catalogue.ENTRY_UPDATED.name}) > {th.entry_stale_seconds}",
+            f"time() - max by ({N.ENTRY_KEY}) ({catalogue.ENTRY_UPDATED.name}) > {th.entry_stale_seconds}",
             t.for_site,
             "Entry {{ $labels.entry }} status is stale",
             "The factory last wrote the status of entry {{ $labels.entry }} {{ $value | humanizeDuration }} ago.",
@@ -271,7 +271,7 @@ def alerts(c: Config = CONFIG) -> list[Alert]:
         factory_alert(
             "GwmsEntryInDowntime",
             # A flag, not a threshold: 1 while the factory has the entry in downtime.
-            f"max by (entry, site) ({catalogue.ENTRY_DOWNTIME.name}) == 1",
+            f"max by ({N.ENTRY_KEY}) ({catalogue.ENTRY_DOWNTIME.name}) == 1",
             "0s",
             "Entry {{ $labels.entry }} is in downtime",
             "Entry {{ $labels.entry }} at site {{ $labels.site }} is in downtime; its other alerts are inhibited.",

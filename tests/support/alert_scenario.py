@@ -125,10 +125,13 @@ def _controller_query(expr: str) -> bool:
     return bool(lint.metric_names(expr) & _CONTROLLER_NAMES) or f'job="{N.JOB_CONTROLLER}"' in expr
 
 
-def dashboard_queries_without_data(prom: str, *, collector: bool) -> tuple[list[str], int]:
+def dashboard_queries_without_data(
+    prom: str, *, collector: bool, variables: dict[str, str] | None = None
+) -> tuple[list[str], int]:
     """Run every panel query of every dashboard; (queries with no data, queries of collector
     metrics). Without a collector (``collector=False``) those are run but not expected to have data,
-    nor the monitoring controller's: that stack runs neither (the compose stack runs both)."""
+    nor the monitoring controller's: that stack runs neither (the compose stack runs both).
+    ``variables``: the dashboards' variables other than their defaults (a factory chosen)."""
     # Rates over 30 s need a few scrapes; the recording rules a few evaluations.
     wait_for("recording rules", lambda: prom_query(prom, N.RR_CPU_RATE), 90)
     empty, collector_only = [], 0
@@ -149,7 +152,9 @@ def dashboard_queries_without_data(prom: str, *, collector: bool) -> tuple[list[
         if not rel.startswith("dashboards/grafana/") or rel.endswith(f"/{FRONTEND}.json"):
             continue  # the frontend's board reads a frontend exporter: tests/test_frontend_live.py
         for where, expr in lint.dashboard_exprs(json.loads(text)):
-            q = lint.substitute(expr.replace("$__rate_interval", "30s").replace("$__range", "5m"), GRAFANA_VARS)
+            q = lint.substitute(
+                expr.replace("$__rate_interval", "30s").replace("$__range", "5m"), {**GRAFANA_VARS, **(variables or {})}
+            )
             res = prom_query(prom, q)  # raises unless Prometheus accepts it
             if lint.metric_names(expr) & N.COLLECTOR_NAMES:
                 collector_only += 1
