@@ -150,11 +150,12 @@ def write(path: str, state: dict[str, Any]) -> Journal:
     """Write ``state`` as the base, atomically, and start its (empty) journal."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    generation = int.from_bytes(os.urandom(8), "big") >> 1  # a JSON number any reader keeps exact
+    generation = int.from_bytes(os.urandom(8), "big") >> 1  # fits an int64, for any JSON reader of the file
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint.", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
-            for piece in _pieces({"generation": generation, **state}, 0):  # as encoded: no whole copy to join
+            # as encoded: no whole copy to join; its own generation, whatever ``state`` was loaded with
+            for piece in _pieces({**state, "generation": generation}, 0):
                 f.write(piece.encode())
             f.flush()
             os.fsync(f.fileno())
