@@ -220,10 +220,10 @@ def test_a_full_disk_mid_append_leaves_the_last_record_and_a_base_comes_next(
         write(fd, data[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint.os, "write", full)
+    monkeypatch.setattr(os, "write", full)
     with pytest.raises(OSError):
         ing.save_checkpoint(journal=True)
-    monkeypatch.setattr(checkpoint.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
     torn: list[str] = []
     assert checkpoint.load(str(ck), str(live), lambda p, at, why: torn.append(why)) == before
     assert len(torn) == 1
