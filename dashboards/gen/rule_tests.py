@@ -396,8 +396,52 @@ def _recording() -> dict[str, Any]:
     }
 
 
+def _two_factories() -> dict[str, Any]:
+    """Two factories' exporters on one Prometheus, each with its factory label (the scrape target's),
+    with an entry of the same name at the same site: the recorded series and alerts stay per factory.
+    Summed, the badput would be one 43% and the validation failures one 33% alert with no factory."""
+    P, name = catalogue.PILOTS.name, "GwmsSiteValidationFailuresRising"
+    vf, ran = 'outcome="validation_failed"', 'outcome="ran_jobs"'
+
+    def at(factory: str, extra: str) -> str:
+        return pool("E", "S", extra=f'factory="{factory}",{extra}')
+
+    def ratio(factory: str, value: float) -> dict[str, Any]:
+        return {"labels": f'{N.RR_BADPUT_RATIO}{{factory="{factory}",entry="E",site="S"}}', "value": value}
+
+    cpu_ = catalogue.CPU_SECONDS.name
+    return {
+        **group(
+            [
+                s(cpu_, at("fa", 'category="goodput",accuracy="exact"'), "0+90x120"),
+                s(cpu_, at("fa", 'category="preemption_badput",accuracy="exact"'), "0+30x120"),
+                s(cpu_, at("fb", 'category="goodput",accuracy="exact"'), "0+60x120"),
+                s(cpu_, at("fb", 'category="preemption_badput",accuracy="exact"'), "0+60x120"),
+                # half of fa's pilots fail validation, none of fb's
+                s(P, at("fa", vf), "0+1x120"),
+                s(P, at("fa", ran), "0+1x120"),
+                s(P, at("fb", ran), "0+1x120"),
+            ],
+            site_fires(
+                "90m",
+                name,
+                "E",
+                "S",
+                "Pilots fail validation at S (E)",
+                "60 pilots of entry E at site S failed worker-node validation in the last 1h,"
+                " more than 25% of its pilots.",
+                factory="fa",
+            ),
+        ),
+        "promql_expr_test": [
+            {"expr": N.RR_BADPUT_RATIO, "eval_time": "70m", "exp_samples": [ratio("fa", 0.25), ratio("fb", 0.5)]}
+        ],
+    }
+
+
 def tests_yaml(rule_files: list[str], more: Sequence[dict[str, Any]] = ()) -> str:
     tests = [_validation(), _held(), _no_match(), _badput(), _stale_and_downtime(), _exporter_health(), _collector()]
+    tests.append(_two_factories())
     tests += _down(
         N.JOB_EXPORTER,
         "GwmsExporterDown",
