@@ -69,9 +69,10 @@ TAG = "gwms-obs"  # every board carries it; the boards' link menu lists the boar
 TOPN = "topn"  # the Top N variable; ranked panels read $topn
 TOPN_CHOICES = (5, 10, 20, 50)
 TOPN_DEFAULT = 10  # what the series budgets are declared for
-# Many factories, one view. Grafana reads either one factory's Prometheus, whose series do not
-# carry the factory label (it is an external label: only Thanos attaches it), or the global Thanos
-# query, where every series does. The variable's All is ".*", and an absent label is the empty
+# Many factories, one view. Grafana reads either one factory's Prometheus, where only the
+# exporter's series and the rules kept by factory carry the factory label (a scrape label there;
+# an external label, which only Thanos attaches, for the rest), or the global Thanos query, where
+# every series does. The variable's All is ".*", and an absent label is the empty
 # string to a matcher, which ".*" matches: at All every selector matches on both. Every selector of
 # every panel and variable carries FACTORY_SEL (lint.missing_factory holds it).
 FACTORY_SEL = f'{FACTORY}=~"${FACTORY}"'
