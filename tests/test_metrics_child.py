@@ -3,6 +3,7 @@ render, answered while the daemon's GIL is held, gone with the daemon, restarted
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -174,7 +175,8 @@ def test_a_scrape_is_answered_while_the_daemon_holds_its_gil(
 def _children(pid: int) -> set[int]:
     kids: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        kids |= {int(k) for k in (task / "children").read_text().split()}
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            kids |= {int(k) for k in (task / "children").read_text().split()}
     return kids
 
 
@@ -224,11 +226,14 @@ def test_the_serving_process_ends_with_a_sigkilled_daemon(
 ) -> None:
     p, port, _ = daemon
     (kid,) = _children(p.pid)
-    assert not _gone(kid) and _listening(port)
+    args = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
+    files = Path(args[args.index(b"--dir") + 1].decode())
+    assert not _gone(kid) and _listening(port) and files.is_dir()
     p.kill()
     p.wait(10)
     wait_for("the serving process to end", lambda: _gone(kid), 15)
     assert not _listening(port)  # no orphan holds the port
+    assert not files.exists()  # nor its files (in memory, on tmpfs)
 
 
 def test_an_encoding_is_written_with_each_render_only_while_it_is_scraped(

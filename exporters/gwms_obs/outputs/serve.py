@@ -613,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
     finally:
         server.close(1.0)
+    # The daemon is gone (or stopping: it removes them too): its files with it, even if it was killed.
+    shutil.rmtree(a.dir, ignore_errors=True)
     return 0
 
 
