@@ -97,6 +97,19 @@ def daemon(root: Path, ck: Path, now: list[float]) -> Ingest:
     return Ingest(cfg, clock=lambda: now[0])
 
 
+def saves(ing: Ingest, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each checkpoint the scans save (True: a journal record), as they call it."""
+    out: list[bool] = []
+    save = ing.save_checkpoint
+
+    def counted(journal: bool = False) -> None:
+        out.append(journal)
+        save(journal)
+
+    monkeypatch.setattr(ing, "save_checkpoint", counted)
+    return out
+
+
 def test_a_full_scan_after_the_first_saves_the_checkpoint_as_a_tick_does(
     tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,14 +122,12 @@ def test_a_full_scan_after_the_first_saves_the_checkpoint_as_a_tick_does(
     away.mkdir()
     for i, d in enumerate(held):
         shutil.move(d, away / str(i))
-    writes: list[int] = []
-    write = pipeline.checkpoint.write
-    monkeypatch.setattr(pipeline.checkpoint, "write", lambda path, data: (writes.append(1), write(path, data))[1])
     now = [time.time()]
     ing = daemon(root, ck, now)
+    writes = saves(ing, monkeypatch)
     assert ing.watch()
     ing.scan()  # the daemon's first: at each step, as a backfill's progress
-    assert ing.last_scan_full and len(writes) == 3
+    assert ing.last_scan_full and writes == [False] * 3
     ing.scan()  # full_scan_seconds 0: each a full one; nothing changed, nothing written
     assert ing.last_scan_full and len(writes) == 3
     before = set(ing.seen)
@@ -127,7 +138,7 @@ def test_a_full_scan_after_the_first_saves_the_checkpoint_as_a_tick_does(
     assert set(ing.seen) > before and len(writes) == 3 and set(_saved(ck, root)["seen"]) == before
     now[0] += pipeline.CHECKPOINT_SECONDS
     ing.scan()
-    assert len(writes) == 4 and set(_saved(ck, root)["seen"]) == set(ing.seen)
+    assert writes[3:] == [True] and set(_saved(ck, root)["seen"]) == set(ing.seen)  # as a tick: a journal record
     ing.close()
     # A restart from it counts nothing again, and equals a one-shot report of the tree.
     again = daemon(root, ck, now)
@@ -139,10 +150,8 @@ def test_a_full_scan_after_the_first_saves_the_checkpoint_as_a_tick_does(
 
 
 def test_scanning_saves_at_each_step_as_before(tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    writes: list[int] = []
-    write = pipeline.checkpoint.write
-    monkeypatch.setattr(pipeline.checkpoint, "write", lambda path, data: (writes.append(1), write(path, data))[1])
     ing = daemon(tree, tmp_path / "checkpoint.json", [time.time()])  # not watching: report, export --once, scan mode
+    writes = saves(ing, monkeypatch)
     ing.scan()
     ing.scan()
-    assert len(writes) == 6
+    assert writes == [False] * 6
