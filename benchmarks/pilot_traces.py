@@ -241,7 +241,7 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
         f"| - building the spans, OTLP/JSON text (`build`) | {per_pilot('build')} |",
         f"| - the live-trace ledger look-up (`_live`) | {per_pilot('ledger')} |",
         f"| - writing the requests into the outbox (`flush`) | {per_pilot('flush')} |",
-        f"| -- of which the outbox's own (`SpoolForwarder.enqueue`: a file each) | {per_pilot('outbox')} |",
+        f"| -- of which the outbox's own (`SpoolForwarder.enqueue`: a file each 200 pilots) | {per_pilot('outbox')} |",
     ]
     return "\n".join(rows)
 

@@ -36,6 +36,7 @@ class Box:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.files: list[list[dict[str, Any]]] = []  # the requests of each file written
         self.ledger = LedgerIndex()
         self.spans_per_second = 0.0  # unpaced: requests are bounded by pilots alone
         self.burst = 1
@@ -46,11 +47,12 @@ class Box:
     def enqueue(
         self, request: dict[str, Any] | bytes | list[bytes], spans: int, path: str, *, scrubbed: Tally | None = None
     ) -> bool:
-        # the sink hands its request over as the parts the outbox writes one after the other
+        # the sink hands a file over as the parts the outbox writes one after the other: requests one a line
         assert isinstance(request, list) and all(type(p) is bytes for p in request) and scrubbed is not None
-        doc = json.loads(b"".join(request))
-        assert spans == sum(len(ss["spans"]) for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
-        self.requests.append(doc)
+        docs = [json.loads(ln) for ln in b"".join(request).split(b"\n")]
+        assert spans == sum(len(ss["spans"]) for doc in docs for rs in doc["resourceSpans"] for ss in rs["scopeSpans"])
+        self.requests += docs
+        self.files.append(docs)
         return True
 
 
@@ -587,9 +589,10 @@ def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
 
 def test_requests_fit_the_paced_forwarders_bucket(sim: tuple[Path, SimulationSummary]) -> None:
     """With batch_spans (a paced forwarder's bucket), no request holds more spans than that unless one
-    pilot alone does: the forwarder then posts each whole, with no JSON decode and encode to cut it."""
+    pilot alone does: the forwarder then posts each whole, with no JSON decode and encode to cut it.
+    A file holds ``batch`` pilots, its requests one a line (a file each cost more than its bytes)."""
     box = Box()
-    sink = P.PilotTraces(box, FACTORY, batch_spans=60)
+    sink = P.PilotTraces(box, FACTORY, batch_spans=60, batch=40)
     ing = Ingest(
         IngestConfig(str(sim[0]), settle_seconds=0, final=True, lost_after_seconds=0), outlets=Outlets(traces=sink)
     )
@@ -598,4 +601,8 @@ def test_requests_fit_the_paced_forwarders_bucket(sim: tuple[Path, SimulationSum
     sizes = [[sum(len(ss["spans"]) for ss in rs["scopeSpans"]) for rs in r["resourceSpans"]] for r in box.requests]
     assert len(sizes) > 3 and sum(map(sum, sizes)) == sink.spans
     assert all(sum(s) <= 60 or len(s) == 1 for s in sizes), sizes
-    assert all(sum(s) + nxt[0] > 60 for s, nxt in itertools.pairwise(sizes))  # none cut short
+    pilots = [sum(len(r["resourceSpans"]) for r in f) for f in box.files]
+    assert len(box.files) > 1 and all(n == 40 for n in pilots[:-1]) and 0 < pilots[-1] <= 40, pilots
+    for f in box.files:  # none cut short but a file's last
+        sizes = [[sum(len(ss["spans"]) for ss in rs["scopeSpans"]) for rs in r["resourceSpans"]] for r in f]
+        assert all(sum(s) + nxt[0] > 60 for s, nxt in itertools.pairwise(sizes))

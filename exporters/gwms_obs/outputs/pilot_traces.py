@@ -686,10 +686,14 @@ class OwnSpans(Protocol):
 class PilotTraces:
     """``Books.trace_sink``: each counted pilot's trace, batched into the span outbox.
 
-    Called by the scan with the lock held; it only builds dicts and, every
-    ``batch`` pilots (or before ``batch_spans`` spans) and at :meth:`flush`,
-    writes one file: the network is the forwarder's thread's. A failure is
-    logged and counted, never raised.
+    Called by the scan with the lock held; it only builds the text and, every
+    ``batch`` pilots and at :meth:`flush`, writes one file: the network is the
+    forwarder's thread's. A failure is logged and counted, never raised.
+
+    With ``batch_spans`` the file holds several requests, one a line, each of at
+    most that many spans (the paced forwarder's bucket: each is posted as it is,
+    tracing/outbox.py). A file a request cost ~15-50 us a pilot of creating it
+    (the kernel's, measured in the scan; benchmarks/results/pilot-traces.md).
     """
 
     def __init__(
@@ -725,6 +729,8 @@ class PilotTraces:
         # each pilot's ResourceSpans, encoded: the request's parts (written as they are, not joined)
         self._pending: list[bytes] = []
         self._spans = 0
+        self._requests: list[tuple[list[bytes], int]] = []  # the file's full requests before _pending
+        self._pilots = 0  # pilots in the file so far
         self._scrub = Scrubber()  # the batch's: its tally goes with the request
         self.built = 0  # pilots with a trace built
         self.spans = 0  # spans built
@@ -751,15 +757,18 @@ class PilotTraces:
         if rs is None:
             return
         encoded, n = rs
-        if self.batch_spans is not None and self._pending and self._spans + n > self.batch_spans:
-            self.flush()  # the request so far fits the bucket: sent whole
         with self._lock:
+            if self.batch_spans is not None and self._pending and self._spans + n > self.batch_spans:
+                # the request so far fits the bucket (sent whole): the file's next line
+                self._requests.append((self._pending, self._spans))
+                self._pending, self._spans = [], 0
             self._pending.append(encoded.encode())
             self._spans += n
+            self._pilots += 1
             self.built += 1
             self.merged += issued is not None
             self.spans += n
-            full = len(self._pending) >= self.batch
+            full = self._pilots >= self.batch
         if full:
             self.flush()
 
@@ -789,13 +798,20 @@ class PilotTraces:
         return issued, self.own_spans(log_dir, acc.cluster, acc.proc) if self.own_spans is not None else None
 
     def flush(self) -> None:
-        """Write what is built into the outbox (one request)."""
+        """Write what is built into the outbox (one file: its requests, one a line)."""
         with self._lock:
-            pending, spans, tally = self._pending, self._spans, self._scrub.tally
-            self._pending, self._spans, self._scrub = [], 0, Scrubber()
-        if pending:
-            parts = [_REQUEST_HEAD]
-            for p in pending:
-                parts += (p, b",")
-            parts[-1] = _REQUEST_TAIL  # the last comma
+            requests, tally = self._requests, self._scrub.tally
+            if self._pending:
+                requests.append((self._pending, self._spans))
+            self._requests, self._pending, self._spans, self._pilots, self._scrub = [], [], 0, 0, Scrubber()
+        if requests:
+            parts: list[bytes] = []
+            for pending, _ in requests:
+                parts.append(_REQUEST_HEAD)
+                for p in pending:
+                    parts += (p, b",")
+                parts[-1] = _REQUEST_TAIL  # the last comma
+                parts.append(b"\n")
+            parts.pop()  # the last newline
+            spans = sum(n for _, n in requests)
             self.outbox.enqueue(parts, spans, "pilot traces", scrubbed=tally)

@@ -405,18 +405,21 @@ class SpoolForwarder:
         done with (sent, or refused for good and moved aside), False to retry it later."""
         spans = _name_spans(p.name)
         pieces: list[tuple[bytes, int]] | None = None
-        if self.spans_per_second > 0 and spans > self.burst:
+        # requests one a line (outputs.pilot_traces, a file cut short): posted as they are
+        pieces = _lines(body) if b"\n" in body else None
+        lines = pieces is not None
+        if pieces is None and self.spans_per_second > 0 and spans > self.burst:
             pieces = _pieces(body, self.burst)
         if pieces is None:  # small, unpaced, or not an OTLP/JSON document: posted whole (the collector judges it)
             pieces = [(body, spans)]
         for k, (piece, n) in enumerate(pieces):
             if not self._pace(n):  # stopping
-                self._keep_rest(p, pieces[k:])
+                self._keep_rest(p, pieces[k:], lines)
                 return False
             ok = self._post(piece, p.name)
             if ok is None:
                 self._refund(n)
-                self._keep_rest(p, pieces[k:])
+                self._keep_rest(p, pieces[k:], lines)
                 return False
             if not ok:
                 self._reject(p)
@@ -458,14 +461,18 @@ class SpoolForwarder:
         with self._cond:
             self._tokens = min(float(self.burst), self._tokens + spans)
 
-    def _keep_rest(self, p: Path, rest: list[tuple[bytes, int]]) -> None:
-        """After a partial send, the file holds only what is not sent yet (same place in the queue)."""
+    def _keep_rest(self, p: Path, rest: list[tuple[bytes, int]], lines: bool = False) -> None:
+        """After a partial send, the file holds only what is not sent yet (same place in the queue);
+        ``lines``: its requests were one a line, and the rest stay so."""
         spans = _name_spans(p.name)
         left = sum(n for _, n in rest)
         if left == spans:
             return  # nothing of it sent
-        docs = [json.loads(b)["resourceSpans"] for b, _ in rest]
-        body = json.dumps({"resourceSpans": [rs for d in docs for rs in d]}, separators=(",", ":")).encode()
+        if lines:
+            body = b"\n".join(b for b, _ in rest)
+        else:
+            docs = [json.loads(b)["resourceSpans"] for b, _ in rest]
+            body = json.dumps({"resourceSpans": [rs for d in docs for rs in d]}, separators=(",", ":")).encode()
         name = _OUTBOX_SPANS.sub(f"-{left}.json", p.name)
         with self._cond:
             if p.name not in self._sizes:  # dropped by the bounds meanwhile: nothing to keep
@@ -564,6 +571,23 @@ def _write_all(fd: int, parts: list[bytes]) -> None:
             rest = memoryview(b"".join(chunk))[done:]
             while rest:
                 rest = rest[os.write(fd, rest) :]
+
+
+# How each span of a pilot trace begins (outputs.pilot_traces, compiled or not): a pilot's text
+# in a value has its quotes escaped, so only spans count.
+_SPAN_START: Final = b'{"traceId":"'
+
+
+_LINE_START: Final = b'{"resourceSpans":['
+
+
+def _lines(body: bytes) -> list[tuple[bytes, int]] | None:
+    """A file of requests one a line (only outputs.pilot_traces writes them: JSON text escapes a
+    newline), each with its spans; None when it is not one (a document on several lines)."""
+    lines = [ln for ln in body.split(b"\n") if ln]
+    if not all(ln.startswith(_LINE_START) for ln in lines):
+        return None
+    return [(ln, ln.count(_SPAN_START)) for ln in lines]
 
 
 def _pieces(body: bytes, size: int) -> list[tuple[bytes, int]] | None:
