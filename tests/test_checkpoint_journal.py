@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gwms_obs.ingest import checkpoint
+from gwms_obs.ingest.counted import Counted
 from gwms_obs.pipeline import Ingest, IngestConfig
 from gwms_obs.simulate.factory import simulate
 from tests.test_replay_crashes import arrivals
@@ -234,3 +235,25 @@ def test_a_full_disk_mid_append_leaves_the_last_record_and_a_base_comes_next(
     ing.save_checkpoint(journal=True)
     assert ck.stat().st_mtime_ns != mtime and not journal.exists()  # a base, the torn journal gone
     assert loaded(ing) == whole(ing) and "x/2.0" in whole(ing)["seen"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["count", "forget", "save"]), st.integers(0, 12)), max_size=40))
+def test_pilots_counted_and_forgotten_journal_as_the_whole(steps: list[tuple[str, int]]) -> None:
+    """Counted's journal part over counts (again, after a forget too), forgets (a full scan's prune,
+    which no longer needs a base) and saves: the saved state plus its operations is the live one."""
+    c = Counted()
+    c.saved()
+    on_disk = json.loads(json.dumps(c.state()))
+    for i, (what, k) in enumerate(steps, 1):
+        if what == "count":
+            c.count(f"e/{k}.0", float(i))
+        elif what == "forget":
+            c.forget(float(i - k), present=())  # those counted before i - k
+        else:
+            ops = c.changes()
+            assert ops is not None
+            for op in json.loads(json.dumps(ops)):
+                checkpoint.apply(on_disk, (op[0], op[1], op[2]))
+            c.saved()
+            assert on_disk == json.loads(json.dumps(c.state()))

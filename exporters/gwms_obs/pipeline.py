@@ -260,7 +260,7 @@ class Ingest:
         if not self._tick_saves:
             self.save_checkpoint()
         elif self._state_mark() != self._saved_mark and self.books.clock() - self._saved_at >= CHECKPOINT_SECONDS:
-            self.save_checkpoint(journal=True)  # a base when a prune forgot pilots (save_checkpoint)
+            self.save_checkpoint(journal=True)  # its prune's forgotten pilots too
 
     def watch(self) -> bool:
         """Discover by inotify events from now on (the daemon; ``report`` scans in full): a full
@@ -395,8 +395,8 @@ class Ingest:
 
         ``journal``: what changed since the last checkpoint is appended to its journal instead (a
         watching daemon's ticks), unless a base is due: none written by this process yet (a journal
-        is appended only after a base it wrote), the journal past its bound, a part that cannot say
-        what changed (a prune forgot pilots), or the last write failed."""
+        is appended only after a base it wrote), the journal past its bound (the base's size), or the
+        last write failed."""
         if self.cfg.checkpoint:
             self.outlets.before_checkpoint()  # the traces of the pilots this checkpoint marks counted
             parts: list[Books | Stage] = [self.books, *self.stages]

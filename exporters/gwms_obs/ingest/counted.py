@@ -19,7 +19,9 @@ class Counted:
     def __init__(self) -> None:
         self.seen: dict[str, float] = {}  # key -> when counted
         self.bad_out: dict[str, float] = {}  # key -> when its .out proved unusable (fallbacks may count it)
-        self._new: list[str] | None = None  # counted since the last checkpoint (None: it is written whole)
+        # Counted and forgotten since the last checkpoint (None: it is written whole next).
+        self._new: list[str] | None = None
+        self._gone: list[str] = []
 
     def count(self, key: str, when: float) -> None:
         self.seen[key] = when
@@ -32,27 +34,28 @@ class Counted:
             old = [k for k, t in d.items() if t < cutoff and k not in present]
             for k in old:
                 del d[k]
-            if old and d is self.seen:
-                self._new = None  # the next checkpoint is a base (the full scan writes one anyway)
+            if d is self.seen and self._new is not None:
+                self._gone += old  # an hour's pilots at most, at a full scan's prune
 
     def state(self) -> dict[str, Any]:
         return {"seen": self.seen, "bad_out": self.bad_out}
 
     def changes(self) -> list[Op] | None:
-        """Its part of a journal record: the pilots counted since the last checkpoint (``bad_out``, a
-        handful, whole). None: it cannot say, the next checkpoint must be a base."""
+        """Its part of a journal record: the pilots counted and forgotten since the last checkpoint
+        (``bad_out``, a handful, whole). None: it cannot say, the next checkpoint must be a base."""
         if self._new is None:
             return None
+        seen = self.seen
         return [
-            ("dict", ["seen"], {"set": {k: self.seen[k] for k in self._new}, "del": []}),
+            ("dict", ["seen"], {"set": {k: seen[k] for k in self._new if k in seen}, "del": self._gone}),
             ("whole", ["bad_out"], self.bad_out),
         ]
 
     def saved(self) -> None:
         """The checkpoint on disk holds what it has now."""
-        self._new = []
+        self._new, self._gone = [], []
 
     def restore(self, data: dict[str, Any]) -> None:
         self.seen = {str(k): float(v) for k, v in data.get("seen", {}).items()}
         self.bad_out = {str(k): float(v) for k, v in data.get("bad_out", {}).items()}
-        self._new = None
+        self._new, self._gone = None, []
