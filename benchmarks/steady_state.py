@@ -17,7 +17,8 @@ removed and the logs cut back after each window. Modes alternate (scan, inotify,
 Writes the head of benchmarks/results/steady-state.md (the sections after it are kept).
 ``window --work DIR --mode scan|inotify`` runs one window on a prepared DIR and prints its figures
 (a whole process to time); ``breakdown --work DIR`` splits a watching daemon's CPU, in one process,
-between its ticks, the /metrics renders, a checkpoint write and the full scan.
+between its ticks, the /metrics renders, a checkpoint write and the full scan; ``scan --work DIR``
+times a watching daemon's full scans (its first, then --scans hourly ones with nothing new).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -358,9 +360,47 @@ def breakdown(work: Path, seconds: float, rate: float) -> dict[str, float]:
     }
 
 
+def full_scans(work: Path, scans: int) -> dict[str, Any]:
+    """In one process: a watching daemon's full scans of the prepared tree, started from a copy of
+    its checkpoint, the heap frozen after the first as the daemon does. The first is the daemon's
+    start; the others are its hourly ones, with nothing new (each one's CPU: time.process_time)."""
+    from gwms_obs.daemon import Heap
+    from gwms_obs.pipeline import Ingest, IngestConfig
+
+    tmp = Path(tempfile.mkdtemp(prefix="full-scans-"))  # not in DIR: a prepared tree is shared, read-only
+    shutil.copy(work / "checkpoint.json", tmp / "checkpoint.json")
+    # full_scan_seconds 0: every scan is a full one, as the hourly one is
+    cfg = IngestConfig(factory_dir=str(work / "factory"), checkpoint=str(tmp / "checkpoint.json"), full_scan_seconds=0)
+    ing = Ingest(cfg)
+    heap = Heap()
+    try:
+        assert ing.watch()
+        cpu: list[float] = []
+        for i in range(scans + 1):
+            c = time.process_time()
+            ing.scan()
+            cpu.append(time.process_time() - c)
+            assert ing.last_scan_full
+            if i == 0:
+                heap.after_full_scan()
+    finally:
+        ing.close()
+        heap.close()
+        shutil.rmtree(tmp)
+    hourly = cpu[1:]
+    return {
+        "pilots": len(ing.seen),
+        "first_scan_cpu_s": round(cpu[0], 2),
+        "hourly_cpu_s": [round(c, 3) for c in hourly],
+        "hourly_min_s": round(min(hourly), 3),
+        "hourly_median_s": round(statistics.median(hourly), 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="?", default="all", choices=("all", "window", "breakdown"))
+    ap.add_argument("what", nargs="?", default="all", choices=("all", "window", "breakdown", "scan"))
+    ap.add_argument("--scans", type=int, default=5, help="scan: the full scans after the first")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--mode", choices=("scan", "inotify"), default="inotify")
     ap.add_argument("--base", type=int, default=5000)
@@ -375,6 +415,10 @@ def main() -> None:
     if a.what == "breakdown":
         assert a.work is not None
         print(json.dumps(breakdown(a.work, a.seconds, a.rate)))
+        return
+    if a.what == "scan":
+        assert a.work is not None
+        print(json.dumps(full_scans(a.work, a.scans)))
         return
     if a.what == "window":
         assert a.work is not None
