@@ -231,7 +231,11 @@ def window(
                 nxt += 1.0 / rate
             time.sleep(max(0.0, min(nxt, next_scrape, t1 + seconds) - time.monotonic()))
         cpu, wall, wall1 = cpu_seconds(p.pid) - cpu0, time.monotonic() - t1, time.time()
-        saved = (tmp / "checkpoint.json").stat().st_mtime >= wall1 - wall  # a checkpoint written in the phase
+        from gwms_obs.ingest.checkpoint import JOURNAL_SUFFIX
+
+        # a checkpoint written in the phase: a whole one, or (a watching daemon's) a journal record
+        files = (tmp / "checkpoint.json", tmp / f"checkpoint.json{JOURNAL_SUFFIX}")
+        saved = any(f.exists() and f.stat().st_mtime >= wall1 - wall for f in files)
         # ... and every one of them counted (polled now that the CPU is taken)
         limit = time.monotonic() + interval + 90
         cpu_counted = 0
