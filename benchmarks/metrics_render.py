@@ -1,11 +1,12 @@
 """/metrics at a large factory: the cached exposition (issue 34) against the old per-scrape render.
 
 A simulated factory of N entries (default 500, 3 pilots each, as benchmarks/dashboards.py),
-scanned once; then the same Ingest is served twice in one process, by the old app
-(prometheus_client's ``make_wsgi_app`` over ``exporter_registry``: every family built under
-the ingest lock on every scrape) and by the new one (``Exposition``: the ledger's families
-rendered once per change, served as bytes), both behind the daemon's MetricsServer. Scrapes
-alternate old/new, one at a time, over HTTP on 127.0.0.1, as Prometheus asks (OpenMetrics,
+scanned once; then the same Ingest is served by the old app (prometheus_client's ``make_wsgi_app``
+over ``exporter_registry``: every family built under the ingest lock on every scrape) and by the
+new one (``Exposition``: the ledger's families rendered once per change, served as bytes), both
+behind the daemon's MetricsServer in this process, and by the new one as the daemon serves it
+("child": outputs/serve.py's process of its own, handed each render and the per-scrape families).
+Scrapes alternate between them, one at a time, over HTTP on 127.0.0.1, as Prometheus asks (OpenMetrics,
 gzip) and in the classic text; first idle, then while the daemon's scan runs back to back
 in a thread (steady state: the same tree walked and stat-ed, the GIL shared). Each
 scrape is timed from connect to its last byte, by a client process of its own, alternating with a
@@ -17,6 +18,9 @@ any server at that moment). ``--no-old`` leaves the old app out (its scrapes tak
 Before the scrapes, it times the CPU of a render after one pilot's change (``--renders`` of each,
 alternating): the whole ledger encoded, as a render was before it encoded only what changed, against
 ``Exposition.refresh`` now.
+
+It also takes the hand-off's CPU (the daemon's side: ServingChild.publish_cpu; the child's: its
+utime + stime) per render, per scrape and per idle second.
 
 Writes benchmarks/results/metrics-render.md. ``--serve old|new --factory DIR`` runs one app
 alone (the factory simulated into DIR once, then scanned, then scraped ``--scrapes`` times as
@@ -51,8 +55,9 @@ from gwms_obs.accounting.pilot import PilotAccount
 from gwms_obs.catalogue import Category, Outcome
 from gwms_obs.daemon import Heap
 from gwms_obs.ingest.config import IngestConfig
-from gwms_obs.outputs.http import MetricsServer, SharedRenders, exposition_app
+from gwms_obs.outputs.http import MetricsServer, SharedRenders, exposition_app, listen
 from gwms_obs.outputs.prometheus import Exposition, _encode, _snapshot, exporter_registry, ledger_families
+from gwms_obs.outputs.serve import ServingChild
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
 from gwms_obs.simulate.scenario import fleet
@@ -166,21 +171,37 @@ def full_render(ing: Ingest) -> None:
             gzip.compress(data, 6)
 
 
-def render_costs(ing: Ingest, expo: Exposition, n: int) -> dict[str, list[float]]:
+def render_costs(ing: Ingest, expo: Exposition, child: ServingChild, n: int) -> dict[str, list[float]]:
     """CPU of a render after one pilot's change: the whole ledger encoded (as before) against what
-    Exposition.refresh does now, alternating, ``n`` of each."""
+    Exposition.refresh does now (its publishing for the child included, and taken apart), alternating,
+    ``n`` of each."""
     rng = random.Random(5)
-    out: dict[str, list[float]] = {"whole": [], "changed": [], "units": []}
+    out: dict[str, list[float]] = {"whole": [], "changed": [], "units": [], "publish": []}
     for _ in range(n):
         arrive(ing.ledger, rng)
         c = time.process_time()
         full_render(ing)
         out["whole"].append(time.process_time() - c)
-        c = time.process_time()
+        c, p = time.process_time(), child.publish_cpu
         assert expo.refresh()
         out["changed"].append(time.process_time() - c)
+        out["publish"].append(child.publish_cpu - p)
         out["units"].append(expo.last_units)
     return out
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid: int) -> float:
+    """utime + stime of process ``pid`` (seconds)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def child_cpu(child: ServingChild) -> float:
+    assert child.proc is not None
+    return cpu_of(child.proc.pid)
 
 
 def serve_alone(which: str, root: Path, entries: int, scrapes: int) -> int:
@@ -213,6 +234,7 @@ def main() -> int:
     ap.add_argument("--serve", choices=("old", "new"), help="one app alone, for a process timer")
     ap.add_argument("--factory", type=Path, help="with --serve: the simulated factory (made once)")
     ap.add_argument("--no-old", action="store_true", help="leave the old app out (its scrapes take seconds)")
+    ap.add_argument("--idle-seconds", type=float, default=30.0, help="the hand-off's CPU at rest, over this long")
     a = ap.parse_args()
     if a.serve:
         return serve_alone(a.serve, a.factory, a.entries, a.scrapes)
@@ -228,6 +250,7 @@ def main() -> int:
         heap.after_full_scan()  # as the daemon does after its first full scan
         expo = Exposition(ing, factory="benchfactory")
         servers = {"new": MetricsServer("127.0.0.1", 0, SharedRenders(exposition_app(expo)))}
+        child = ServingChild(expo, listen("127.0.0.1", 0))  # as the daemon serves: publishes from the first render
         if not a.no_old:
             old_app = make_wsgi_app(exporter_registry(ing, factory="benchfactory"))
             servers["old"] = MetricsServer("127.0.0.1", 0, SharedRenders(old_app))
@@ -236,9 +259,20 @@ def main() -> int:
         t0 = time.perf_counter()
         expo.refresh()
         first_render = time.perf_counter() - t0
-        costs = render_costs(ing, expo, a.renders)  # before the renderer's thread, which would take the changes
+        costs = render_costs(ing, expo, child, a.renders)  # before the renderer's thread, which would take them
         print("render CPU after one pilot's change", {k: f"{q(v, 0.5):.4f}" for k, v in costs.items()})
         expo.start()
+        child.start()
+        ports_of = {k: srv.port for k, srv in servers.items()} | {"child": child.sock.getsockname()[1]}
+        # The hand-off at rest: the per-scrape families looked at every second, no scrape, no render.
+        scrape(ports_of["child"], PROMETHEUS_ACCEPT, True)
+        c_parent, c_child, t_idle = child.publish_cpu, child_cpu(child), time.monotonic()
+        time.sleep(a.idle_seconds)
+        t_idle = time.monotonic() - t_idle
+        idle = {"parent": (child.publish_cpu - c_parent) / t_idle, "child": (child_cpu(child) - c_child) / t_idle}
+        print("hand-off CPU at rest, per second", idle)
+        # phase, kind, the daemon's hand-off s/s, the child's s a scrape, the floor's s a scrape
+        handoff: list[tuple[str, str, float, float, float]] = []
         stop = threading.Event()
         scans: list[float] = []
 
@@ -260,8 +294,20 @@ def main() -> int:
                 if scanner is not None:
                     scanner.start()
                 for kind, (accept, gz) in KINDS.items():
-                    ports = {k: srv.port for k, srv in servers.items()} | {"floor": floors[kind][1]}
+                    ports = ports_of | {"floor": floors[kind][1]}
+                    c_parent, c_child, t_phase = child.publish_cpu, child_cpu(child), time.monotonic()
+                    c_floor = cpu_of(floors[kind][0].pid)
                     times = scrapes_from_another_process(ports, accept, gz, a.scrapes)
+                    t_phase = time.monotonic() - t_phase
+                    handoff.append(
+                        (
+                            phase,
+                            kind,
+                            (child.publish_cpu - c_parent) / t_phase,
+                            (child_cpu(child) - c_child) / a.scrapes,
+                            (cpu_of(floors[kind][0].pid) - c_floor) / a.scrapes,
+                        )
+                    )
                     rows.append((phase, kind, times))
                     print(
                         phase, kind, {k: f"{q(v, 0.5) * 1e3:.1f}/{q(v, 0.99) * 1e3:.1f} ms" for k, v in times.items()}
@@ -273,6 +319,8 @@ def main() -> int:
             stop.set()
             for srv in servers.values():
                 srv.close()
+            restarts = child.restarts
+            child.close()
             for fp, _ in floors.values():
                 fp.kill()
                 fp.wait()
@@ -293,7 +341,9 @@ def main() -> int:
         + " new one (the ledger rendered once per change, "
         f"first render {first_render * 1e3:,.0f} ms, {expo.renders} render(s) in all) "
         + ("serves the Ingest" if a.no_old else "serve the same Ingest in one process, each")
-        + " behind the daemon's MetricsServer; \"floor\": the new one's answer, the same "
+        + ' behind the daemon\'s MetricsServer in this process; "child": the new one as the daemon serves it, '
+        "from outputs/serve.py's process of its own (the renders and per-scrape families handed to it "
+        f'through files; {restarts} restart(s)); "floor": the new one\'s answer, the same '
         "bytes, from a minimal "
         "server in a process of its own (what the shared machine gives any server then). Scrapes "
         "alternate between them, one at a time, from a client process of its own, timed from connect to "
@@ -323,6 +373,24 @@ def main() -> int:
         f"chunks they are in: median {statistics.median(ch) * 1e3:,.1f} ms (max {max(ch) * 1e3:,.1f}), "
         f"{statistics.median(wh) / statistics.median(ch):,.0f}x less.",
     ]
+    pub = costs["publish"]
+    lines += [
+        "",
+        "The hand-off to the child, CPU (the daemon's side: ServingChild.publish_cpu, thread time; the child's: "
+        "its utime + stime, in clock ticks of 10 ms, so a per-scrape figure is over the phase's scrapes): "
+        f"publishing a render (the OpenMetrics gzip members joined and written) median "
+        f"{statistics.median(pub) * 1e3:,.2f} ms (max {max(pub) * 1e3:,.2f}), in the render's figure above; "
+        f"at rest (no scrape, no render, {a.idle_seconds:g} s) the daemon {idle['parent'] * 1e3:,.3f} ms "
+        f"and the child {idle['child'] * 1e3:,.3f} ms of CPU a second.",
+        "",
+        "| phase | scrape | daemon's hand-off, CPU a second | child, CPU a scrape | floor, CPU a scrape |",
+        "|---|---|---|---|---|",
+    ]
+    for phase, kind, parent_rate, per_scrape, floor_cpu in handoff:
+        lines.append(
+            f"| {phase} | {kind} | {parent_rate * 1e3:,.3f} ms | {per_scrape * 1e3:,.2f} ms | "
+            f"{floor_cpu * 1e3:,.2f} ms |"
+        )
     lines += [
         "",
         f"p99 of {a.scrapes} scrapes is their largest but one or the largest (nearest rank). The aim of issue 34: "

@@ -24,6 +24,7 @@ times a watching daemon's full scans (its first, then --scans hourly ones with n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -136,8 +137,19 @@ def gwms() -> list[str]:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    """The CPU of process ``pid`` and of every process under it: the daemon's /metrics is served by a
+    child of its own (outputs/serve.py), whose CPU is the exporter's. Per process utime + stime, and
+    cutime + cstime for its children that ended (a restarted child's CPU is not lost)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:  # ended meanwhile: its parent's cutime + cstime has it once reaped
+        return 0.0
+    total = sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
+    for task in tasks:
+        with contextlib.suppress(FileNotFoundError):
+            total += sum(cpu_seconds(int(kid)) for kid in (task / "children").read_text().split())
+    return total
 
 
 def pilots_on(body: bytes) -> int | None:
