@@ -212,7 +212,8 @@ class ClientDirs:
     of the names in order; str hashes are keyed per process, so no name can be chosen to
     collide) gives back its last parse, not a regular expression, a join and an object per
     file again. ``key_of``: the pilots' key in the listing (ingest/books.py's key_str).
-    Holds only the directories of the last listing.
+    Holds only the directories of the last listing: their dicts, ~28 bytes a pilot (8.4 MB at
+    301,040), the files' objects being the listing's own.
     """
 
     def __init__(self, key_of: Callable[[tuple[str, int, int]], str]) -> None:
