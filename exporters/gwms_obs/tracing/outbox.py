@@ -404,9 +404,8 @@ class SpoolForwarder:
         """Post one outbox file (in pieces when it holds more than the bucket); True when it is
         done with (sent, or refused for good and moved aside), False to retry it later."""
         spans = _name_spans(p.name)
-        pieces: list[tuple[bytes, int]] | None = None
         # requests one a line (outputs.pilot_traces, a file cut short): posted as they are
-        pieces = _lines(body) if b"\n" in body else None
+        pieces: list[tuple[bytes, int]] | None = _lines(body) if b"\n" in body else None
         lines = pieces is not None
         if pieces is None and self.spans_per_second > 0 and spans > self.burst:
             pieces = _pieces(body, self.burst)
@@ -576,9 +575,7 @@ def _write_all(fd: int, parts: list[bytes]) -> None:
 # How each span of a pilot trace begins (outputs.pilot_traces, compiled or not): a pilot's text
 # in a value has its quotes escaped, so only spans count.
 _SPAN_START: Final = b'{"traceId":"'
-
-
-_LINE_START: Final = b'{"resourceSpans":['
+_LINE_START: Final = b'{"resourceSpans":['  # and each request (outputs.pilot_traces' _REQUEST_HEAD)
 
 
 def _lines(body: bytes) -> list[tuple[bytes, int]] | None:
