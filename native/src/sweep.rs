@@ -129,10 +129,18 @@ fn run(rows: &[Row], cats: &[usize], p: &Pilot) -> PyResult<(Sums, Sums)> {
         }
     }
     // Python sorts the tuples: time, then sign (ends first), then the job's index (unique).
+    // Times compare as Python's floats do: -0.0 == 0.0 (total_cmp puts -0.0 first, which
+    // reordered a job starting at -0.0 before one at 0.0); NaN is refused, so the order is total.
     if events.iter().any(|e| e.when.is_nan()) {
         return Err(pyo3::exceptions::PyOverflowError::new_err("NaN time"));
     }
-    events.sort_by(|a, b| a.when.total_cmp(&b.when).then(a.sign.cmp(&b.sign)).then(a.idx.cmp(&b.idx)));
+    events.sort_by(|a, b| {
+        a.when
+            .partial_cmp(&b.when)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.sign.cmp(&b.sign))
+            .then(a.idx.cmp(&b.idx))
+    });
     events.push(Ev { when: ce, sign: 0, idx: rows.len(), c: 0, g: 0, m: 0, cat: overhead });
 
     let mut cpu = Sums::new(ncats);
