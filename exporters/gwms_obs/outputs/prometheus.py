@@ -859,23 +859,32 @@ class Exposition:
                         del self._wanted[k]
                         self._inc.pop(k, None)
                 wanted = list(self._wanted.items())
-            bodies = {}
+            bodies: dict[tuple[Any, ...], _Body] = {}
             units = 0
-            for key, (encoder, gz) in wanted:
-                inc = self._inc.get(key)
-                if inc is None:
-                    inc = self._inc[key] = _Incremental(encoder)
-                try:
-                    body = _Body(inc.render(sections), inc)
-                    units += inc.encoded
-                except _Unsplittable as e:  # never seen with prometheus_client's encoders: whole, as before
-                    log.warning("/metrics: family %s not written a line a sample: rendered whole", e)
-                    self._inc.pop(key)
-                    body = _Body([((-1, 0), _encode(encoder, ledger_families(snap, self.factory)))])
-                bodies[key] = body
-                if gz:
-                    body.compress()
-            self._current = _Rendered(led, version, snap, self.factory, bodies, scan)  # one store: old or new
+            while True:  # a round more for each encoding first asked for meanwhile: at most MAX_VARIANTS
+                for key, (encoder, gz) in wanted:
+                    inc = self._inc.get(key)
+                    if inc is None:
+                        inc = self._inc[key] = _Incremental(encoder)
+                    try:
+                        body = _Body(inc.render(sections), inc)
+                        units += inc.encoded
+                    except _Unsplittable as e:  # never seen with prometheus_client's encoders: whole, as before
+                        log.warning("/metrics: family %s not written a line a sample: rendered whole", e)
+                        self._inc.pop(key)
+                        body = _Body([((-1, 0), _encode(encoder, ledger_families(snap, self.factory)))])
+                    bodies[key] = body
+                    if gz:
+                        body.compress()
+                # An encoding first asked for while this render ran is in it too, and the render is stored
+                # under the same lock: an encoding noted as wanted later is in the next one. The serving
+                # process waits for a render's body in an encoding it asked for (outputs/serve.py), and a
+                # ledger that stops changing makes no next render.
+                with self._lock:
+                    wanted = [(k, v) for k, v in self._wanted.items() if k not in bodies]
+                    if not wanted:
+                        self._current = _Rendered(led, version, snap, self.factory, bodies, scan)  # old or new
+                        break
             self.renders += 1
             self.last_render_seconds = time.perf_counter() - t0
             self.last_units = units
@@ -956,17 +965,18 @@ class Exposition:
     def ledger_body(self, encoder: Encoder, gz: bool, cur: _Rendered | None = None) -> tuple[_Rendered, _Body]:
         """The ledger's part of a scrape in ``encoder`` (``gz``: asked gzipped) from ``cur`` (else the last
         render), noted as asked for: what :meth:`answer` serves before the per-scrape families."""
+        key = _variant(encoder)
+        # Noted before the last render is read: a render stored after this has this encoding (refresh).
+        self._want(key, encoder, gz)
         if cur is None:
             cur = self._current
             if cur is None:  # before start(): a render of its own
                 self.refresh()
                 cur = self._current
                 assert cur is not None
-        key = _variant(encoder)
         cached = cur.bodies.get(key)
         if cached is None:  # an encoding not asked for before: rendered once for this change
             cached = cur.bodies.setdefault(key, _Body([((-1, 0), _encode(encoder, cur.families()))]))
-        self._want(key, encoder, gz)
         return cur, cached
 
     def _want(self, key: tuple[Any, ...], encoder: Encoder, gz: bool) -> None:
