@@ -444,8 +444,9 @@ def render(res: dict[str, Any]) -> str:
         "(`<entry>.info.log`, `.err.log`) are appended to but, written all week, never age out here.",
         "",
         "Daemon: `gwms-obs export` with its checkpoint, inotify discovery, a full rescan every",
-        f"{a['full_scan_seconds']:g} s of real time (each full scan writes the checkpoint; ticks at most every",
-        f"300 s), lost_after_seconds {a['lost_after_seconds']:g}, "
+        f"{a['full_scan_seconds']:g} s of real time (the first full scan writes the checkpoint whole; then ticks"
+        " and full scans append what changed to its journal at most every 300 s, a whole base again once the"
+        f" journal passes the base's size), lost_after_seconds {a['lost_after_seconds']:g}, "
         + (
             "on the replay's clock: the daemon's clock is the simulated time (settle, lost_after_seconds and"
             " the retention of what it remembers as on a factory writing now; its own cadences"
