@@ -257,3 +257,27 @@ def test_an_encoding_is_written_with_each_render_only_while_it_is_scraped(
     assert seq(om_gz) > before and seq(om_raw) == before  # not written again
     _, body = _get(port, PROMETHEUS)  # asked again: written for the last render, and served
     assert seq(om_raw) == seq(om_gz) and b"gwms_pilots_total{" in body
+
+
+def test_a_new_encoding_is_answered_on_a_quiet_factory(
+    daemon: tuple[subprocess.Popen[bytes], int, Path],
+) -> None:
+    """Nothing changes after the first scan, so no render comes; each tick only moves the scan's end
+    (Exposition replaces its render, sharing the bodies). A form never asked for before must still be
+    written for that render and answered at once: compose's healthcheck (plain text) waited for a
+    render that never came and the exporter's container stayed unhealthy."""
+    _, port, _ = daemon
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def last_scan() -> bytes:
+        lines = [ln for ln in _get(port, PROMETHEUS, "gzip")[1].split(b"\n") if ln.startswith(b"gwms_obs_last_scan")]
+        return b"".join(lines)
+
+    first = last_scan()
+    wait_for("a tick's scan end served (the render replaced, nothing new)", lambda: last_scan() != first, 30)
+    for accept in (ACCEPTS[3], PROMETHEUS):  # neither asked for yet: plain text 1.0.0, plain OpenMetrics
+        t0 = time.monotonic()
+        _, body = _get(port, accept)
+        assert time.monotonic() - t0 < 5, accept  # the child waits up to WAIT_SECONDS (10) for a body
+        assert first_scan_done(body) and b"gwms_pilots_total" in body
+    assert first_scan_done(http_get(url))

@@ -260,7 +260,9 @@ class ServingChild:
         for name in names:
             try:
                 st = os.stat(self.dir / name)
-                if self._want_times.get(name) == st.st_mtime_ns:
+                # Acted on already, and its body is the last render's: nothing to do. A wake with the
+                # same time (a second scrape within the clock's tick) still writes a body not written.
+                if self._want_times.get(name) == st.st_mtime_ns and self._written.get(f"body.{name[5:]}") == self._seq:
                     continue
                 accept = (self.dir / name).read_bytes()[:MAX_ACCEPT].decode("ascii", "replace")
             except OSError:
@@ -275,7 +277,12 @@ class ServingChild:
                 self._asked[key, gz] = (encoder, time.monotonic())
             cur, body = self.exposition.ledger_body(encoder, gz)  # rendered whole if Exposition dropped it
             with self._lock:
-                if cur is self._cur:  # else a newer render is being published, with this encoding
+                # The render published last, or the same with a later scan's end (Exposition replaces
+                # its render when a scan changed nothing, sharing its bodies, and publishes no new one:
+                # on a quiet factory that is every tick); else a newer render is being published, with
+                # this encoding.
+                last = self._cur
+                if last is None or cur is last or cur.bodies is last.bodies:
                     self._publish_body(encoding_tag(encoder, gz), body, gz)
 
     # --- the child -------------------------------------------------------------------------------
