@@ -88,7 +88,7 @@ def test_downtime_markers_mail_nobody(config: Path) -> None:
     assert route(config, "alertname=GwmsEntryInDowntime", "audience=factory", "site=Nebraska") == "silent"
     doc = yaml.safe_load(config.read_text())
     (inh,) = doc["inhibit_rules"]
-    assert inh["equal"] == ["entry"]
+    assert inh["equal"] == ["factory", "entry"]  # the alerts carry the factory label (recording rules by factory)
 
 
 def test_a_wrong_expectation_fails(config: Path) -> None:
@@ -147,3 +147,39 @@ def test_smtp_credentials_reach_the_config_only_when_set() -> None:
     )
     assert auth["global"]["smtp_auth_username"] == "am@example.org"
     assert auth["global"]["smtp_auth_password"] == "s3cret"
+
+
+@pytest.mark.skipif(not have("prometheus-alertmanager"), reason="prometheus-alertmanager not installed")
+def test_a_downtime_inhibits_its_own_factorys_entry_only(config: Path, tmp_path: Path) -> None:
+    """Two factories on one Alertmanager, an entry of the same name at each: a downtime at one
+    mutes that factory's warnings about it, not the other's (a real Alertmanager's inhibition)."""
+    import json
+    import urllib.request
+
+    from tests.support.servers import alertmanager
+    from tools.polling import poll
+
+    def labels(factory: str, alertname: str, severity: str) -> dict[str, str]:
+        return {"alertname": alertname, "severity": severity, "factory": factory, "entry": "E", "site": "Nebraska"}
+
+    with alertmanager(tmp_path / "am", config.read_text()) as url:
+        alerts = [
+            {"labels": labels("fa", "GwmsEntryInDowntime", "info")},
+            {"labels": labels("fa", "GwmsEntryValidationFailing", "warning")},
+            {"labels": labels("fb", "GwmsEntryValidationFailing", "warning")},
+        ]
+        req = urllib.request.Request(
+            f"{url}/api/v2/alerts", json.dumps(alerts).encode(), {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+
+        def states() -> dict[tuple[str, str], str] | None:
+            with urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=10) as r:
+                got = json.load(r)
+            out = {(a["labels"]["factory"], a["labels"]["alertname"]): a["status"]["state"] for a in got}
+            return out if len(out) == 3 and "unprocessed" not in out.values() else None
+
+        got = poll("the three alerts processed", states, 30)
+        assert got[("fa", "GwmsEntryValidationFailing")] == "suppressed"
+        assert got[("fb", "GwmsEntryValidationFailing")] == "active"
+        assert got[("fa", "GwmsEntryInDowntime")] == "active"
