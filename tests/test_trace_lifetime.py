@@ -174,3 +174,34 @@ def test_analyze_drops_spans_longer_than_the_accounting_says_the_pilot_lived() -
     assert per_script(d, "entry0") == expected
     # its scripts, and its main phase and condor_startup.sh, five days long too
     assert d.beyond_life == c.errors.counts[("trace_spool", L.REASON)] == len(SCRIPTS) + 2
+
+
+def test_analyze_bounds_a_queue_by_the_factorys_record_not_the_nodes_life() -> None:
+    """A stock factory's log-derived ``queued`` lasts from the factory's submit to the CE's execute:
+    longer than the node's life, inside the factory's submit-to-end. It is kept, held to that record;
+    a ``queued`` that a pilot's spool claims, with no record of the factory's, is held to the node's life."""
+    from gwms_obs.analysis import spans as S
+    from gwms_obs.model import PilotTimes
+
+    c = Collector(None, None)
+    node_start, hour = float(T0 + 100_000), 3600.0
+    logged, spooled = account(100, 99, node_start, hour), account(101, 0, node_start, hour)
+    c.account(logged)
+    c.account(spooled)
+    c.times(logged, PilotTimes(cluster=100, proc=99, submitted=node_start - 5 * hour, started=node_start,
+                               ended=node_start + hour))  # fmt: skip
+
+    def queued(sid: str, cluster: int, proc: int, seconds: float, from_spool: bool) -> None:
+        root = (node_start - 8 * hour, node_start + hour)  # the log-derived glidein span: submit to end
+        span = S.Span(trace_id="t" * 32, span_id=sid, kind=S.KIND_PHASE, name=C.LOG_PHASE_QUEUED,
+                      phase=C.LOG_PHASE_QUEUED, start=node_start - seconds, duration=seconds, entry="entry0",
+                      site="Site0", cluster=cluster, proc=proc, window=root)  # fmt: skip
+        c.spans[("t" * 32, sid)] = (span, ("entry0", cluster, proc), from_spool, "test")
+
+    queued("a" * 16, 100, 99, 4 * hour, False)  # the factory's record: 6 h from submit to end
+    queued("b" * 16, 101, 0, 4 * hour, True)  # a spool's claim: the node lived an hour
+    queued("c" * 16, 100, 99, 6 * hour + 2 * L.SLACK_SECONDS, False)  # beyond the factory's record too
+    d = c.dataset()
+    kept = [s for s in d.samples if s.name == C.LOG_PHASE_QUEUED]
+    assert [(s.pilot, s.duration) for s in kept] == [("entry0/100.99", 4 * hour)]
+    assert d.beyond_life == c.errors.counts[("trace_spool", L.REASON)] == 2

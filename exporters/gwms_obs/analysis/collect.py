@@ -41,9 +41,11 @@ from ..accounting.pilot import PilotAccount
 from ..ingest.books import ScanResult
 from ..ingest.config import IngestConfig
 from ..ingest.outlets import Outlets
+from ..model import PilotTimes
 from ..outputs.entry_health import EntryHealth
 from ..parse_errors import ParseErrors
 from ..pipeline import Ingest
+from ..tracing import conventions as C
 from ..tracing import lifetime as L
 from ..tracing.redact import scrub_resource_spans
 from ..tracing.spool import SpoolError, parse_spool
@@ -53,6 +55,7 @@ log = logging.getLogger("gwms_obs.analysis")
 
 _ERR_PATH: Final = re.compile(r"(?:^|/)entry_([^/]+)/job\.([0-9]{1,12})\.([0-9]{1,9})\.err$")
 MAX_NAMES_PER_ENTRY: Final = 500  # distinct phase/script names an entry may have; pilots write the names
+FACTORY_PHASES: Final = frozenset((C.LOG_PHASE_QUEUED, C.LOG_PHASE_HELD))  # from the event log, before the node
 MIN_WINDOW_SECONDS: Final = 3600.0  # a shorter tree is scaled to a week from one hour
 
 
@@ -128,6 +131,9 @@ class Collector:
         self.jaeger_spans = 0
         self.errors = ParseErrors()
         self.health = EntryHealth(since, until)
+        # pilot key -> its life as the factory's event log saw it (submit to end): what bounds the
+        # factory-side phases (queued, held), which come before the worker node's life
+        self.factory_life: dict[tuple[str, int, int], float] = {}
 
     def _wants(self, a: PilotAccount) -> bool:
         return (self.since is None or a.end >= self.since) and (self.until is None or a.end < self.until)
@@ -139,6 +145,12 @@ class Collector:
         self.all_accounts.append(a)
         if a.key is not None:
             self.accounts[a.key] = a
+
+    # its Outlets.times
+    def times(self, a: PilotAccount, t: PilotTimes) -> None:
+        if a.key is not None and t.submitted is not None:
+            self.factory_life[a.key] = max(a.end, t.ended if t.ended is not None else a.end) - t.submitted
+        self.health.add_times(a, t)
 
     # its Outlets.spools
     def spool(self, data: bytes, path: str) -> None:
@@ -182,7 +194,12 @@ class Collector:
             acc = self.accounts.get(key) if key is not None else None
             if acc is None and from_spool and windowed:
                 continue  # its pilot ended outside the window (Jaeger's search is windowed already)
-            why = L.beyond_life(s.start, s.end, s.window, acc.lifetime if acc is not None else None)
+            life = acc.lifetime if acc is not None else None
+            if s.phase in FACTORY_PHASES and key in self.factory_life:
+                # The queue is the factory's record, before the node's life: bounded by the factory's
+                # own submit-to-end, never by what a span claims (a spool's "queued" has no such record).
+                life = self.factory_life[key]
+            why = L.beyond_life(s.start, s.end, s.window, life)
             if why is not None:
                 d.beyond_life += 1
                 self.errors.record("trace_spool", L.REASON, where, None, f"span {s.span_id} {s.name[:60]!r} {why}")
@@ -237,7 +254,7 @@ def collect(
             accounts=c.account,
             spools=c.spool,
             holds=c.health.add_hold,
-            times=c.health.add_times,
+            times=c.times,
             factory_log=c.health.add_factory_log,
             progress=progress,
         ),
