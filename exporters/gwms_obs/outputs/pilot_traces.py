@@ -42,7 +42,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Final, Protocol
 
 from .. import native
-from ..accounting.partition import DEFAULT_RULES, Rules, classify_job
+from ..accounting.partition import DEFAULT_RULES, Rules, _classify_all, classify_job
 from ..accounting.pilot import PilotAccount
 from ..catalogue import Category, Source
 from ..ingest.books import PilotFacts
@@ -562,7 +562,9 @@ def _jobs(
     done = 0  # jobs written by the compiled encoder
     if _NATIVE is not None:
         firsts = [jobs[i] for i in order[:max_job_spans]]
-        cats = [_CATEGORY_VALUE[classify_job(j, ce, pilot_end, rules)] for j in firsts]
+        # classify_job of each, inlined (partition.py holds the two equal): ~3 us a pilot less
+        ending_at = min(ce, pilot_end) - grace
+        cats = [_CATEGORY_VALUE[c] for c in _classify_all(firsts, ending_at, rules.early_failure_seconds)]
         args = (tr.ids[condor], firsts, cats, cs, ce, pilot_end, float(grace), CE_POLL_LAG, len(order) <= max_job_spans)
         got = _NATIVE.trace_jobs(hashed, head, *args, evictions, _NATIVE_JOB_NAMES)
         if got is not None:
