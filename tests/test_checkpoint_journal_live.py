@@ -24,8 +24,8 @@ from pathlib import Path
 from gwms_obs.ingest import checkpoint
 from gwms_obs.simulate.factory import simulate
 from tests.support.servers import export_command, first_scan_done, free_port
-from tests.test_live_numbers import Numbers, agree, report, scrape
-from tests.test_replay_crashes import arrivals
+from tests.test_live_numbers import agree, report
+from tests.test_replay_crashes import arrivals, settle, stop
 from tools.polling import http_get
 from tools.polling import poll as wait_for
 
@@ -92,28 +92,9 @@ def test_kills_during_journal_appends_then_restart_equal_report(tmp_path: Path) 
         last_change = time.time()
         want = report(live)
         assert sum(want.pilots.values()) > PILOTS // 2, want.pilots
-        scans_after: list[float] = []
-
-        def settled() -> Numbers | None:
-            if daemon.poll() is not None:
-                raise RuntimeError(f"the exporter exited with {daemon.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                n = scrape(url)
-            except OSError:
-                return None  # not listening yet
-            if n.last_scan is not None and n.last_scan > last_change and n.last_scan not in scans_after:
-                scans_after.append(n.last_scan)
-            return n if len(scans_after) >= 2 else None  # the second one began after the last change
-
-        got = wait_for("two scans after the last piece", settled, 60, 0.1)
+        got = settle(daemon, url, log, last_change)
     finally:
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(5)
+        stop(daemon)
     bad = agree(got, want)
     assert not bad, "daemon (/metrics) after kills vs report, per (entry, category, resource):\n" + "\n".join(bad)
     assert got.pilots == want.pilots

@@ -85,6 +85,34 @@ def arrivals(archive: Path, live: Path, rng: random.Random) -> list[Callable[[],
     return steps
 
 
+def settle(daemon: subprocess.Popen[bytes], url: str, log: Path, last_change: float) -> Numbers:
+    """/metrics once two scans began after ``last_change`` (the second after every piece was there)."""
+    scans_after: list[float] = []
+
+    def settled() -> Numbers | None:
+        if daemon.poll() is not None:
+            raise RuntimeError(f"the exporter exited with {daemon.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            n = scrape(url)
+        except OSError:
+            return None  # not listening yet
+        if n.last_scan is not None and n.last_scan > last_change and n.last_scan not in scans_after:
+            scans_after.append(n.last_scan)
+        return n if len(scans_after) >= 2 else None  # the second one began after the last change
+
+    return wait_for("two scans after the last piece", settled, 60, 0.1)
+
+
+def stop(daemon: subprocess.Popen[bytes]) -> None:
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(15)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(5)
+
+
 def test_replay_into_a_live_tree_with_kills_equals_report(tmp_path: Path) -> None:
     archive, live = tmp_path / "archive", tmp_path / "live"
     simulate(archive, PILOTS, seed=29)
@@ -117,28 +145,9 @@ def test_replay_into_a_live_tree_with_kills_equals_report(tmp_path: Path) -> Non
         last_change = time.time()
         want = report(live)
         assert sum(want.pilots.values()) > PILOTS // 2, want.pilots
-        scans_after: list[float] = []
-
-        def settled() -> Numbers | None:
-            if daemon.poll() is not None:
-                raise RuntimeError(f"the exporter exited with {daemon.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                n = scrape(url)
-            except OSError:
-                return None  # not listening yet
-            if n.last_scan is not None and n.last_scan > last_change and n.last_scan not in scans_after:
-                scans_after.append(n.last_scan)
-            return n if len(scans_after) >= 2 else None  # the second one began after the last change
-
-        got = wait_for("two scans after the last piece", settled, 60, 0.1)
+        got = settle(daemon, url, log, last_change)
     finally:
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(5)
+        stop(daemon)
     bad = agree(got, want)
     assert not bad, "daemon (/metrics) after kills vs report, per (entry, category, resource):\n" + "\n".join(bad)
     assert got.pilots == want.pilots
