@@ -53,6 +53,17 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def watching(archive: Path, tmp_path: Path) -> tuple[Path, Path, Ingest]:
+    """A copy of the archive's tree, watched and scanned once by an Ingest saving to its checkpoint."""
+    live = tmp_path / "live"
+    shutil.copytree(archive, live)
+    ck = tmp_path / "checkpoint.json"
+    ing = Ingest(IngestConfig(factory_dir=str(live), checkpoint=str(ck), settle_seconds=0.0))
+    ing.watch()
+    ing.scan()
+    return live, ck, ing
+
+
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1))
 @example(seed=524288)  # its journal passes its bound (1 MiB over a base of the empty tree): a base instead
@@ -133,12 +144,7 @@ def test_a_torn_last_record_is_ignored_and_counted(
 ) -> None:
     """A kill mid-append (or a full disk) leaves part of a record: the load stops before it, with the
     state of the record before, counted as a parse error and logged."""
-    live = tmp_path / "live"
-    shutil.copytree(archive, live)
-    ck = tmp_path / "checkpoint.json"
-    ing = Ingest(IngestConfig(factory_dir=str(live), checkpoint=str(ck), settle_seconds=0.0))
-    ing.watch()
-    ing.scan()
+    live, ck, ing = watching(archive, tmp_path)
     journal = Path(f"{ck}{checkpoint.JOURNAL_SUFFIX}")
     states = []
     for i in range(3):
@@ -165,12 +171,7 @@ def test_a_torn_last_record_is_ignored_and_counted(
 def test_a_journal_of_another_base_is_not_applied(archive: Path, tmp_path: Path) -> None:
     """A kill between a base's rename and its journal's unlink leaves the old journal beside the new
     base: its records carry the old generation and are not applied (nor counted as torn)."""
-    live = tmp_path / "live"
-    shutil.copytree(archive, live)
-    ck = tmp_path / "checkpoint.json"
-    ing = Ingest(IngestConfig(factory_dir=str(live), checkpoint=str(ck), settle_seconds=0.0))
-    ing.watch()
-    ing.scan()
+    live, ck, ing = watching(archive, tmp_path)
     ing.books.counted.count("x/1.0", 1.0)
     ing.save_checkpoint(journal=True)
     journal = Path(f"{ck}{checkpoint.JOURNAL_SUFFIX}")
@@ -207,12 +208,7 @@ def test_a_full_disk_mid_append_leaves_the_last_record_and_a_base_comes_next(
 ) -> None:
     """ENOSPC after half a record: the save fails (the daemon's next scan retries), the load has the
     record before; the next save writes a base (no record may follow a torn one), and loads whole."""
-    live = tmp_path / "live"
-    shutil.copytree(archive, live)
-    ck = tmp_path / "checkpoint.json"
-    ing = Ingest(IngestConfig(factory_dir=str(live), checkpoint=str(ck), settle_seconds=0.0))
-    ing.watch()
-    ing.scan()
+    live, ck, ing = watching(archive, tmp_path)
     ing.books.counted.count("x/1.0", 1.0)
     ing.save_checkpoint(journal=True)
     before = whole(ing)
