@@ -236,11 +236,13 @@ def test_the_serving_process_ends_with_a_sigkilled_daemon(
     assert not files.exists()  # nor its files (in memory, on tmpfs)
 
 
-def test_an_encoding_is_written_with_each_render_only_while_it_is_scraped(
+def test_an_encoding_other_than_prometheus_is_written_only_when_scraped(
     child: tuple[Ingest, Exposition, ServingChild, int],
 ) -> None:
     """Prometheus' OpenMetrics gzipped is written with every render; another form (here the same
-    OpenMetrics, plain) only while the child is asked for it: one curl must not cost every render after."""
+    OpenMetrics, plain) only when the child is asked for it, for the render then: one curl must not
+    cost every render after (at 301,040 pilots the plain text written with each render for the ten
+    minutes it stays wanted cost ~0.5 % of a core)."""
     ing, expo, served, port = child
     om_gz, om_raw = (served.dir / f"body.{encoding_tag(choose_encoder(PROMETHEUS)[0], gz)}" for gz in (True, False))
 
@@ -249,7 +251,6 @@ def test_an_encoding_is_written_with_each_render_only_while_it_is_scraped(
 
     _get(port, PROMETHEUS)  # plain: waits for the daemon to write it for the last render
     assert seq(om_raw) == seq(om_gz)
-    served._wanted_seconds = 0.0  # as if its last scrape were WANTED_SECONDS ago
     before = seq(om_gz)
     assert ing.scan().pilots > 0
     while expo.refresh():  # the scan's last change rendered (the renderer's thread rendered some meanwhile)

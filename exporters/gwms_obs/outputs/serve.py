@@ -12,8 +12,9 @@ into a directory of its own (on tmpfs where there is one), each file atomically 
 * ``body.<encoding>.<gz|raw>``: the ledger's families of one render in one encoding
   (:class:`~.prometheus.Exposition`'s bytes) after a line with the render's number.
   OpenMetrics gzipped, what Prometheus asks for, is written with every render (at most every
-  MIN_GAP seconds); another only while the child asks for it, Exposition deciding as before
-  which encodings it keeps rendered (WANTED_SECONDS);
+  MIN_GAP seconds); another only when the child asks for it, for the render then (Exposition
+  deciding as before which encodings it keeps rendered, WANTED_SECONDS): one human's curl of the
+  plain text cost ~0.5 % of a core at 301,040 pilots for ten minutes when written with every render;
 * ``tail.json``: the per-scrape families only the daemon knows (the scan's health, the
   forwarder's counters, build info, its Python's GC, these restarts), written when they change,
   looked at every :data:`TAIL_SECONDS`. The child puts the daemon's ``process_*`` figures in
@@ -174,8 +175,6 @@ class ServingChild:
         self._lock = threading.Lock()  # the state below, shared by the renderer's thread and ours
         self._cur: Any = None  # the last render published, and its number
         self._seq = 0
-        # (Exposition's key, gzip) -> its encoder and when the child was last asked for it (monotonic)
-        self._asked: dict[tuple[Any, bool], tuple[Any, float]] = {}
         self._written: dict[str, int] = {}  # body file -> the render number in it
         self._want_times: dict[str, int] = {}  # want file -> the mtime_ns last acted on
         self._tail: bytes | None = None
@@ -183,29 +182,20 @@ class ServingChild:
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread: threading.Thread | None = None
-        from .prometheus import WANTED_SECONDS, _variant  # the daemon has them loaded; the child never imports it
+        from .prometheus import _variant  # the daemon has it loaded; the child never imports it
 
-        self._variant = _variant
-        self._wanted_seconds = WANTED_SECONDS  # an encoding or its gzip not asked for this long is not written
         self._prometheus_key = _variant(choose_encoder(PROMETHEUS_ACCEPT)[0])
         exposition.per_scrape.register(_Restarts(self))
         exposition.on_render = self._rendered
 
     # --- publishing ------------------------------------------------------------------------------
     def _rendered(self, cur: Any) -> None:
-        """A new render (the renderer's thread): its bodies in the encodings asked, OpenMetrics gzipped last."""
+        """A new render (the renderer's thread): its OpenMetrics gzipped, what Prometheus asks for. Any
+        other form is written when the child asks for it (:meth:`_wants`), for the render then."""
         c0 = time.thread_time()
         with self._lock:
             self._seq += 1
             self._cur = cur
-            now = time.monotonic()
-            for (key, gz), (encoder, asked) in list(self._asked.items()):
-                if now - asked > self._wanted_seconds:  # not scraped lately: written again when it is
-                    del self._asked[key, gz]
-                    continue
-                body = cur.bodies.get(key)  # absent once Exposition dropped it: written again when asked
-                if body is not None and (key, gz) != (self._prometheus_key, True):
-                    self._publish_body(encoding_tag(encoder, gz), body, gz)
             om = cur.bodies.get(self._prometheus_key)
             if om is not None:
                 self._publish_body(PROMETHEUS_TAG, om, True)
@@ -250,9 +240,9 @@ class ServingChild:
         self.publish_cpu += time.thread_time() - c0
         return wrote
 
-    def _wants(self) -> None:
-        """Encodings the child was asked for since we last looked: noted as asked (Exposition's
-        WANTED_SECONDS), and written for the last render if they were not."""
+    def _wants(self, woken: bool = False) -> None:
+        """Encodings the child was asked for since we last looked (a want file's new time), or that it
+        waits for (``woken``: it woke us): written for the last render if they were not."""
         try:
             names = [n for n in os.listdir(self.dir) if n.startswith("want.")][:MAX_WANTS]
         except OSError:
@@ -260,9 +250,11 @@ class ServingChild:
         for name in names:
             try:
                 st = os.stat(self.dir / name)
-                # Acted on already, and its body is the last render's: nothing to do. A wake with the
-                # same time (a second scrape within the clock's tick) still writes a body not written.
-                if self._want_times.get(name) == st.st_mtime_ns and self._written.get(f"body.{name[5:]}") == self._seq:
+                # No new scrape of it, and the child is not waiting for it (or its body is the last
+                # render's): nothing to do. A wake with the same time (a second scrape within the
+                # clock's tick, a render that raced the first ask) still writes a body not written.
+                stale = self._written.get(f"body.{name[5:]}") != self._seq
+                if self._want_times.get(name) == st.st_mtime_ns and not (woken and stale):
                     continue
                 accept = (self.dir / name).read_bytes()[:MAX_ACCEPT].decode("ascii", "replace")
             except OSError:
@@ -272,15 +264,12 @@ class ServingChild:
             encoder, _ = choose_encoder(accept)
             if f"want.{encoding_tag(encoder, gz)}" != name:  # not the child's: ignored
                 continue
-            key = self._variant(encoder)
-            with self._lock:
-                self._asked[key, gz] = (encoder, time.monotonic())
             cur, body = self.exposition.ledger_body(encoder, gz)  # rendered whole if Exposition dropped it
             with self._lock:
                 # The render published last, or the same with a later scan's end (Exposition replaces
                 # its render when a scan changed nothing, sharing its bodies, and publishes no new one:
-                # on a quiet factory that is every tick); else a newer render is being published, with
-                # this encoding.
+                # on a quiet factory that is every tick); else a newer render is being published, and
+                # the child, still waiting for it, wakes us again (ASK_AGAIN).
                 last = self._cur
                 if last is None or cur is last or cur.bodies is last.bodies:
                     self._publish_body(encoding_tag(encoder, gz), body, gz)
@@ -325,14 +314,15 @@ class ServingChild:
             ctl = self._control
             try:
                 ready, _, _ = select.select([x for x in (ctl, self._wake_r) if x is not None], [], [], TAIL_SECONDS)
-                gone = False
+                gone = woken = False
                 if ctl is not None and ctl in ready:
                     with contextlib.suppress(BlockingIOError, InterruptedError):
-                        gone = not ctl.recv(4096)  # bytes: wants to look at; nothing: the child's end closed
+                        woken = bool(ctl.recv(4096))  # bytes: wants to look at
+                        gone = not woken  # nothing: the child's end closed
                 if self._stop.is_set():
                     return
                 c0 = time.thread_time()
-                self._wants()
+                self._wants(woken)
                 self.publish_cpu += time.thread_time() - c0
                 self.publish_tail()
                 if gone or (self.proc is not None and self.proc.poll() is not None):
