@@ -128,6 +128,25 @@ def stack_health() -> Board:
     )
     b.add(
         "timeseries",
+        "Exporter /metrics server restarts",
+        "Times the exporter restarted the process that answers its scrapes (it ended: killed, out of"
+        " memory, a crash; the exporter's log names why). 0 as it should be; a scrape meanwhile is"
+        " refused for a moment, the port staying the exporter's.",
+        "short",
+        [
+            Target(
+                or_zero(
+                    f"sum by ({FACTORY}, instance)"
+                    f" (increase({sel(catalogue.METRICS_SERVER_RESTARTS.name)}[$__rate_interval]))"
+                ),
+                legend("instance", FACTORY),
+            )
+        ],
+        budget=5,
+        question="Does the exporter's /metrics server keep running?",
+    )
+    b.add(
+        "timeseries",
         "Exporter read rate",
         "Bytes read per second by source.",
         catalogue.BYTES_READ.rate_grafana_unit,
