@@ -39,9 +39,13 @@ import selectors
 import socket
 import threading
 import time
+import zlib
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 log = logging.getLogger("gwms_obs.http")
 
@@ -53,6 +57,23 @@ MAX_CONNECTIONS = 256  # connections waiting for their head or an answer; well u
 MAX_HEAD = 64 << 10  # a request head larger than this is not a scrape: closed
 
 _HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
+GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
+
+Encoder = Callable[[Any], bytes]
+
+
+def negotiate(accept: str | None, accept_encoding: str | None) -> tuple[Encoder, list[tuple[str, str]], bool]:
+    """A scrape's encoder, its answer's headers and whether it is gzipped, as prometheus_client's WSGI
+    app negotiates them (the daemon's Exposition and its serving process answer alike)."""
+    encoder, content_type = choose_encoder(accept or "")
+    gz = gzip_accepted(accept_encoding or "")
+    return encoder, [("Content-Type", content_type), *([("Content-Encoding", "gzip")] if gz else [])], gz
+
+
+def gzip_member(data: bytes) -> bytes:
+    """One gzip member of ``data``: members appended one after another are one gzip stream."""
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return z.compress(data) + z.flush()
 
 
 class _Render:

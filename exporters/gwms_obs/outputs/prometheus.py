@@ -28,14 +28,13 @@ import math
 import platform
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar
 
@@ -43,6 +42,7 @@ from .. import __version__, catalogue
 from ..accounting import ledger as L
 from ..accounting.ledger import Histogram, Labels, bottleneck
 from ..ingest import watch
+from .http import GZIP_LEVEL, Encoder, gzip_member, negotiate
 from .pilot_traces import pilot_trace_id
 
 if TYPE_CHECKING:
@@ -425,11 +425,8 @@ MAX_VARIANTS = 8  # encodings kept rendered (text, OpenMetrics, their escapings)
 # tick was 31 ms with text and OpenMetrics, 14 ms with OpenMetrics alone). Once dropped, its next scrape
 # renders it whole once (0.7 s at 500 entries) and it is kept again.
 WANTED_SECONDS = 600.0
-GZIP_LEVEL = 6  # zlib's default: 9 costs ~3x the CPU for a few % on this text
 CHUNK_BYTES = 16384  # a gzip member's text: a change compresses again the chunks it falls in
 _OM_EOF = b"# EOF\n"
-
-Encoder = Callable[[Any], bytes]
 
 
 def _variant(encoder: Encoder) -> tuple[Any, ...]:
@@ -452,9 +449,7 @@ class _Families:
         return self.families
 
 
-def _gzip_member(data: bytes) -> bytes:
-    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return z.compress(data) + z.flush()
+_gzip_member = gzip_member  # a name of this module's own: tests count the members it compresses
 
 
 class _Body:
@@ -940,9 +935,7 @@ class Exposition:
         self, accept: str | None, accept_encoding: str | None, names: list[str] | None = None
     ) -> tuple[list[tuple[str, str]], bytes]:
         """(headers, body) of a scrape, as prometheus_client's WSGI app negotiates them."""
-        encoder, content_type = choose_encoder(accept or "")
-        headers = [("Content-Type", content_type)]
-        gz = gzip_accepted(accept_encoding or "")
+        encoder, headers, gz = negotiate(accept, accept_encoding)
         cur = self._current
         if cur is None:  # before start(): a render of its own
             self.refresh()
@@ -958,8 +951,6 @@ class Exposition:
             cached = self.ledger_body(encoder, gz, cur)[1]
             tail = encoder(self.per_scrape)
             body = cached.gzipped(tail) if gz else cached.data + tail
-        if gz:
-            headers.append(("Content-Encoding", "gzip"))
         return headers, body
 
     def ledger_body(self, encoder: Encoder, gz: bool, cur: _Rendered | None = None) -> tuple[_Rendered, _Body]:

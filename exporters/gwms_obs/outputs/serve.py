@@ -51,21 +51,20 @@ import sys
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Exemplar, Sample
 
 from .. import catalogue
-from .http import MetricsServer, SharedRenders, exposition_app
+from .http import MetricsServer, SharedRenders, exposition_app, gzip_member, negotiate
 
 if TYPE_CHECKING:
     from .prometheus import Exposition
@@ -84,12 +83,6 @@ STOP_SECONDS = 5.0  # a child not gone this long after the daemon closed its end
 PROMETHEUS_ACCEPT = "application/openmetrics-text; version=1.0.0"
 _OM_EOF = b"# EOF\n"
 _PROCESS = "process"  # tail.json's place for the daemon's process_* families (the child reads them)
-
-
-def _gzip_member(data: bytes) -> bytes:
-    """One gzip member (zlib's default level, as the daemon's): appended to the daemon's members."""
-    z = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    return z.compress(data) + z.flush()
 
 
 def encoding_tag(encoder: Any, gz: bool) -> str:
@@ -505,21 +498,17 @@ class Published:
     def answer(
         self, accept: str | None, accept_encoding: str | None, names: list[str] | None = None
     ) -> tuple[list[tuple[str, str]], bytes]:
-        encoder, content_type = choose_encoder(accept or "")
-        headers = [("Content-Type", content_type)]
-        gz = gzip_accepted(accept_encoding or "")
+        encoder, headers, gz = negotiate(accept, accept_encoding)
         if names:
             data = encoder(self._restricted(names))
-            body = _gzip_member(data) if gz else data
+            body = gzip_member(data) if gz else data
         else:
             tag = encoding_tag(encoder, gz)
             got = self._body(tag, (accept or "")[:MAX_ACCEPT])
             if got is None:
                 raise _NotYet(tag)
             tail = self.encoded_tail(encoder)
-            body = got.data + (_gzip_member(tail) if gz else tail)
-        if gz:
-            headers.append(("Content-Encoding", "gzip"))
+            body = got.data + (gzip_member(tail) if gz else tail)
         return headers, body
 
     def _restricted(self, names: list[str]) -> Any:
