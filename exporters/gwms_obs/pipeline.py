@@ -259,8 +259,14 @@ class Ingest:
         checkpoint is ~1.3 s of CPU at 301,040 pilots, and its three were half of that scan's cost."""
         if not self._tick_saves:
             self.save_checkpoint()
-        elif self._state_mark() != self._saved_mark and self.books.clock() - self._saved_at >= CHECKPOINT_SECONDS:
-            self.save_checkpoint(journal=True)  # its prune's forgotten pilots too
+        else:
+            self._save_when_due()  # its prune's forgotten pilots too
+
+    def _save_when_due(self) -> None:
+        """A watching daemon's save: a journal record when the state changed, at most every
+        CHECKPOINT_SECONDS (a whole checkpoint each second would cost more than the tick)."""
+        if self._state_mark() != self._saved_mark and self.books.clock() - self._saved_at >= CHECKPOINT_SECONDS:
+            self.save_checkpoint(journal=True)
 
     def watch(self) -> bool:
         """Discover by inotify events from now on (the daemon; ``report`` scans in full): a full
@@ -329,10 +335,7 @@ class Ingest:
             b.health.files[Source.CONDOR_EVENT_LOG] = len(scan.listing.logs)
             b.health.last_scan_end = now
             b.health.last_scan_duration = now - scan.t0
-        # 8: the checkpoint when something changed, at most every CHECKPOINT_SECONDS: a whole
-        # checkpoint (every pilot counted) each second would cost more than the tick.
-        if self._state_mark() != self._saved_mark and now - self._saved_at >= CHECKPOINT_SECONDS:
-            self.save_checkpoint(journal=True)
+        self._save_when_due()  # 8
 
     def close(self) -> None:
         """The daemon stops: what the last ticks changed is saved, the watch closed."""
