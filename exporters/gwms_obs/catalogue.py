@@ -834,6 +834,10 @@ def prom_label(attribute: str) -> str:
 SPAN_LABEL_SERVICE: Final = "service_name"
 SPAN_LABEL_SPAN_NAME: Final = "span_name"
 SPAN_LABEL_STATUS: Final = "status_code"
+# The pilot's factory (its resource's gwms.factory): the name the exporter's series carry as
+# FACTORY_LABEL. A remote-written series cannot be relabelled on its way in, so the span
+# metrics keep the dimension's own label; the boards select it with the same factory variable.
+SPAN_LABEL_FACTORY: Final = prom_label(C.FACTORY)
 SPAN_LABEL_ENTRY: Final = prom_label(C.ENTRY)
 SPAN_LABEL_CLIENT: Final = prom_label(C.CLIENT)
 SPAN_LABEL_SITE: Final = prom_label(C.SITE)

@@ -85,8 +85,9 @@ ENV_PILOT_CONTROLLER_TOKEN_FILE: Final = "GWMS_TRACE_CONTROLLER_TOKEN_FILE"
 ENV_FACTORY_CONTROLLER_URL: Final = "GWMS_OBS_CONTROLLER_URL"
 ENV_FACTORY_CONTROLLER_TOKEN_FILE: Final = "GWMS_OBS_CONTROLLER_TOKEN_FILE"
 
-# spanmetrics dimensions of the collector (phase-duration histograms per entry).
-SPANMETRICS_DIMENSIONS: Final = (ENTRY, CLIENT, SITE, PHASE)
+# spanmetrics dimensions of the collector (phase-duration histograms per factory and entry; the
+# connector reads each from the span's attributes, else its resource's, where the factory is).
+SPANMETRICS_DIMENSIONS: Final = (FACTORY, ENTRY, CLIENT, SITE, PHASE)
 
 # The span spool a pilot returns in its stderr: a condor section of this name
 # (pilot/gwms-trace.sh writes it, sources/glidein_err.py reads it), at most this
