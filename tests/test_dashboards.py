@@ -229,6 +229,9 @@ def test_every_panel_and_variable_selector_carries_the_factory_matcher() -> None
         'gwms_entry_glideins{factory=~".*"}',  # hard-coded: ignores the variable
         'gwms_entry_glideins{factory="$factory"}',  # equality: a multi-value or All selection matches nothing
         'topk($topn, gwms_entry_glideins{factory!~"$factory"})',
+        # the span metrics: the exporter's label, which a collector's remote-written series never has
+        'sum(rate(traces_span_metrics_calls_total{factory=~"$factory"}[$__rate_interval]))',
+        'gwms_pilots_total{gwms_factory=~"$factory"}',  # and the span label on the exporter's series
     ],
 )
 def test_lint_finds_a_selector_without_the_factory_matcher(expr: str) -> None:
@@ -236,6 +239,8 @@ def test_lint_finds_a_selector_without_the_factory_matcher(expr: str) -> None:
     assert not lint.missing_factory(
         'topk($topn, sum(rate(gwms_pilots_total{factory=~"$factory"}[$__rate_interval])) or on () vector(0))'
     )
+    span = f'{N.SPAN_FACTORY}=~"$factory"'
+    assert not lint.missing_factory(f"sum(rate({N.SPAN_CALLS}{{{span}}}[$__rate_interval])) / {N.RR_PHASE_Z}{{{span}}}")
 
 
 def test_per_factory_panel_names_the_absent_label() -> None:
@@ -272,7 +277,9 @@ def test_series_per_entry_process_or_alert_keep_the_factory() -> None:
                 continue
             for by in re.findall(r"\bby \(([^)]*)\)", t["expr"]):
                 labels = [x.strip() for x in by.split(",")]
-                if {"entry", N.SPAN_ENTRY, "instance", "job", "alertname"} & set(labels) and F not in labels:
+                # the span metrics' entry keeps theirs: the pilots' factory (names.SPAN_FACTORY)
+                factory = N.SPAN_FACTORY if N.SPAN_ENTRY in labels else F
+                if {"entry", N.SPAN_ENTRY, "instance", "job", "alertname"} & set(labels) and factory not in labels:
                     loose.append(f"{b['uid']} {p['title']!r}: by ({by})")
     assert not loose, "\n".join(loose)
     readme = (ROOT / "dashboards/README.md").read_text()

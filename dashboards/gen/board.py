@@ -74,8 +74,12 @@ TOPN_DEFAULT = 10  # what the series budgets are declared for
 # an external label, which only Thanos attaches, for the rest), or the global Thanos query, where
 # every series does. The variable's All is ".*", and an absent label is the empty
 # string to a matcher, which ".*" matches: at All every selector matches on both. Every selector of
-# every panel and variable carries FACTORY_SEL (lint.missing_factory holds it).
+# every panel and variable carries FACTORY_SEL, or SPAN_FACTORY_SEL for the span metrics
+# (lint.missing_factory holds it).
 FACTORY_SEL = f'{FACTORY}=~"${FACTORY}"'
+# The span metrics carry the pilots' factory as their own label (names.SPAN_FACTORY; a Prometheus
+# several factories' collectors remote-write into has no other); the same variable selects it.
+SPAN_FACTORY_SEL = f'{N.SPAN_FACTORY}=~"${FACTORY}"'
 # Which factories there are: a series every factory's exporter exports, once per exporter.
 FACTORY_SOURCE = catalogue.BUILD_INFO.name
 # Drill-down links carry the time range, the datasource and the factories selected.

@@ -81,8 +81,10 @@ def problems(c: Config = CONFIG) -> list[Problem]:
     held = f"sum by ({N.ENTRY_KEY}) ({catalogue.ENTRY_GLIDEINS.name}{{{s.held}}})"
     # Evidence counted over both resources: a hog short of hog_jobs on each may be well over in all.
     hogs = f"sum by ({N.ENTRY_KEY}) (increase({catalogue.USER_JOBS_OVERUSING.name}[{w}]))"
-    phase = f'label_replace({N.RR_PHASE_Z}, "entry", "$1", "{N.SPAN_ENTRY}", "(.*)")'  # span labels -> ours
-    phase = f'label_replace({phase}, "site", "$1", "{N.SPAN_SITE}", "(.*)")'
+    # span labels -> ours (the factory too: a problem row is an entry's, as every other problem's)
+    phase = N.RR_PHASE_Z
+    for ours, span in ((catalogue.FACTORY_LABEL, N.SPAN_FACTORY), ("entry", N.SPAN_ENTRY), ("site", N.SPAN_SITE)):
+        phase = f'label_replace({phase}, "{ours}", "$1", "{span}", "(.*)")'
     z = th.outlier_z
     return [
         Problem(
@@ -219,6 +221,9 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
 
     bucket = f"{N.SPAN_DURATION}_bucket{{{c.selectors.pilot_spans},{c.selectors.overhead_phases}}}"
     e = N.SPAN_ENTRY
+    # A phase's fleet is its factory's entries, as the waste's: the span metrics' factory label
+    # (names.SPAN_FACTORY) where several factories' collectors write to one Prometheus.
+    sf = N.SPAN_FACTORY
     failed = by_entry(f'{{category="{Category.MISCONFIGURATION_BADPUT}"}}', U, w)
     all_jobs = by_entry("", U, w)
     out = [
@@ -258,18 +263,18 @@ def recording_rules(c: Config = CONFIG) -> list[dict[str, str]]:
         },
         {
             "record": N.RR_PHASE_P95,
-            "expr": f"histogram_quantile(0.95, sum by ({e}, {N.SPAN_SITE}, span_name, le) (rate({bucket}[{w}])))",
+            "expr": f"histogram_quantile(0.95, sum by ({sf}, {e}, {N.SPAN_SITE}, span_name, le) (rate({bucket}[{w}])))",
         },
-        {"record": N.RR_PHASE_MEDIAN, "expr": f"quantile by (span_name) (0.5, {N.RR_PHASE_P95})"},
+        {"record": N.RR_PHASE_MEDIAN, "expr": f"quantile by ({sf}, span_name) (0.5, {N.RR_PHASE_P95})"},
         {
             "record": N.RR_PHASE_MAD,
-            "expr": f"quantile by (span_name) (0.5, abs({N.RR_PHASE_P95}"
-            f" - on (span_name) group_left {N.RR_PHASE_MEDIAN}))",
+            "expr": f"quantile by ({sf}, span_name) (0.5, abs({N.RR_PHASE_P95}"
+            f" - on ({sf}, span_name) group_left {N.RR_PHASE_MEDIAN}))",
         },
         {
             "record": N.RR_PHASE_Z,
-            "expr": f"({N.RR_PHASE_P95} - on (span_name) group_left {N.RR_PHASE_MEDIAN})"
-            f" / on (span_name) group_left clamp_min({MAD_SCALE} * {N.RR_PHASE_MAD}, {th.mad_floor_seconds})",
+            "expr": f"({N.RR_PHASE_P95} - on ({sf}, span_name) group_left {N.RR_PHASE_MEDIAN})"
+            f" / on ({sf}, span_name) group_left clamp_min({MAD_SCALE} * {N.RR_PHASE_MAD}, {th.mad_floor_seconds})",
         },
     ]
     for p in problems(c):

@@ -287,9 +287,51 @@ def _phase_outliers() -> dict[str, Any]:
     }
 
 
+def _phase_outliers_by_factory() -> dict[str, Any]:
+    """Two factories' collectors writing to one Prometheus, each span series with its factory
+    (gwms_factory, the pilots' gwms.factory), with entries of the same names: a phase's fleet is its
+    factory's entries. fa's P_slow is slow against fa's entries; fb's entries, P_slow too, are all
+    ~16 times fa's but alike. Per entry name across factories, P_slow would be an outlier with no
+    factory; against one fleet of both, fa's P_slow (62.4 s against a median of 30.8 s) would not."""
+    bounds = ("1", "2", "8", "32", "64", "+Inf")
+
+    def entry(factory: str, name: str, upper: str) -> list[dict[str, str]]:
+        i = bounds.index(upper)
+        lab = f'service_name="glidein",{N.SPAN_FACTORY}="{factory}",{N.SPAN_ENTRY}="{name}",{N.SPAN_SITE}="S_{name}"'
+        lab += f',span_name="validation",{N.SPAN_PHASE}="validation"'
+        return [
+            s(f"{N.SPAN_DURATION}_bucket", f'{lab},le="{le}"', "0+10x120" if j >= i else "0x120")
+            for j, le in enumerate(bounds)
+        ]
+
+    names = ("P1", "P2", "P3", "P4", "P5", "P6")
+    series = [x for n in names for x in entry("fa", n, "2")]  # p95 1.95 s
+    series += entry("fa", "P_slow", "64")  # p95 62.4 s
+    series += [x for n in (*names, "P_slow") for x in entry("fb", n, "32")]  # p95 30.8 s, every entry
+    row = f'{catalogue.FACTORY_LABEL}="fa",entry="P_slow",site="S_P_slow",reason="phase_slow"'
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {
+                "expr": f'{N.RR_SITE_PROBLEM}{{reason="phase_slow"}}',
+                "eval_time": "90m",
+                "exp_samples": [{"labels": f"{N.RR_SITE_PROBLEM}{{{row}}}", "value": 1}],
+            }
+        ],
+    }
+
+
 def tests() -> list[dict[str, Any]]:
     """Groups for gwms-alerts.test.yml (rules evaluated every minute)."""
-    return [_jobs_and_validation(), _hogs(), _not_green(), *_waste_outliers(), _phase_outliers()]
+    return [
+        _jobs_and_validation(),
+        _hogs(),
+        _not_green(),
+        *_waste_outliers(),
+        _phase_outliers(),
+        _phase_outliers_by_factory(),
+    ]
 
 
 # Trends need hours to days of history: their own file, rules evaluated every 10 minutes

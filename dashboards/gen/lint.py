@@ -4,8 +4,9 @@ Grafana's ``$__`` macros are not PromQL, so they are replaced by durations
 first; template variables inside label-matcher strings (``=~"$entry"``)
 are valid as they are. Names must come from the catalogue or names.py.
 Every selector of a panel or variable must carry the factory matcher
-(:func:`missing_factory`): the boards read one factory's Prometheus or the
-global Thanos query, and the factory variable chooses on the latter.
+(:func:`missing_factory`; on the span metrics, their own factory label): the boards
+read one factory's Prometheus or the global Thanos query, and the factory variable
+chooses on the latter.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import promql_parser as pp
 from gwms_obs.catalogue import FACTORY_LABEL as FACTORY
 
 from . import names as N
-from .board import FACTORY_SEL, TOPN, TOPN_DEFAULT
+from .board import FACTORY_SEL, SPAN_FACTORY_SEL, TOPN, TOPN_DEFAULT
 
 # Grafana's macros -> something PromQL accepts with the same type.
 MACROS = {
@@ -78,22 +79,26 @@ def check_expr(expr: str, allowed: frozenset[str] | None = None) -> list[str]:
 
 
 def missing_factory(expr: str) -> list[str]:
-    """Selectors of a panel or variable expression without ``factory=~"$factory"`` (board.FACTORY_SEL).
+    """Selectors of a panel or variable expression without ``factory=~"$factory"`` (board.FACTORY_SEL),
+    or, for the span metrics and the rules over them, ``gwms_factory=~"$factory"`` (board.SPAN_FACTORY_SEL).
 
-    Without it a panel would mix every factory on the global Thanos query, whatever the
-    factory variable says; with it the panel is the same on one factory's Prometheus,
-    where the label is absent and the variable's All (".*") matches the empty string.
+    Without it a panel would mix every factory on the global Thanos query (or on a Prometheus
+    several factories' collectors write to), whatever the factory variable says; with it the
+    panel is the same on one factory's Prometheus, where the label is absent and the
+    variable's All (".*") matches the empty string.
     """
     want = f"${FACTORY}"
     try:
         tree = pp.parse(substitute(expr, keep=(FACTORY,)))
     except ValueError as e:
         return [f"not PromQL: {e}: {expr}"]
-    return [
-        f"selector {sel} without {FACTORY_SEL}: {expr}"
-        for sel in selectors(tree)
-        if not any(m.name == FACTORY and m.op == pp.MatchOp.Re and m.value == want for m in sel.matchers.matchers)
-    ]
+    problems = []
+    for sel in selectors(tree):
+        span = sel.name in N.BY_SPAN_FACTORY
+        label, matcher = (N.SPAN_FACTORY, SPAN_FACTORY_SEL) if span else (FACTORY, FACTORY_SEL)
+        if not any(m.name == label and m.op == pp.MatchOp.Re and m.value == want for m in sel.matchers.matchers):
+            problems.append(f"selector {sel} without {matcher}: {expr}")
+    return problems
 
 
 def metric_names(expr: str) -> set[str]:

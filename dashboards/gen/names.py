@@ -87,8 +87,8 @@ RECORDING: tuple[str, ...] = (
     RR_SITE_STATUS,
 )
 # The recorded series that carry the factory label wherever the exporter's series do (ENTRY_KEY, or
-# `without (instance, job)`): not the span metrics' (the collector's series have none), nor the site
-# problems (phase_slow's rows come from those).
+# `without (instance, job)`): not the phase rules' (theirs is the span metrics' SPAN_FACTORY), nor the
+# site problems (their data links search every factory's pilots; see docs/tracing.md).
 RECORDED_BY_FACTORY: tuple[str, ...] = tuple(r for r in RECORDING if r not in (*PHASE_RECORDED, RR_SITE_PROBLEM))
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
@@ -96,12 +96,21 @@ RECORDED_BY_FACTORY: tuple[str, ...] = tuple(r for r in RECORDING if r not in (*
 # (and the span attributes in gwms_obs.tracing.conventions).
 SPAN_DURATION = catalogue.SPANMETRICS_DURATION  # histogram
 SPAN_CALLS = catalogue.SPANMETRICS_CALLS  # counter
+# The gwms.factory dimension: the pilot's factory under the name the exporter's series carry as
+# `factory`. The collector remote-writes, so no scrape relabelling can name it `factory`; queries
+# select it with the boards' factory variable all the same (board.SPAN_FACTORY_SEL).
+SPAN_FACTORY = catalogue.SPAN_LABEL_FACTORY
 SPAN_ENTRY = catalogue.SPAN_LABEL_ENTRY  # the gwms.entry dimension as a Prometheus label
 SPAN_SITE = catalogue.SPAN_LABEL_SITE
 # The gwms.phase dimension: set on phase spans only (the live tracer's and the ones built from
 # the factory's files, both named in tracing.conventions), so it tells phases from scripts and jobs.
 SPAN_PHASE = catalogue.SPAN_LABEL_PHASE
 TRACE_SERVICE = C.SERVICE_PILOT
+# The series whose factory is SPAN_FACTORY, not the factory label: the span metrics and the phase
+# rules recorded from them, which keep the span labels (health.py renames them on the problem rows).
+BY_SPAN_FACTORY: frozenset[str] = frozenset(
+    {*(SPAN_DURATION + s for s in ("_bucket", "_sum", "_count")), SPAN_CALLS, *PHASE_RECORDED}
+)
 
 # OpenTelemetry Collector internal telemetry (service::telemetry::metrics, Prometheus reader).
 OTELCOL_RECEIVER_ACCEPTED = catalogue.OTELCOL_ACCEPTED_SPANS

@@ -11,11 +11,10 @@ from __future__ import annotations
 from gwms_obs import catalogue
 
 from .. import names as N
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
+from ..board import SPAN_FACTORY_SEL, TOPN, Board, Drill, Target, at_end, ranked
 from .common import (
     ACCOUNTING,
     ENTRY_HEALTH,
-    FACTORY,
     PHASE_SEL,
     PHASES,
     legend,
@@ -32,10 +31,11 @@ def pilot_phases() -> Board:
         "pilot developers and operators",
         variables=("entry", TOPN),
     )
-    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_ENTRY}=~"$entry"'
+    # The span metrics name the factory by their own label (names.SPAN_FACTORY), chosen by the same variable.
+    sel = f'{SPAN_FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_ENTRY}=~"$entry"'
     bucket = f"{N.SPAN_DURATION}_bucket"
     e = N.SPAN_ENTRY
-    by_e = f"{FACTORY}, {e}"  # an entry is one factory's (boards/common.py)
+    by_e = f"{N.SPAN_FACTORY}, {e}"  # an entry is one factory's (boards/common.py)
     phase_links = (
         Drill(ENTRY_HEALTH, f"Entry health of ${{__field.labels.{e}}}", "entry", e),
         Drill(ACCOUNTING, f"Accounting of ${{__field.labels.{e}}}", "entry", e),
@@ -70,7 +70,7 @@ def pilot_phases() -> Board:
                     f"max by ({by_e}) (histogram_quantile(0.5, sum by ({by_e}, span_name, le)"
                     f" (increase({at_end(f'{bucket}{{{sel}}}')}))))",
                 ),
-                legend(e, "span_name", FACTORY),
+                legend(e, "span_name", N.SPAN_FACTORY),
                 exemplar=True,
             )
         ],

@@ -6,7 +6,7 @@ from gwms_obs import catalogue
 
 from .. import health
 from .. import names as N
-from ..board import FACTORY_SEL, TOPN, Board, Drill, Target, at_end, pilot_links, ranked
+from ..board import FACTORY_SEL, SPAN_FACTORY_SEL, TOPN, Board, Drill, Target, at_end, pilot_links, ranked
 from ..config import CONFIG, MAD_SCALE
 from .common import (
     ACCOUNTING,
@@ -214,9 +214,9 @@ def site_health() -> Board:
         drill=ENTRY_LINKS,
     )
     bucket = f"{N.SPAN_DURATION}_bucket"
-    sel = f'{FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_SITE}=~"$site"'
+    sel = f'{SPAN_FACTORY_SEL},service_name="{N.TRACE_SERVICE}",{PHASE_SEL},{N.SPAN_SITE}=~"$site"'
     e = N.SPAN_ENTRY
-    by_e = f"{FACTORY}, {e}"
+    by_e = f"{N.SPAN_FACTORY}, {e}"  # the span metrics' factory label (names.SPAN_FACTORY)
     b.add(
         "timeseries",
         "Phase p95 at the selected sites, slowest $topn entries",
@@ -229,9 +229,9 @@ def site_health() -> Board:
                     by_e,
                     f"histogram_quantile(0.95, sum by ({by_e}, span_name, le)"
                     f" (rate({bucket}{{{sel}}}[$__rate_interval])))",
-                    f"max by ({by_e}) ({N.RR_PHASE_Z}{{{FACTORY_SEL}}})",
+                    f"max by ({by_e}) ({N.RR_PHASE_Z}{{{SPAN_FACTORY_SEL}}})",
                 ),
-                legend(e, "span_name", FACTORY),
+                legend(e, "span_name", N.SPAN_FACTORY),
                 exemplar=True,
             )
         ],
