@@ -187,9 +187,9 @@ def _by_factory(spec: PanelSpec, link: Link) -> Link:
     """A row's pilot search also by its factory when the row has one: every aggregation of every
     query keeps the factory label, and reads only series that carry it: the exporter's (its scrape
     target label, prometheus_factory_name; Thanos's external label on the global view) and the
-    recording rules' kept by factory (names.RECORDED_BY_FACTORY). An alert's series, the span
-    metrics' and a frontend's exporter's are no factory's, and a per-site row sums the factories:
-    those rows search every factory's pilots."""
+    recording rules' kept by factory (names.RECORDED_BY_FACTORY). An alert's series and a frontend's
+    exporter's are no factory's, the span metrics name theirs otherwise (gwms_factory), and a per-site
+    row sums the factories: those rows search every factory's pilots."""
     if not isinstance(link, PilotSearch):
         return link
     groups = [[x.strip() for x in g.split(",")] for t in spec.targets for g in _BY.findall(t.expr)]

@@ -143,7 +143,8 @@ def problems(c: Config = CONFIG) -> list[Problem]:
             reason=Reason.PHASE_SLOW,
             status=Status.DEGRADED,
             expr=f"max by ({N.ENTRY_KEY}) ({phase} > {z})",
-            meaning="a pilot phase's p95 duration is a robust outlier against the same phase at other entries"
+            meaning="a pilot phase's p95 duration is a robust outlier against the same phase at its factory's other"
+            " entries"
             f" (z > {z}); the phases whose length is overhead ({', '.join(C.OVERHEAD_PHASES)}), from the pilot"
             " tracer or from the factory's own files",
         ),

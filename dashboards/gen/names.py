@@ -87,9 +87,9 @@ RECORDING: tuple[str, ...] = (
     RR_SITE_STATUS,
 )
 # The recorded series that carry the factory label wherever the exporter's series do (ENTRY_KEY, or
-# `without (instance, job)`): not the phase rules' (theirs is the span metrics' SPAN_FACTORY), nor the
-# site problems (their data links search every factory's pilots; see docs/tracing.md).
-RECORDED_BY_FACTORY: tuple[str, ...] = tuple(r for r in RECORDING if r not in (*PHASE_RECORDED, RR_SITE_PROBLEM))
+# `without (instance, job)`; the site problems' phase_slow rows from the span metrics' factory): not
+# the phase rules' (theirs is the span metrics' label, SPAN_FACTORY).
+RECORDED_BY_FACTORY: tuple[str, ...] = tuple(r for r in RECORDING if r not in PHASE_RECORDED)
 
 # Span metrics of pilot phases: the collector's spanmetrics connector emits
 # them; their names and labels are defined once, in gwms_obs.catalogue
