@@ -2,7 +2,10 @@
 
 For any pilot the trace is byte for byte the same with the compiled encoder as without it: each of
 its calls either writes exactly the text the Python encoder writes or declines (None), and Python
-writes that part. Checked on the simulator's pilots (holds, GPUs, failed validations, lost and
+writes that part. A stock pilot is one call (``trace_pilot``: the whole pilot); a pilot traced live
+takes the span-by-span calls (``trace_span``, ``trace_jobs``, ``trace_attrs``). A decline after
+the compiled call scrubbed a text leaves the scrubber's tally as the Python encoder alone makes it.
+Checked on the simulator's pilots (holds, GPUs, failed validations, lost and
 completed_jobs pilots) and on hostile ones (texts with quotes, control characters, non-ASCII and
 lone surrogates, jobs over the cap, none at all, odd types in a job's ad). The counting wrapper
 shows the compiled path did the work, so an encoder that always declined would fail here.
@@ -27,10 +30,13 @@ from gwms_obs.accounting.pilot import from_glidein
 from gwms_obs.ingest.books import PilotFacts
 from gwms_obs.ingest.config import IngestConfig
 from gwms_obs.ingest.outlets import Outlets
-from gwms_obs.model import GlideinErr, GlideinOut, HoldInterval, PilotTimes
+from gwms_obs.model import GlideinErr, GlideinOut, HoldInterval, Job, PilotTimes
 from gwms_obs.outputs import pilot_traces as P
 from gwms_obs.pipeline import Ingest
 from gwms_obs.simulate.factory import simulate
+from gwms_obs.tracing import conventions as C
+from gwms_obs.tracing.ledger import Issued
+from gwms_obs.tracing.redact import Scrubber
 from tests.test_pilot_traces_encoding import T0, jobs, values
 
 if native.core is None:
@@ -74,6 +80,19 @@ def _python(monkeypatch: pytest.MonkeyPatch, acc: Any, facts: PilotFacts, **kw: 
         return P.build(acc, facts, FACTORY, **kw)
 
 
+def _issued(acc: Any) -> Issued:
+    """A live trace the factory issued this pilot (its ledger's entry)."""
+    return Issued(acc.cluster, acc.proc, "0123456789abcdef" * 2, "00000000000000aa", frozenset(), {C.ENTRY: acc.entry})
+
+
+# What a returned spool may have had: nothing came back, the pilot's root alone, every phase.
+OWN: list[dict[str, str] | None] = [
+    None,
+    {"glidein": "00000000000000b0"},
+    {"glidein": "00000000000000b0", C.PHASE_SETUP: "00000000000000b1", C.PHASE_MAIN: "00000000000000b2"},
+]
+
+
 def _pilots(tmp: Path, n: int, seed: int) -> list[tuple[Any, PilotFacts]]:
     simulate(tmp, n, seed=seed, anomalies=True)
     for f in sorted(tmp.rglob("job.*.out"))[::5]:  # these pilots counted from completed_jobs
@@ -97,11 +116,14 @@ def test_simulated_pilots_are_byte_for_byte_the_python_encoders(
 ) -> None:
     pilots = _pilots(tmp_path, 300, seed=8)
     sources: Counter[str] = Counter()
-    for acc, facts in pilots:
+    for n, (acc, facts) in enumerate(pilots):
         for cap in (P.MAX_JOB_SPANS, 2):  # and most of the jobs summed in one span
             assert P.build(acc, facts, FACTORY, max_job_spans=cap) == _python(
                 monkeypatch, acc, facts, max_job_spans=cap
             )
+        # the same pilot traced live: its log spans go into its own trace
+        live = {"issued": _issued(acc), "own": OWN[n % len(OWN)]}
+        assert P.build(acc, facts, FACTORY, **live) == _python(monkeypatch, acc, facts, **live)
         sources[facts.source] += 1
         sources["held"] += bool(facts.times is not None and facts.times.holds)
         sources["gpus"] += bool(acc.partition.gpu)
@@ -109,8 +131,10 @@ def test_simulated_pilots_are_byte_for_byte_the_python_encoders(
     # the simulator's kinds of pilot are all there
     assert sources["glidein_out"] and sources["completed_jobs"] and sources["condor_event_log"], sources
     assert sources["held"] and sources["gpus"] and sources["failed validation"], sources
-    # the compiled encoder wrote them: every span and resource, every job list but hostile ones
-    assert counting.calls["trace_jobs"] > 100 and counting.calls["trace_span"] > 1000, counting.calls
+    # the compiled encoder wrote them: every stock pilot whole; for the live ones every span and
+    # resource, every job list but hostile ones
+    assert counting.calls["trace_pilot"] == 2 * len(pilots) and counting.declined["trace_pilot"] == 0, counting
+    assert counting.calls["trace_jobs"] > 50 and counting.calls["trace_span"] > 500, counting.calls
     assert counting.declined["trace_span"] == counting.declined["trace_attrs"] == 0, counting.declined
     assert counting.declined["trace_jobs"] <= counting.calls["trace_jobs"] // 20, counting.declined
 
@@ -162,10 +186,13 @@ def test_hostile_pilots_are_byte_for_byte_the_python_encoders(
     acc = from_glidein(out, err, entry="E", client="C")
     assert acc is not None
     facts = PilotFacts("glidein_out", out, err, times=times)
-    with monkeypatch.context() as m:
-        m.setattr(P, "_NATIVE", CORE)
-        fast = P.build(acc, facts, FACTORY, max_job_spans=cap)
-    assert fast == _python(monkeypatch, acc, facts, max_job_spans=cap)
+    for live in ({}, {"issued": _issued(acc), "own": OWN[cap % len(OWN)]}):
+        fast_scrub, python_scrub = Scrubber(), Scrubber()
+        with monkeypatch.context() as m:
+            m.setattr(P, "_NATIVE", CORE)
+            fast = P.build(acc, facts, FACTORY, max_job_spans=cap, scrub=fast_scrub, **live)
+        assert fast == _python(monkeypatch, acc, facts, max_job_spans=cap, scrub=python_scrub, **live)
+        assert fast_scrub.tally == python_scrub.tally  # each text scrubbed once, declined or not
 
 
 @settings(max_examples=400, deadline=None)
@@ -186,7 +213,48 @@ def test_a_value_is_written_as_the_python_encoder_writes_it(attrs: dict[str, obj
 
 @pytest.mark.parametrize(
     "v",
-    [0.0, -0.0, 1.0, 1e16, 1e15, 123456789012345678.0, 1e-4, 1e-5, 1.5e-7, 5e-324, 1.7976931348623157e308, 0.1, 2.5],
-)
+    [0.0, -0.0, 1.0, -3.0, 1e16, 1e15, 9999999999999998.0, 123456789012345678.0, 1e-4, 1e-5, 1.5e-7, 5e-324,
+     1.7976931348623157e308, 0.1, 2.5,
+     # two shortest strings equally near (…593.2 and …593.3): repr takes the even one, Rust's {:e} did not
+     562949953421593.25],
+)  # fmt: skip
 def test_float_notations(v: float) -> None:
     assert CORE.trace_attrs({"k": v}) == P._attr("k", v)
+
+
+def test_a_pilot_with_every_rare_part_is_one_compiled_call(counting: Counting, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts to scrub (a hold's reason, the removal's, a GlobalJobId not in HTCondor's shape, a
+    failed test's detail), holds in the queue and on the node, evictions, jobs over the cap: the
+    compiled call writes them (calling the Python policy for each), the same bytes and tally."""
+    token = "token=abcdef0123456789abcdef0123456789"
+    out = GlideinOut(
+        path="job.7.0.out", cluster=7, proc=0, entry="E", client="C", startup_time=T0, validation_end=T0 + 100,
+        condor_started=True, condor_start=T0 + 110, condor_end=T0 + 5000, glidein_end=T0 + 5030, exit_code=3,
+        cpus=4, memory_mb=8192, metrics={"TestID": "check_cvmfs"}, status="ERROR", failure="cvmfs",
+        detail=f"a\n{token}",
+    )  # fmt: skip
+    js = [
+        Job(start=T0 + 200 + i, end=T0 + 4000, cpus=1, memory_mb=2048, gpus=0, exited=True, exit_code=0,
+            global_job_id=f"schedd#{i}.0#1" if i % 2 else f'weird "id" {token}')
+        for i in range(5)
+    ]  # fmt: skip
+    err = GlideinErr(path="job.7.0.err", jobs=js, gpus=0, cpus=4)
+    holds = (
+        HoldInterval(T0 - 3000, T0 - 2800, 16, 0, f"queue hold {token}"),
+        HoldInterval(T0 + 300, None, 30, 1, "the node's hold"),
+    )
+    times = PilotTimes(
+        7, 0, submitted=T0 - 4000, grid_submitted=T0 - 3990, started=T0 - 20, first_started=T0 - 20,
+        ended=T0 + 5060, end_event="aborted", held_reason=f"removed {token}", holds=holds, holds_dropped=1,
+        evictions=(T0 + 3000, T0 + 9000),
+    )  # fmt: skip
+    acc = from_glidein(out, err, entry="E", client="C")
+    assert acc is not None
+    facts = PilotFacts("glidein_out", out, err, times=times)
+    for cap in (P.MAX_JOB_SPANS, 2):
+        fast_scrub, python_scrub = Scrubber(), Scrubber()
+        fast = P.build(acc, facts, FACTORY, max_job_spans=cap, scrub=fast_scrub)
+        assert fast == _python(monkeypatch, acc, facts, max_job_spans=cap, scrub=python_scrub)
+        assert fast_scrub.tally == python_scrub.tally and fast_scrub.tally.redacted >= 4, fast_scrub.tally
+        assert fast is not None and token not in fast[0]
+    assert counting.calls["trace_pilot"] == 2 and counting.declined["trace_pilot"] == 0, counting

@@ -15,6 +15,7 @@ mod completed;
 mod err;
 mod eventlog;
 mod out;
+mod pilot_trace;
 mod scan;
 mod sweep;
 mod trace;
@@ -22,7 +23,7 @@ mod xml;
 
 /// Bumped whenever a function's arguments or results change shape: the Python
 /// side refuses a module of another ABI (a stale build) and reads in Python.
-const ABI: u32 = 8;
+const ABI: u32 = 9;
 
 /// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
 /// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
@@ -240,5 +241,7 @@ fn gwms_obs_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::trace_span, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_attrs, m)?)?;
     m.add_function(wrap_pyfunction!(trace::trace_jobs, m)?)?;
+    m.add_function(wrap_pyfunction!(pilot_trace::trace_pilot, m)?)?;
+    m.add_class::<pilot_trace::PilotEncoder>()?;
     Ok(())
 }

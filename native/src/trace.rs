@@ -10,6 +10,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::fmt::Write;
 
 /// Not written here: the Python encoder writes it (or raises, as it would anyway).
@@ -21,7 +22,7 @@ impl From<PyErr> for Decline {
     }
 }
 
-type R<T> = Result<T, Decline>;
+pub(crate) type R<T> = Result<T, Decline>;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -57,10 +58,33 @@ pub fn push_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// `repr(v)` of a finite float: the shortest digits that read back as `v` (Rust's `{:e}` gives
-/// them, as Python's dtoa mode 0 does), laid out as Python's 'r' format does: positional when
-/// the decimal point falls in -4 < decpt <= 16, else d.ddde[+-]XX.
+/// `repr(v)` of a finite float: "<n>.0" for a whole one below 1e16, else CPython's own 'r'
+/// format; were it to fail (out of memory), the shortest digits that read back as `v` (Rust's
+/// `{:e}`) laid out as Python's 'r' format does: positional when the decimal point falls in
+/// -4 < decpt <= 16, else d.ddde[+-]XX.
 pub fn push_float(out: &mut String, v: f64) {
+    // Most values are whole (times in seconds, cores × seconds): Python writes them "<n>.0"
+    // below 1e16; the sign kept, as repr(-0.0) is "-0.0".
+    if v.fract() == 0.0 && v.abs() < 1e16 {
+        if v.is_sign_negative() {
+            out.push('-');
+        }
+        push_u64(out, v.abs() as u64);
+        out.push_str(".0");
+        return;
+    }
+    // The rest as float.__repr__ writes it, by CPython's own function (abi3): where two shortest
+    // digit strings are equally near (562949953421593.25), Rust's shortest picks the other one.
+    // SAFETY: called with the GIL held (every caller is a #[pyfunction]); the buffer is CPython's,
+    // NUL-terminated, freed with PyMem_Free.
+    unsafe {
+        let p = pyo3::ffi::PyOS_double_to_string(v, b'r' as std::ffi::c_char, 0, pyo3::ffi::Py_DTSF_ADD_DOT_0, std::ptr::null_mut());
+        if !p.is_null() {
+            out.push_str(&std::ffi::CStr::from_ptr(p).to_string_lossy());
+            pyo3::ffi::PyMem_Free(p.cast());
+            return;
+        }
+    }
     let s = format!("{v:e}");
     let (mant, exp) = s.split_once('e').unwrap_or((&s, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
@@ -98,18 +122,41 @@ pub fn push_float(out: &mut String, v: f64) {
     }
 }
 
+/// `f"{n}"` of an unsigned integer, without core::fmt (a trace writes ~100 a pilot).
+pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+}
+
+/// `f"{n}"` of a signed integer.
+pub(crate) fn push_i64(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    push_u64(out, n.unsigned_abs());
+}
+
 /// `_ns(t)`: `str(max(0, round(t * NS)))` (round half to even, as Python's round of a float).
-fn push_ns(out: &mut String, t: f64) -> R<()> {
+pub(crate) fn push_ns(out: &mut String, t: f64) -> R<()> {
     let x = (t * 1e9).round_ties_even();
     if !x.is_finite() || x >= 9.0e18 {
         return Err(Decline); // Python raises on inf and NaN; beyond u64 is no real time
     }
-    let _ = write!(out, "{}", if x > 0.0 { x as u64 } else { 0 });
+    push_u64(out, if x > 0.0 { x as u64 } else { 0 });
     Ok(())
 }
 
 /// A time: exactly a float (an int's arithmetic is exact in Python, not here), finite.
-fn time(v: &Bound<'_, PyAny>) -> R<f64> {
+pub(crate) fn time(v: &Bound<'_, PyAny>) -> R<f64> {
     if !v.is_exact_instance_of::<PyFloat>() {
         return Err(Decline);
     }
@@ -118,24 +165,23 @@ fn time(v: &Bound<'_, PyAny>) -> R<f64> {
 }
 
 /// Python's max(a, b): b only when b > a.
-fn pymax(a: f64, b: f64) -> f64 {
+pub(crate) fn pymax(a: f64, b: f64) -> f64 {
     if b > a { b } else { a }
 }
 
 /// Python's min(a, b): b only when b < a.
-fn pymin(a: f64, b: f64) -> f64 {
+pub(crate) fn pymin(a: f64, b: f64) -> f64 {
     if b < a { b } else { a }
 }
 
 /// An exact int as Python writes it (`f"{v}"`), through i64 (beyond it: a decline).
-fn push_int(out: &mut String, v: &Bound<'_, PyAny>) -> R<()> {
-    let n: i64 = v.extract()?;
-    let _ = write!(out, "{n}");
+pub(crate) fn push_int(out: &mut String, v: &Bound<'_, PyAny>) -> R<()> {
+    push_i64(out, v.extract()?);
     Ok(())
 }
 
 /// `_attr(key, v)`: one KeyValue, nothing for None or a non-finite float. Returns whether it wrote.
-fn push_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
+pub(crate) fn push_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
     let head = |out: &mut String, kind: &str| {
         out.push_str("{\"key\":\"");
         out.push_str(key);
@@ -172,7 +218,7 @@ fn push_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
 }
 
 /// `_attrs(attrs)`: the dict's KeyValues joined by commas (its keys are the encoder's own names).
-fn push_attrs(out: &mut String, attrs: Option<&Bound<'_, PyDict>>) -> R<()> {
+pub(crate) fn push_attrs(out: &mut String, attrs: Option<&Bound<'_, PyDict>>) -> R<()> {
     let Some(attrs) = attrs else { return Ok(()) };
     let mut first = true;
     for (k, v) in attrs.iter() {
@@ -213,14 +259,14 @@ fn push_events(out: &mut String, events: &Bound<'_, PyList>) -> R<()> {
 }
 
 /// `_status(error)`: nothing, or ERROR with its message.
-fn push_status(out: &mut String, error: &str) {
+pub(crate) fn push_status(out: &mut String, error: &str) {
     out.push_str(",\"status\":{\"code\":2,\"message\":");
     push_str(out, error);
     out.push('}');
 }
 
 /// `_Trace.span_id`: the first 8 bytes of SHA-256 of `key` (trace id, place), hex; never all zero.
-fn span_id(key: &[u8]) -> String {
+pub(crate) fn span_id(key: &[u8]) -> String {
     let d = Sha256::digest(key);
     let mut s = String::with_capacity(16);
     for b in &d[..8] {
@@ -234,7 +280,7 @@ fn span_id(key: &[u8]) -> String {
 }
 
 /// The span's part after its id: parent, name, kind and times (`_Trace.add`'s order).
-fn push_span_head(out: &mut String, head: &str, sid: &str, parent: &str, name: &str, s: f64, e: f64) -> R<()> {
+pub(crate) fn push_span_head(out: &mut String, head: &str, sid: &str, parent: &str, name: &str, s: f64, e: f64) -> R<()> {
     out.push_str(head);
     out.push_str(sid);
     out.push_str("\",\"parentSpanId\":\"");
@@ -295,7 +341,7 @@ pub fn trace_attrs(attrs: &Bound<'_, PyDict>) -> Option<String> {
 }
 
 /// `_JOB_ID.fullmatch(v)`: `[A-Za-z0-9_.@:-]{1,255}#[0-9]{1,12}\.[0-9]{1,9}#[0-9]{1,12}`.
-fn plain_job_id(v: &str) -> bool {
+pub(crate) fn plain_job_id(v: &str) -> bool {
     let digits = |s: &str, max: usize| !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
     let mut parts = v.split('#');
     let (Some(schedd), Some(job), Some(qdate), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
@@ -310,8 +356,9 @@ fn plain_job_id(v: &str) -> bool {
         && digits(qdate, 12)
 }
 
+
 /// The names `_jobs` writes, in `pilot_traces._NATIVE_JOB_NAMES`' order.
-struct Names {
+pub(crate) struct Names {
     span: String,
     id: String,
     category: String,
@@ -325,11 +372,11 @@ struct Names {
     exit_code: String,
     preempted: String,
     evicted: String,
-    preemption: String, // the category whose jobs carry a preempted event
+    pub(crate) preemption: String, // the category whose jobs carry a preempted event
 }
 
 impl Names {
-    fn new(v: Vec<String>) -> R<Self> {
+    pub(crate) fn new(v: Vec<String>) -> R<Self> {
         let [span, id, category, cpus, cpu_seconds, cpu_used, memory, memory_used, gpus, signal, exit_code, preempted, evicted, preemption]: [String; 14] =
             v.try_into().map_err(|_| Decline)?;
         Ok(Names {
@@ -351,15 +398,172 @@ impl Names {
     }
 }
 
-/// One `{"key":"…","value":{"intValue":"…"}}` of an exact int (`_int_c`'s fast case), else `_attr`.
-fn push_int_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
-    push_attr(out, key, v)
+/// A user job (`model.Job`) as the job spans need it: each attribute read once, the times and
+/// cores checked as the encoder writes them (anything else: a decline).
+pub(crate) struct JobView<'py> {
+    pub(crate) start: f64,
+    pub(crate) end: Option<f64>,
+    pub(crate) cpus: i64,
+    pub(crate) exited: bool,
+    pub(crate) by_signal: bool,
+    gid: Option<Bound<'py, PyString>>,
+    used: Bound<'py, PyAny>,
+    memory: Bound<'py, PyAny>,
+    memory_used: Bound<'py, PyAny>,
+    gpus: Bound<'py, PyAny>,
+    signal: Bound<'py, PyAny>,
+    code: Bound<'py, PyAny>,
+}
+
+impl<'py> JobView<'py> {
+    pub(crate) fn read(py: Python<'py>, j: &Bound<'py, PyAny>) -> R<Self> {
+        let start = time(&j.getattr(pyo3::intern!(py, "start"))?)?;
+        let end = j.getattr(pyo3::intern!(py, "end"))?;
+        let end = if end.is_none() { None } else { Some(time(&end)?) };
+        let cpus = j.getattr(pyo3::intern!(py, "cpus"))?;
+        if !cpus.is_exact_instance_of::<PyInt>() {
+            return Err(Decline);
+        }
+        let cpus: i64 = cpus.extract()?;
+        if cpus.abs() > 1 << 53 {
+            return Err(Decline); // exact as a float only up to 2^53
+        }
+        let gid = j.getattr(pyo3::intern!(py, "global_job_id"))?;
+        let gid = if gid.is_none() { None } else { Some(gid.cast_into_exact::<PyString>().map_err(|_| Decline)?) };
+        Ok(JobView {
+            start,
+            end,
+            cpus,
+            exited: j.getattr(pyo3::intern!(py, "exited"))?.is_truthy()?,
+            by_signal: j.getattr(pyo3::intern!(py, "exit_by_signal"))?.is_truthy()?,
+            gid,
+            used: j.getattr(pyo3::intern!(py, "cpu_seconds"))?,
+            memory: j.getattr(pyo3::intern!(py, "memory_mb"))?,
+            memory_used: j.getattr(pyo3::intern!(py, "memory_usage_mb"))?,
+            gpus: j.getattr(pyo3::intern!(py, "gpus"))?,
+            signal: j.getattr(pyo3::intern!(py, "exit_signal"))?,
+            code: j.getattr(pyo3::intern!(py, "exit_code"))?,
+        })
+    }
+
+    /// Its GlobalJobId as written: as it is when HTCondor's shape (nothing to escape or mask),
+    /// else through ``scrub`` (the pilot's Scrubber.text; None: decline, Python scrubs it).
+    pub(crate) fn job_id(&self, scrub: Option<Scrub<'_, 'py>>) -> R<Option<Cow<'_, str>>> {
+        let Some(g) = &self.gid else { return Ok(None) };
+        let text = g.to_str()?;
+        if plain_job_id(text) {
+            return Ok(Some(Cow::Borrowed(text)));
+        }
+        match scrub {
+            Some(f) => f(g).map(|t| Some(Cow::Owned(t))),
+            None => Err(Decline),
+        }
+    }
+}
+
+/// A text scrubbed by the pilot's Scrubber (its `text`, bounded).
+pub(crate) type Scrub<'a, 'py> = &'a dyn Fn(&Bound<'py, PyString>) -> R<String>;
+
+/// What every job span of a pilot shares: HTCondor's [cs, ce], the pilot's end, the rules.
+pub(crate) struct JobContext<'a> {
+    pub(crate) names: &'a Names,
+    pub(crate) head: &'a str,
+    pub(crate) parent: &'a str,
+    pub(crate) cs: f64,
+    pub(crate) ce: f64,
+    pub(crate) pilot_end: f64,
+    pub(crate) grace: f64,
+    pub(crate) poll_lag: f64,
+    pub(crate) evictions: &'a [f64],
+}
+
+/// One job's span (`_jobs`' loop): ``sid`` its id, ``cat`` its category's value, ``gid`` its
+/// GlobalJobId as written (see JobView::job_id); ``is_last``: the pilot's last job (it carries
+/// the evictions, and a preemption when it did not exit near the pilot's end).
+pub(crate) fn push_job(out: &mut String, x: &JobContext<'_>, sid: &str, j: &JobView<'_>, cat: &str, gid: Option<&str>, is_last: bool) -> R<()> {
+    let n = x.names;
+    let s = pymin(pymax(j.start, x.cs), x.ce);
+    let e = pymin(pymax(j.end.unwrap_or(x.ce), s), x.ce);
+    let cpu_secs = (j.cpus.max(0) as f64) * (e - s);
+    push_span_head(out, x.head, sid, x.parent, &n.span, s, e)?;
+    // the KeyValues in the encoder's order, each followed by a comma (the last one cut)
+    if let Some(g) = gid {
+        out.push_str("{\"key\":\"");
+        out.push_str(&n.id);
+        out.push_str("\",\"value\":{\"stringValue\":");
+        push_str(out, g);
+        out.push_str("}},");
+    }
+    out.push_str("{\"key\":\"");
+    out.push_str(&n.category);
+    out.push_str("\",\"value\":{\"stringValue\":");
+    push_str(out, cat);
+    out.push_str("}},{\"key\":\"");
+    out.push_str(&n.cpus);
+    out.push_str("\",\"value\":{\"intValue\":\"");
+    push_i64(out, j.cpus);
+    out.push_str("\"}},");
+    if cpu_secs.is_finite() {
+        out.push_str("{\"key\":\"");
+        out.push_str(&n.cpu_seconds);
+        out.push_str("\",\"value\":{\"doubleValue\":");
+        push_float(out, cpu_secs);
+        out.push_str("}},");
+    }
+    for (key, v) in [(&n.cpu_used, &j.used), (&n.memory, &j.memory), (&n.memory_used, &j.memory_used), (&n.gpus, &j.gpus)] {
+        if push_attr(out, key, v)? {
+            out.push(',');
+        }
+    }
+    let mut status = String::new();
+    if j.by_signal {
+        let sig = &j.signal;
+        if push_attr(out, &n.signal, sig)? {
+            out.push(',');
+        }
+        let text = if sig.is_none() {
+            "None".to_string()
+        } else if sig.is_exact_instance_of::<PyInt>() {
+            sig.extract::<i64>()?.to_string()
+        } else {
+            return Err(Decline);
+        };
+        push_status(&mut status, &format!("signal {text}"));
+    } else if !j.code.is_none() && push_attr(out, &n.exit_code, &j.code)? {
+        out.push(',');
+    }
+    out.pop(); // the last KeyValue's comma
+    out.push(']');
+    out.push_str(&status);
+    let mut evs: Vec<(&str, f64)> = Vec::new();
+    if cat == n.preemption || (is_last && x.pilot_end - e <= x.grace && !j.exited) {
+        evs.push((&n.preempted, e));
+    }
+    if is_last {
+        evs.extend(x.evictions.iter().filter(|t| s <= **t && **t <= e + x.poll_lag).map(|t| (n.evicted.as_str(), pymin(*t, e))));
+    }
+    if !evs.is_empty() {
+        out.push_str(",\"events\":[");
+        for (k, (name, t)) in evs.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"name\":\"");
+            out.push_str(name);
+            out.push_str("\",\"timeUnixNano\":\"");
+            push_ns(out, *t)?;
+            out.push_str("\",\"attributes\":[]}");
+        }
+        out.push(']');
+    }
+    out.push('}');
+    Ok(())
 }
 
 /// `_jobs`' loop: the spans of ``jobs`` (the pilot's first by start, in that order) with their
 /// categories' values ``cats``, clamped to HTCondor's [cs, ce]; ``last``: the list's last job is
-/// the pilot's last (it carries the evictions, and a preemption when it did not exit near the
-/// pilot's end). ``hashed``: the ids' input up to the job's number; ``parent``: the condor span's id.
+/// the pilot's last. ``hashed``: the ids' input up to the job's number; ``parent``: the condor
+/// span's id. A pilot traced live takes this path (`trace_pilot` writes a stock pilot's jobs).
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
 pub fn trace_jobs<'py>(
@@ -379,126 +583,23 @@ pub fn trace_jobs<'py>(
     names: Vec<String>,
 ) -> Option<Vec<String>> {
     let f = || -> R<Vec<String>> {
-        let n = Names::new(names)?;
-        let (cs, ce, pilot_end) = (time(cs)?, time(ce)?, time(pilot_end)?);
+        let names = Names::new(names)?;
         if cats.len() != jobs.len() {
             return Err(Decline);
         }
         let evictions: Vec<f64> = evictions.iter().map(|t| time(&t)).collect::<R<_>>()?;
-        let a_start = pyo3::intern!(py, "start");
-        let a_end = pyo3::intern!(py, "end");
-        let a_cpus = pyo3::intern!(py, "cpus");
-        let a_mem = pyo3::intern!(py, "memory_mb");
-        let a_gpus = pyo3::intern!(py, "gpus");
-        let a_exited = pyo3::intern!(py, "exited");
-        let a_code = pyo3::intern!(py, "exit_code");
-        let a_by_signal = pyo3::intern!(py, "exit_by_signal");
-        let a_signal = pyo3::intern!(py, "exit_signal");
-        let a_gid = pyo3::intern!(py, "global_job_id");
-        let a_mem_used = pyo3::intern!(py, "memory_usage_mb");
-        let a_used = pyo3::intern!(py, "cpu_seconds");
+        let x = JobContext { names: &names, head, parent, cs: time(cs)?, ce: time(ce)?, pilot_end: time(pilot_end)?, grace, poll_lag, evictions: &evictions };
         let count = jobs.len();
         let mut spans = Vec::with_capacity(count);
         let mut key = String::with_capacity(hashed.len() + 4);
         for (i, (j, cat)) in jobs.iter().zip(&cats).enumerate() {
-            let start = time(&j.getattr(a_start)?)?;
-            let end = j.getattr(a_end)?;
-            let s = pymin(pymax(start, cs), ce);
-            let e = pymin(pymax(if end.is_none() { ce } else { time(&end)? }, s), ce);
-            let cpus = j.getattr(a_cpus)?;
-            if !cpus.is_exact_instance_of::<PyInt>() {
-                return Err(Decline);
-            }
-            let c: i64 = cpus.extract()?;
-            if c.abs() > 1 << 53 {
-                return Err(Decline); // exact as a float only up to 2^53
-            }
-            let cpu_secs = (c.max(0) as f64) * (e - s);
-
+            let j = JobView::read(py, &j)?;
+            let gid = j.job_id(None)?;
             key.clear();
             key.push_str(hashed);
-            let _ = write!(key, "{i}");
-            let sid = span_id(key.as_bytes());
+            push_u64(&mut key, i as u64);
             let mut out = String::with_capacity(1024);
-            push_span_head(&mut out, head, &sid, parent, &n.span, s, e)?;
-            // the KeyValues in the encoder's order, each followed by a comma (the last one cut)
-            let gid = j.getattr(a_gid)?;
-            if !gid.is_none() {
-                let g = gid.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?;
-                if !plain_job_id(g) {
-                    return Err(Decline); // scrubbed by the Python encoder
-                }
-                out.push_str("{\"key\":\"");
-                out.push_str(&n.id);
-                out.push_str("\",\"value\":{\"stringValue\":\"");
-                out.push_str(g);
-                out.push_str("\"}},");
-            }
-            out.push_str("{\"key\":\"");
-            out.push_str(&n.category);
-            out.push_str("\",\"value\":{\"stringValue\":");
-            push_str(&mut out, cat);
-            out.push_str("}},");
-            push_int_attr(&mut out, &n.cpus, &cpus)?;
-            out.push(',');
-            if cpu_secs.is_finite() {
-                out.push_str("{\"key\":\"");
-                out.push_str(&n.cpu_seconds);
-                out.push_str("\",\"value\":{\"doubleValue\":");
-                push_float(&mut out, cpu_secs);
-                out.push_str("}},");
-            }
-            for (key, a) in [(&n.cpu_used, a_used), (&n.memory, a_mem), (&n.memory_used, a_mem_used), (&n.gpus, a_gpus)] {
-                if push_attr(&mut out, key, &j.getattr(a)?)? {
-                    out.push(',');
-                }
-            }
-            let mut status = String::new();
-            if j.getattr(a_by_signal)?.is_truthy()? {
-                let sig = j.getattr(a_signal)?;
-                if push_attr(&mut out, &n.signal, &sig)? {
-                    out.push(',');
-                }
-                let text = if sig.is_none() {
-                    "None".to_string()
-                } else if sig.is_exact_instance_of::<PyInt>() {
-                    sig.extract::<i64>()?.to_string()
-                } else {
-                    return Err(Decline);
-                };
-                push_status(&mut status, &format!("signal {text}"));
-            } else {
-                let code = j.getattr(a_code)?;
-                if !code.is_none() && push_attr(&mut out, &n.exit_code, &code)? {
-                    out.push(',');
-                }
-            }
-            out.pop(); // the last KeyValue's comma
-            out.push(']');
-            out.push_str(&status);
-            let is_last = last && i + 1 == count;
-            let mut evs: Vec<(&str, f64)> = Vec::new();
-            if *cat == n.preemption || (is_last && pilot_end - e <= grace && !j.getattr(a_exited)?.is_truthy()?) {
-                evs.push((&n.preempted, e));
-            }
-            if is_last {
-                evs.extend(evictions.iter().filter(|t| s <= **t && **t <= e + poll_lag).map(|t| (n.evicted.as_str(), pymin(*t, e))));
-            }
-            if !evs.is_empty() {
-                out.push_str(",\"events\":[");
-                for (k, (name, t)) in evs.iter().enumerate() {
-                    if k > 0 {
-                        out.push(',');
-                    }
-                    out.push_str("{\"name\":\"");
-                    out.push_str(name);
-                    out.push_str("\",\"timeUnixNano\":\"");
-                    push_ns(&mut out, *t)?;
-                    out.push_str("\",\"attributes\":[]}");
-                }
-                out.push(']');
-            }
-            out.push('}');
+            push_job(&mut out, &x, &span_id(key.as_bytes()), &j, cat, gid.as_deref(), last && i + 1 == count)?;
             spans.push(out);
         }
         Ok(spans)

@@ -253,9 +253,46 @@ _NATIVE_JOB_NAMES: Final = [
     SPAN_JOB, JOB_ID, JOB_CATEGORY, JOB_CPUS, JOB_CPU_SECONDS, JOB_CPU_USED, JOB_MEMORY, JOB_MEMORY_USED,
     JOB_GPUS, JOB_SIGNAL, EXIT_CODE, EVENT_PREEMPTED, EVENT_EVICTED, Category.PREEMPTION_BADPUT.value,
 ]  # fmt: skip
+# What trace_pilot writes a stock pilot's spans with (native/src/pilot_trace.rs, PilotNames).
+_NATIVE_PILOT_NAMES: Final = {
+    "SPAN_PILOT": C.SPAN_PILOT, "SPAN_QUEUED": SPAN_QUEUED, "SPAN_HELD": SPAN_HELD, "SPAN_RUNNING": SPAN_RUNNING,
+    "SPAN_VALIDATION": SPAN_VALIDATION, "SPAN_CONDOR": SPAN_CONDOR, "SPAN_CLEANUP": SPAN_CLEANUP,
+    "SPAN_JOBS_REST": SPAN_JOBS_REST, "OUTCOME": OUTCOME, "ACCURACY": ACCURACY, "CPU_SECONDS": CPU_SECONDS,
+    "GPU_SECONDS": GPU_SECONDS, "EXIT_CODE": EXIT_CODE, "HOLDS_DROPPED": HOLDS_DROPPED, "HOLD_REASON": HOLD_REASON,
+    "PHASE": C.PHASE, "SITE": C.SITE, "CPUS": "gwms.cpus", "JOB_COUNT": JOB_COUNT, "JOB_CPU_SECONDS": JOB_CPU_SECONDS,
+    "EVENT_REMOVED": EVENT_REMOVED, "EVENT_HELD": EVENT_HELD, "EVENT_EVICTED": EVENT_EVICTED,
+    "EVENT_GRID_SUBMIT": EVENT_GRID_SUBMIT, "EVENT_VALIDATION_FAILED": EVENT_VALIDATION_FAILED,
+    "SERVICE_NAME": C.SERVICE_NAME, "SERVICE_PILOT": C.SERVICE_PILOT, "CONVENTIONS": C.CONVENTIONS,
+    "VERSION": C.VERSION, "FACTORY": C.FACTORY, "ENTRY": C.ENTRY, "CLIENT": C.CLIENT,
+    "CONDOR_CLUSTER": C.CONDOR_CLUSTER, "CONDOR_PROC": C.CONDOR_PROC, "TRACE_SOURCE": TRACE_SOURCE,
+    "SOURCE_EVENT_LOG": "condor_event_log", "GOODPUT": Category.GOODPUT.value,
+    "MISCONFIGURATION": Category.MISCONFIGURATION_BADPUT.value,
+}  # fmt: skip
 # A job's category, encoded once (and its value: an enum's .value is a descriptor call, ~0.4 us).
 _CATEGORY_KV: Final = {c: _attr(JOB_CATEGORY, c.value) for c in Category}
 _CATEGORY_VALUE: Final = {c: c.value for c in Category}
+
+
+_encoders: dict[tuple[str, float, float, int], Any] = {}  # (factory, rules, cap) -> its PilotEncoder
+
+
+def _encoder(factory: str, rules: Rules, max_job_spans: int) -> Any:
+    """The compiled encoder of this factory and rule set (made once), or None where it cannot be."""
+    key = (factory, rules.grace_seconds, rules.early_failure_seconds, max_job_spans)
+    enc = _encoders.get(key, False)
+    if enc is False:
+        if len(_encoders) >= 16:  # a factory has one; tests make a few
+            _encoders.clear()
+        try:
+            enc = _NATIVE.PilotEncoder(  # type: ignore[union-attr]
+                _NATIVE_PILOT_NAMES, _NATIVE_JOB_NAMES, factory, float(rules.grace_seconds),
+                float(rules.early_failure_seconds), max_job_spans, CE_POLL_LAG, MAX_VALUE, ID_VERSION, _SCOPE,
+                _failure, _hold_attrs, _holds,
+            )  # fmt: skip
+        except (ValueError, TypeError, KeyError, OverflowError, UnicodeError):  # e.g. a lone surrogate in the name
+            enc = None
+        _encoders[key] = enc
+    return enc
 
 
 def _clamp(t: float | None, lo: float, hi: float) -> float | None:
@@ -288,6 +325,14 @@ def build(
     if acc.cluster is None or acc.proc is None:
         return None
     sc = scrub if scrub is not None else Scrubber()
+    if _NATIVE is not None and issued is None and (enc := _encoder(factory, rules, max_job_spans)) is not None:
+        # a stock pilot in one compiled call; a decline leaves it to the code below, as if never tried
+        tally = sc.tally
+        redacted, truncated = tally.redacted, tally.truncated
+        got: tuple[str, int] | None = _NATIVE.trace_pilot(enc, acc, facts, sc)
+        if got is not None:
+            return got
+        tally.redacted, tally.truncated = redacted, truncated
     out, err, times = facts.out, facts.err, facts.times
     if issued is None:
         tr = _Trace(pilot_trace_id(factory, acc.entry, acc.cluster, acc.proc, acc.start))
