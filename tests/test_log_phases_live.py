@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +132,7 @@ def _scan_twice(stocks: Sequence[_Stock], ccfg: tracing_backends.CollectorConfig
         want = len(first)
         wait_for(
             f"the first scan's validation phases of {st.name} in Prometheus",
-            lambda st=st, want=want: _calls(prom, C.LOG_PHASE_VALIDATION, st.name) >= want * 0.9,
+            _reached(prom, C.LOG_PHASE_VALIDATION, st.name, want * 0.9),
             60,
         )
         before.append(_calls(prom, C.LOG_PHASE_VALIDATION, st.name))
@@ -145,14 +145,10 @@ def _scan_twice(stocks: Sequence[_Stock], ccfg: tracing_backends.CollectorConfig
         assert len(counted[-1]) > len(first) + st.outs // 3
     for st, was in zip(stocks, before, strict=True):
         # The second scan's pilots had their event-log times held: their queue is a phase too.
-        wait_for(
-            f"the queue phases of {st.name} in Prometheus",
-            lambda st=st: _calls(prom, C.LOG_PHASE_QUEUED, st.name) > 0,
-            60,
-        )
+        wait_for(f"the queue phases of {st.name} in Prometheus", _reached(prom, C.LOG_PHASE_QUEUED, st.name, 1), 60)
         wait_for(
             f"the second scan's phases of {st.name} in Prometheus",
-            lambda st=st, was=was: _calls(prom, C.LOG_PHASE_VALIDATION, st.name) > was + st.outs // 4,
+            _reached(prom, C.LOG_PHASE_VALIDATION, st.name, was + st.outs // 4 + 1),
             60,
         )
     _samples(prom, 3)
@@ -197,6 +193,11 @@ def _calls(prom: str, phase: str, factory: str | None = None) -> float:
     of = f',{N.SPAN_FACTORY}="{factory}"' if factory is not None else ""
     r = prom_query(prom, f'sum({catalogue.SPANMETRICS_CALLS}{{{N.SPAN_PHASE}="{phase}"{of}}})')
     return float(r[0]["value"][1]) if r else 0.0
+
+
+def _reached(prom: str, phase: str, factory: str | None, count: float) -> Callable[[], bool]:
+    """Whether Prometheus holds at least ``count`` spans of ``phase`` (of ``factory``'s pilots)."""
+    return lambda: _calls(prom, phase, factory) >= count
 
 
 def _phase_panels() -> Iterator[tuple[str, str]]:
