@@ -347,7 +347,11 @@ impl Spans {
         error: Option<&str>,
         events: &[Event<'_>],
     ) -> R<String> {
-        let sid = span_id(format!("{}/{path}", self.trace_id).as_bytes());
+        let mut key = String::with_capacity(self.trace_id.len() + 1 + path.len());
+        key.push_str(&self.trace_id);
+        key.push('/');
+        key.push_str(path);
+        let sid = span_id(key.as_bytes());
         self.next();
         let out = &mut self.text;
         push_span_head(out, &self.head, &sid, parent, name, start, pymax(start, end))?;
