@@ -1,6 +1,6 @@
 """Pilot traces from the factory's files (issue 31): what they cost and whether delivery holds.
 
-    python benchmarks/pilot_traces.py cpu [--pilots 2000 --runs 5]
+    python benchmarks/pilot_traces.py cpu [--pilots 2000 --runs 9]
     python benchmarks/pilot_traces.py send [--pilots 5000 --paced-spans 12000]
     python benchmarks/pilot_traces.py sustained [--minutes 15 --outage 5 --per-day 100000]
 
@@ -12,10 +12,13 @@ recorded ones are in benchmarks/results/pilot-traces.md.
 cpu        The exporter's CPU (user + sys of the whole process, from the kernel's
            accounting of each finished child) for `export --once` on a simulated
            factory of --pilots and of 50 pilots, with pilot_traces off, on, and on
-           with the Python encoder (the compiled one, native/src/trace.rs, left
-           out; the readers stay compiled), in turn, --runs times each. Per
+           with the Python encoder (the compiled one, native/src/trace.rs and
+           pilot_trace.rs, left out; the readers stay compiled), in turn and back
+           (off on py, py on off, ...), --runs rounds. Per
            pilot = (big - small) / (pilots counted in big - in small), so start-up
-           cancels out; the aim is traces' added CPU at most 20 % of the pilot's
+           cancels out; the share is also given round by round (a round's added CPU
+           over its own accounting: the machine's speed wanders between rounds);
+           the aim is traces' added CPU at most 20 % of the pilot's
            accounting (the scan with traces off). Then the big factory again, each
            encoder in turn, with each step of a trace timed in the scan's thread.
            The traces go to a port nothing listens on (--traces-drain-seconds 0):
@@ -103,7 +106,7 @@ def timed(owner, attr, name):
         finally:
             spent[name] = spent.get(name, 0.0) + time.thread_time() - t
     setattr(owner, attr, g)
-timed(P, "build", "build")
+timed(P, "encode", "build")
 timed(P.PilotTraces, "__call__", "sink")
 timed(P.PilotTraces, "_live", "ledger")
 timed(P.PilotTraces, "flush", "flush")
@@ -174,8 +177,10 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
     modes = ("off", "on", "python")
     runs: dict[tuple[str, str], list[float]] = {(f, m): [] for f in ("big", "small") for m in modes}
     counted: dict[str, int] = {}
-    for _ in range(a.runs):
-        for mode in modes:
+    for r in range(a.runs):
+        # the modes in turn, back and forth (off on py, py on off, ...): a machine slowing down
+        # over a round weighs on each mode alike
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             for name, factory in (("big", big), ("small", small)):
                 s, n = _export_once(factory, work, mode != "off", dead, python_encoder=mode == "python")
                 runs[(name, mode)].append(s)
@@ -203,6 +208,16 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
         xs = sorted((big_less_small(mode, i) - big_less_small("off", i)) / pilots for i in range(a.runs))
         return ", ".join(f"{x * 1e6:.0f}" for x in xs)
 
+    # The share round by round: a round's added CPU over its own accounting. This VM's speed wanders
+    # by ±20 % between runs (the host's other guests); within a round both move together.
+    def shares(mode: str) -> list[float]:
+        def big_less_small(m: str, i: int) -> float:
+            return runs[("big", m)][i] - runs[("small", m)][i]
+
+        return sorted(
+            (big_less_small(mode, i) - big_less_small("off", i)) / big_less_small("off", i) * 100 for i in range(a.runs)
+        )
+
     encoder = "compiled encoder" if P._NATIVE is not None else "Python encoder: no compiled module here"
     rows = [
         f"`python benchmarks/pilot_traces.py cpu --pilots {a.pilots} --runs {a.runs}` on {_machine()}.",
@@ -221,6 +236,9 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
         f"**{(on - off) / off * 100:.0f} %** of its accounting (aim: at most 20 %); with the Python encoder "
         f"{(py - off) * 1e6:.0f} us = {(py - off) / off * 100:.0f} %",
         f"- the added CPU round by round: {added_pairs('on')} us (Python encoder: {added_pairs('python')} us)",
+        f"- the share round by round (each round's added CPU over its own accounting): "
+        f"{', '.join(f'{x:.0f}' for x in shares('on'))} %, median **{statistics.median(shares('on')):.1f} %** "
+        f"(Python encoder: median {statistics.median(shares('python')):.1f} %)",
         "",
         f"Where it goes: the {counted['big']}-pilot factory again, traces on, {a.runs} runs of each encoder in "
         "turn with each step's CPU (the scan thread's) summed in the process; us per pilot counted, median (min-max):",
@@ -238,7 +256,7 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
 
     rows += [
         f"| the trace sink, all of it (`PilotTraces.__call__`) | {per_pilot('sink')} |",
-        f"| - building the spans, OTLP/JSON text (`build`) | {per_pilot('build')} |",
+        f"| - building the spans, OTLP/JSON text (`encode`) | {per_pilot('build')} |",
         f"| - the live-trace ledger look-up (`_live`) | {per_pilot('ledger')} |",
         f"| - writing the requests into the outbox (`flush`) | {per_pilot('flush')} |",
         f"| -- of which the outbox's own (`SpoolForwarder.enqueue`: a file each 200 pilots) | {per_pilot('outbox')} |",
@@ -513,7 +531,7 @@ def main() -> int:
     sub = p.add_subparsers(dest="what", required=True)
     c = sub.add_parser("cpu")
     c.add_argument("--pilots", type=int, default=2000)
-    c.add_argument("--runs", type=int, default=5)
+    c.add_argument("--runs", type=int, default=9)
     s = sub.add_parser("send")
     s.add_argument("--pilots", type=int, default=5000)
     s.add_argument("--paced-spans", type=int, default=12_000, help="spans of the paced pass (default 12000)")

@@ -571,8 +571,8 @@ def test_a_trace_that_cannot_be_built_is_counted_and_costs_no_pilot(
             raise ValueError("a pilot no builder expected")
         return real(acc, facts, *a, **kw)
 
-    real = P.build
-    monkeypatch.setattr(P, "build", broken)
+    real = P.encode
+    monkeypatch.setattr(P, "encode", broken)
     box = Box()
     errors = ParseErrors()
     sink = _pilot_traces(from_dict({"factory_name": FACTORY}), errors, box)

@@ -8,7 +8,7 @@
 //! decline (None) leaves the pilot to the Python encoder, which restores the scrubber's tally.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 use crate::trace::{
@@ -385,7 +385,7 @@ fn clamp(t: Option<f64>, lo: f64, hi: f64) -> Option<f64> {
     t.map(|t| pymin(pymax(t, lo), hi))
 }
 
-/// `build(acc, facts, factory)` for a pilot not traced live: (its ResourceSpans' text, spans),
+/// `encode(acc, facts, factory)` for a pilot not traced live: (its ResourceSpans' text, spans),
 /// or None (the Python encoder writes it). ``sc``: the batch's Scrubber.
 #[pyfunction]
 pub fn trace_pilot<'py>(
@@ -394,8 +394,10 @@ pub fn trace_pilot<'py>(
     acc: &Bound<'py, PyAny>,
     facts: &Bound<'py, PyAny>,
     sc: &Bound<'py, PyAny>,
-) -> Option<(String, usize)> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pilot(py, enc.get(), acc, facts, sc).ok())).ok().flatten()
+) -> Option<(Bound<'py, PyBytes>, usize)> {
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pilot(py, enc.get(), acc, facts, sc).ok())).ok().flatten()?;
+    // bytes: what the request is made of (a str would be checked for ASCII, then encoded again)
+    Some((PyBytes::new(py, got.0.as_bytes()), got.1))
 }
 
 fn pilot<'py>(

@@ -322,17 +322,59 @@ def build(
     spool came back, so it sent its spans itself), and each log span standing for one of
     them is left out (docs/tracing.md, "A pilot also traced live").
     """
+    got = encode(acc, facts, factory, rules=rules, max_job_spans=max_job_spans, scrub=scrub, issued=issued, own=own)
+    return None if got is None else (got[0].decode(), got[1])
+
+
+def encode(
+    acc: PilotAccount,
+    facts: PilotFacts,
+    factory: str,
+    *,
+    rules: Rules = DEFAULT_RULES,
+    max_job_spans: int = MAX_JOB_SPANS,
+    scrub: Scrubber | None = None,
+    issued: Issued | None = None,
+    own: dict[str, str] | None = None,
+) -> tuple[bytes, int] | None:
+    """:func:`build`'s text as the bytes a request is made of (what the sink queues): a stock pilot's
+    straight from the compiled encoder, with no str made of them."""
     if acc.cluster is None or acc.proc is None:
         return None
     sc = scrub if scrub is not None else Scrubber()
-    if _NATIVE is not None and issued is None and (enc := _encoder(factory, rules, max_job_spans)) is not None:
-        # a stock pilot in one compiled call; a decline leaves it to the code below, as if never tried
-        tally = sc.tally
-        redacted, truncated = tally.redacted, tally.truncated
-        got: tuple[str, int] | None = _NATIVE.trace_pilot(enc, acc, facts, sc)
-        if got is not None:
-            return got
+    if issued is None and (got := _compiled(acc, facts, factory, rules, max_job_spans, sc)) is not None:
+        return got
+    text, n = _build(acc, facts, factory, rules, max_job_spans, sc, issued, own)
+    return text.encode(), n
+
+
+def _compiled(
+    acc: PilotAccount, facts: PilotFacts, factory: str, rules: Rules, max_job_spans: int, sc: Scrubber
+) -> tuple[bytes, int] | None:
+    """A stock pilot's ResourceSpans in one compiled call (native/src/pilot_trace.rs), encoded; None
+    where the module is absent or declines, the scrubber's tally then as it was."""
+    if _NATIVE is None or (enc := _encoder(factory, rules, max_job_spans)) is None:
+        return None
+    tally = sc.tally
+    redacted, truncated = tally.redacted, tally.truncated
+    got: tuple[bytes, int] | None = _NATIVE.trace_pilot(enc, acc, facts, sc)
+    if got is None:
         tally.redacted, tally.truncated = redacted, truncated
+    return got
+
+
+def _build(
+    acc: PilotAccount,
+    facts: PilotFacts,
+    factory: str,
+    rules: Rules,
+    max_job_spans: int,
+    sc: Scrubber,
+    issued: Issued | None,
+    own: dict[str, str] | None,
+) -> tuple[str, int]:
+    """:func:`build` in Python, span by span (the reference; each span compiled where it can be)."""
+    assert acc.cluster is not None and acc.proc is not None  # encode's caller's check: a pilot with a key
     out, err, times = facts.out, facts.err, facts.times
     if issued is None:
         tr = _Trace(pilot_trace_id(factory, acc.entry, acc.cluster, acc.proc, acc.start))
@@ -466,7 +508,7 @@ def build(
     elif val_end is not None and val_end < hi and SPAN_CLEANUP not in skip:
         tr.add(f"{run}/{SPAN_CLEANUP}", run, SPAN_CLEANUP, val_end, hi, {C.PHASE: SPAN_CLEANUP})
 
-    resource = {
+    resource: dict[str, object] = {
         C.SERVICE_NAME: C.SERVICE_PILOT,
         C.CONVENTIONS: C.VERSION,
         C.FACTORY: factory,
@@ -785,7 +827,7 @@ class PilotTraces:
     def __call__(self, acc: PilotAccount, facts: PilotFacts) -> None:
         try:
             issued, own = self._live(acc, facts)
-            rs = build(
+            rs = encode(
                 acc,
                 facts,
                 self.factory,
@@ -809,7 +851,7 @@ class PilotTraces:
                 # the request so far fits the bucket (sent whole): the file's next line
                 self._requests.append((self._pending, self._spans))
                 self._pending, self._spans = [], 0
-            self._pending.append(encoded.encode())
+            self._pending.append(encoded)
             self._spans += n
             self._pilots += 1
             self.built += 1
