@@ -1,6 +1,7 @@
 """Pilot traces from the factory's files (issue 31): what they cost and whether delivery holds.
 
     python benchmarks/pilot_traces.py cpu [--pilots 2000 --runs 9]
+    python benchmarks/pilot_traces.py scan [--pilots 2000 --rounds 30]
     python benchmarks/pilot_traces.py send [--pilots 5000 --paced-spans 12000]
     python benchmarks/pilot_traces.py sustained [--minutes 15 --outage 5 --per-day 100000]
 
@@ -23,6 +24,13 @@ cpu        The exporter's CPU (user + sys of the whole process, from the kernel'
            encoder in turn, with each step of a trace timed in the scan's thread.
            The traces go to a port nothing listens on (--traces-drain-seconds 0):
            this is what building and queueing costs the scan; sending is `send`'s.
+scan       The same aim with less noise: one scan of a simulated factory of
+           --pilots (Ingest.scan, as the daemon builds it: its outlets, its span
+           outbox never started) in this process, traces off and on in turn
+           (off on, on off, ...), --rounds rounds; the CPU of each scan (the
+           process's: the forwarder is not running). No start-up to cancel, no
+           forwarder retrying a dead endpoint; each round's share is its added CPU
+           over its own accounting.
 send       The outbox a scan of --pilots leaves (export --once with no collector),
            posted by SpoolForwarder to the real collector into Jaeger: unpaced
            (spans_per_second=0) and, its oldest --paced-spans, at the forwarder's
@@ -262,6 +270,80 @@ def cpu(a: argparse.Namespace, work: Path) -> str:
         f"| -- of which the outbox's own (`SpoolForwarder.enqueue`: a file each 200 pilots) | {per_pilot('outbox')} |",
     ]
     return "\n".join(rows)
+
+
+def scan(a: argparse.Namespace, work: Path) -> str:
+    """The scan alone, in this process: traces off and on in turn, --rounds rounds (see the docstring)."""
+    import gc
+    import logging
+
+    from gwms_obs.config import from_dict
+    from gwms_obs.daemon import Delivery, export_outlets, pilot_traces, span_forwarder
+    from gwms_obs.ingest.config import IngestConfig
+    from gwms_obs.pipeline import Ingest
+
+    factory = work / "factory"
+    simulate(factory, a.pilots, seed=1)
+    # what the scans log goes where the daemon's would, a file (here: the work dir), not the terminal
+    logging.basicConfig(filename=work / "scan.log", level=logging.INFO, force=True)
+    gc_cpu = [0.0, 0.0]  # total, start of the collection under way
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_cpu[1] = time.process_time()
+        else:
+            gc_cpu[0] += time.process_time() - gc_cpu[1]
+
+    gc.callbacks.append(on_gc)
+    cpu_of: dict[str, list[float]] = {"off": [], "on": []}
+    gc_of: dict[str, list[float]] = {"off": [], "on": []}
+    pilots = 0
+    for r in range(a.rounds):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            run_dir = work / f"run-{r}-{mode}"
+            errors = ParseErrors()
+            # the daemon's span forwarder, never started (a dead endpoint): building and queueing only
+            dead = f"http://127.0.0.1:{TB.free_port()}/v1/traces"
+            forwarder = span_forwarder(Delivery(endpoint=dead), str(run_dir / "checkpoint.json"), errors)
+            traces = pilot_traces(from_dict({"factory_name": "bench"}), errors, forwarder) if mode == "on" else None
+            cfg = IngestConfig(
+                str(factory), checkpoint=str(run_dir / "checkpoint.json"), settle_seconds=0, final=True,
+                lost_after_seconds=0,
+            )  # fmt: skip
+            ingest = Ingest(cfg, outlets=export_outlets(forwarder, traces), errors=errors)
+            gc.collect()
+            gc_cpu[0] = 0.0
+            t = time.process_time()
+            pilots = ingest.scan().pilots
+            if traces is not None:
+                traces.flush()
+            cpu_of[mode].append(time.process_time() - t)
+            gc_of[mode].append(gc_cpu[0])
+            ingest.close()
+            shutil.rmtree(run_dir)
+    gc.callbacks.remove(on_gc)
+    off, on = cpu_of["off"], cpu_of["on"]
+    shares = sorted((b - a_) / a_ * 100 for a_, b in zip(off, on, strict=True))
+    added = sorted((b - a_) / pilots * 1e6 for a_, b in zip(off, on, strict=True))
+    med = statistics.median
+    return "\n".join(
+        [
+            f"`python benchmarks/pilot_traces.py scan --pilots {a.pilots} --rounds {a.rounds}` on {_machine()}.",
+            "",
+            f"| one scan of {pilots} pilots, CPU s | median | min | max |",
+            "|---|---|---|---|",
+            f"| traces off | {med(off):.3f} | {min(off):.3f} | {max(off):.3f} |",
+            f"| traces on | {med(on):.3f} | {min(on):.3f} | {max(on):.3f} |",
+            f"| - of which Python's garbage collector, off / on "
+            f"| {med(gc_of['off']):.3f} / {med(gc_of['on']):.3f} | | |",
+            "",
+            f"- the pilot's accounting (the scan, traces off), per pilot: **{med(off) / pilots * 1e6:.0f} us**",
+            f"- added by its trace, round by round (on - off of one round): median **{med(added):.0f} us** a pilot "
+            f"(quartiles {added[len(added) // 4]:.0f}-{added[3 * len(added) // 4]:.0f})",
+            f"- the share round by round (a round's added CPU over its own accounting): median **{med(shares):.1f} %** "
+            f"(quartiles {shares[len(shares) // 4]:.1f}-{shares[3 * len(shares) // 4]:.1f} %; aim: at most 20 %)",
+        ]
+    )
 
 
 @contextlib.contextmanager
@@ -532,6 +614,9 @@ def main() -> int:
     c = sub.add_parser("cpu")
     c.add_argument("--pilots", type=int, default=2000)
     c.add_argument("--runs", type=int, default=9)
+    n = sub.add_parser("scan")
+    n.add_argument("--pilots", type=int, default=2000)
+    n.add_argument("--rounds", type=int, default=30)
     s = sub.add_parser("send")
     s.add_argument("--pilots", type=int, default=5000)
     s.add_argument("--paced-spans", type=int, default=12_000, help="spans of the paced pass (default 12000)")
@@ -540,7 +625,7 @@ def main() -> int:
     u.add_argument("--outage", type=float, default=5)
     u.add_argument("--per-day", type=int, default=100_000)
     a = p.parse_args()
-    run = {"cpu": cpu, "send": send, "sustained": sustained}[a.what]
+    run = {"cpu": cpu, "scan": scan, "send": send, "sustained": sustained}[a.what]
     if a.work:  # kept, logs and all
         Path(a.work).mkdir(parents=True)
         print(run(a, Path(a.work)))
