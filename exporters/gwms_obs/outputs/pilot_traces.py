@@ -22,9 +22,12 @@ rescan writes the same spans, never new ones. The requests go into the span
 forwarder's outbox (``tracing.outbox.SpoolForwarder.enqueue``), scrubbed and
 bounded as a pilot's own spool is; the scan never waits on the network.
 
-The text is written by the compiled module where it is installed (``native/src/trace.rs``:
-each span, the resource, the user jobs' spans), the same bytes at ~a third of the CPU; this
-module's encoder is the reference and writes whatever it declines (tests/test_native_trace.py).
+The text is written by the compiled module where it is installed: a stock pilot whole in one
+call (``native/src/pilot_trace.rs``, :func:`encode`), a pilot traced live span by span
+(``native/src/trace.rs``), the same bytes at a sixth to a third of the CPU. This module's
+encoder is the reference and writes whatever the module declines; what is policy (a failed
+validation's attributes, a hold's class, scrubbing) stays here, called from the compiled call
+when a pilot has it (tests/test_native_trace.py holds the two byte-equal).
 """
 
 from __future__ import annotations
