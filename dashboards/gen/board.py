@@ -49,6 +49,7 @@ from grafana_foundation_sdk.models.dashboard import (
     GridPos,
     ValueMap,
     ValueMappingResult,
+    VariableHide,
     VariableOption,
     VariableRefresh,
     VariableSort,
@@ -125,6 +126,14 @@ PILOT_SEARCHES: tuple[tuple[str, str, str], ...] = (
 # the factory's own: the label its Prometheus gives the exporter's series, prometheus_factory_name).
 TRACE_ATTRIBUTES = {"entry": C.ENTRY, "site": C.SITE, "client": C.CLIENT, FACTORY: C.FACTORY}
 JAEGER_LIMIT = 1000  # traces a search returns: Jaeger's UI offers up to 1500
+# A row that names no factory (a site's, which sums the factories; a frontend's; an alert's) searches
+# the factory chosen on the board, when exactly one is: a data link cannot leave a tag out by itself,
+# so this hidden variable holds the whole Jaeger tag, ``gwms.factory=NAME``, or nothing (All, several,
+# a factory's own Prometheus whose series have no factory label): every factory's pilots then.
+JAEGER_FACTORY = "jaeger_factory"
+JAEGER_FACTORY_LABEL = "jaeger_tag"  # the variable query's label holding the tag (its regex reads it)
+# Unquoted in the search's logfmt: a factory named otherwise gets no tag (every factory searched).
+JAEGER_FACTORY_NAME = "[A-Za-z0-9_.:@-]+"
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,11 @@ class PilotSearch:
         subst = {f"GWMSVAR{i}": self._value(x, table_row) for i, x in enumerate(self.labels)}
         subst |= {"GWMSFROM": "${__from}", "GWMSTO": "${__to}"}
         # logfmt, as Grafana's Jaeger search form writes it; quoted, so a value may hold a space
-        tags = " ".join([*(f'{TRACE_ATTRIBUTES[x]}="GWMSVAR{i}"' for i, x in enumerate(self.labels)), f"{key}={value}"])
+        terms = [*(f'{TRACE_ATTRIBUTES[x]}="GWMSVAR{i}"' for i, x in enumerate(self.labels)), f"{key}={value}"]
+        if FACTORY not in self.labels:  # the board's factory, if one is chosen (empty: logfmt skips it)
+            terms.append("GWMSFACTORY")
+            subst["GWMSFACTORY"] = f"${{{JAEGER_FACTORY}:percentencode}}"
+        tags = " ".join(terms)
         ds = {"type": "jaeger", "uid": N.DATASOURCE_JAEGER}
         query = {
             "refId": "A",
@@ -179,24 +192,47 @@ def pilot_links(*labels: str) -> tuple[PilotSearch, ...]:
     return tuple(PilotSearch(title, labels) for title, _, _ in PILOT_SEARCHES)
 
 
-_BY = re.compile(r"\bby \(([^)]*)\)")
 _READS = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
+# An aggregation (with its by/without list, if any) and a vector match's on/ignoring list.
+_AGG = re.compile(
+    r"\b(sum|min|max|avg|group|count|stddev|stdvar|count_values|quantile|topk|bottomk|limitk)"
+    r"\s*(?:(by|without)\s*\(([^)]*)\))?\s*\("
+)
+_MATCH = re.compile(r"(\S+)\s+(on|ignoring)\s*\(([^)]*)\)\s*(group_left|group_right)?")
+
+
+def keeps_factory(expr: str) -> bool:
+    """Whether every result of ``expr`` keeps its series' factory label: no aggregation drops it
+    (by without it, or none), nor a one-to-one vector match on labels without it."""
+    for op, how, listed in _AGG.findall(expr):
+        names = {x.strip() for x in listed.split(",")}
+        if how and (how == "by") != (FACTORY in names):  # by without it, or without it listed
+            return False
+        if not how and op not in ("topk", "bottomk", "limitk"):  # these keep their series' labels
+            return False
+    for before, how, listed, group in _MATCH.findall(expr):
+        names = {x.strip() for x in listed.split(",")}
+        if before in ("and", "or", "unless") or group:  # the left side's (the many side's) labels stay
+            continue
+        if (how == "on") != (FACTORY in names):
+            return False
+    return True
 
 
 def _by_factory(spec: PanelSpec, link: Link) -> Link:
-    """A row's pilot search also by its factory when the row has one: every aggregation of every
-    query keeps the factory label, and reads only series that carry it: the exporter's (its scrape
-    target label, prometheus_factory_name; Thanos's external label on the global view) and the
-    recording rules' kept by factory (names.RECORDED_BY_FACTORY). An alert's series and a frontend's
-    exporter's are no factory's, the span metrics name theirs otherwise (gwms_factory), and a per-site
-    row sums the factories: those rows search every factory's pilots."""
+    """A row's pilot search also by its factory when the row has one: every query keeps the factory
+    label (:func:`keeps_factory`; a plain selector does, as the site problems' table), and reads only
+    series that carry it: the exporter's (its scrape target label, prometheus_factory_name; Thanos's
+    external label on the global view) and the recording rules' kept by factory
+    (names.RECORDED_BY_FACTORY). An alert's series and a frontend's exporter's are no factory's, the
+    span metrics name theirs otherwise (gwms_factory), and a per-site row sums the factories: those
+    rows search the factory chosen on the board (:data:`JAEGER_FACTORY`)."""
     if not isinstance(link, PilotSearch):
         return link
-    groups = [[x.strip() for x in g.split(",")] for t in spec.targets for g in _BY.findall(t.expr)]
     factory = [m.name for m in catalogue.ALL if not m.name.startswith("gwms_frontend_")]
     exporters = {*factory, *(f"{n}_bucket" for n in factory), *N.RECORDED_BY_FACTORY}
     read = {name for t in spec.targets for name in _READS.findall(t.expr)}
-    if groups and len(groups) >= len(spec.targets) and all(FACTORY in g for g in groups) and read <= exporters:
+    if read and read <= exporters and all(keeps_factory(t.expr) for t in spec.targets):
         return PilotSearch(link.search, (FACTORY, *link.labels))
     return link
 
@@ -290,6 +326,9 @@ class Board:
         )
         for v in self.variables:
             d = d.with_variable(_topn_var() if v == TOPN else _query_var(v))
+        searches = [_by_factory(s, x) for s in self.specs for x in s.drill]
+        if any(isinstance(x, PilotSearch) and FACTORY not in x.labels for x in searches):
+            d = d.with_variable(_jaeger_factory_var())
         x = y = row_h = 0
         # Panel ids follow the specs; rows take the ids after them, so adding a row renumbers nothing.
         rows = {at: (len(self.specs) + k, title) for k, (at, title) in enumerate(self.rows, 1)}
@@ -337,6 +376,37 @@ def _factory_var() -> D.QueryVariable:
         .include_all(True)
         .all_value(".*")
         .current(VariableOption(selected=True, text=["All"], value=["$__all"]))
+    )
+
+
+def jaeger_factory_query() -> str:
+    """The PromQL of :data:`JAEGER_FACTORY`: one series whose JAEGER_FACTORY_LABEL is the Jaeger tag of
+    the one factory chosen, and a series without it (so the query always has data) otherwise.
+
+    Which factories the choice selects is read from the factories' exporters (FACTORY_SOURCE), as the
+    factory variable's values are; at All (".*", the whole of "$factory") nothing is tagged, even
+    where the choice selects one factory."""
+    chosen = f"group by ({FACTORY}) ({FACTORY_SOURCE}{{{FACTORY_SEL}}})"
+    at_all = (
+        f'label_replace(vector(1), "v", "${FACTORY}", "", "") and on (v) label_replace(vector(1), "v", ".*", "", "")'
+    )
+    one = f"(({chosen} and on () (count({chosen}) == 1)) unless on () ({at_all}))"
+    tag = f'label_replace({one}, "{JAEGER_FACTORY_LABEL}", "{C.FACTORY}=$1", "{FACTORY}", "({JAEGER_FACTORY_NAME})")'
+    return f"group by ({JAEGER_FACTORY_LABEL}) ({tag}) or on () vector(1)"
+
+
+def _jaeger_factory_var() -> D.QueryVariable:
+    # query_result: the series as text, {jaeger_tag="gwms.factory=NAME"} 1 <time>, of which the regex
+    # keeps the tag; the label-less series matches not, and no value is the empty string.
+    return (
+        D.QueryVariable(JAEGER_FACTORY)
+        .label("Factory's Jaeger tag")
+        .description("The pilot searches' gwms.factory tag: the factory chosen, if exactly one (hidden).")
+        .hide(VariableHide.HIDE_VARIABLE)
+        .datasource(DS)
+        .query(f"query_result({jaeger_factory_query()})")
+        .regex(f'/{JAEGER_FACTORY_LABEL}="([^"]+)"/')
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
 
 

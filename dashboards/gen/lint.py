@@ -113,8 +113,9 @@ def dashboard_exprs(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for v in doc.get("templating", {}).get("list", []):
         if v.get("type") == "query":
             q = v["query"]
-            m = re.fullmatch(r"label_values\((.*),\s*\w+\)", q)
-            yield f"{doc['uid']} variable {v['name']}", m.group(1) if m else q
+            # Grafana's label_values(expr, label) and query_result(expr) wrap PromQL
+            m = re.fullmatch(r"label_values\((.*),\s*\w+\)|query_result\((.*)\)", q, re.S)
+            yield f"{doc['uid']} variable {v['name']}", (m.group(1) or m.group(2)) if m else q
 
 
 def rule_exprs(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
