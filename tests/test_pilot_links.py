@@ -77,7 +77,8 @@ def variable_value(variable: dict[str, Any], result: list[dict[str, Any]]) -> st
 
 
 def jaeger_factory_variable(board: dict[str, Any]) -> dict[str, Any]:
-    (v,) = (v for v in board["templating"]["list"] if v["name"] == JAEGER_FACTORY)
+    found: list[dict[str, Any]] = [v for v in board["templating"]["list"] if v["name"] == JAEGER_FACTORY]
+    (v,) = found
     return v
 
 

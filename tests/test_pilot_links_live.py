@@ -3,12 +3,15 @@ real collector to the real Jaeger) scraped by a real Prometheus with exemplar st
 exemplar API returns the pilot histograms' exemplars and Jaeger holds their traces; the generated
 dashboards' data links, filled as Grafana fills them and turned into Jaeger's query API, return
 exactly the row's pilots with that outcome (and as many as the panel's number says). Another
-factory's traces of the same entries share the Jaeger: an entry's search, by its factory, leaves
-them out; a site's, which sums the factories, finds both."""
+factory of the same entries shares the Jaeger (its traces) and the Prometheus (its exporter, its
+target labelled with its factory): an entry's row searches its own factory's pilots, never the
+other's; a site's, which sums the factories, searches the factory chosen on the board (the hidden
+variable's query, run on the Prometheus), or both at All."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -17,6 +20,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from dashboards.gen import names as N
 from dashboards.gen.board import PILOT_SEARCHES
@@ -32,10 +37,19 @@ from gwms_obs.tracing import conventions as C
 from gwms_obs.tracing import jaeger as J
 from gwms_obs.tracing import outbox as O
 from gwms_obs.tracing.redact import Tally
-from tests.support.local_stack import prometheus_config
+from tests.support.local_stack import exporter, prometheus_config
 from tests.support.servers import export_command, first_scan_done, process, prom_query, prom_value, prometheus
 from tests.support.trace_stack import Stack, stack
-from tests.test_pilot_links import boards, interpolate, jaeger_query, panels, pilot_links
+from tests.test_pilot_links import (
+    boards,
+    interpolate,
+    jaeger_factory_query,
+    jaeger_factory_variable,
+    jaeger_query,
+    panels,
+    pilot_links,
+    variable_value,
+)
 from tests.test_pilot_traces import Box, Pilot
 from tools.polling import http_get
 from tools.polling import poll as wait_for
@@ -68,6 +82,10 @@ def _send(box: Box, st: Stack, work: Path) -> None:
         spans = sum(len(ss["spans"]) for rs in r["resourceSpans"] for ss in rs["scopeSpans"])
         assert fw.enqueue(json.dumps(r).encode(), spans, "other factory", scrubbed=Tally())
     assert fw.send_once() and not fw.pending()
+
+
+def _counted(checkpoint: Path, n: int) -> bool:
+    return len(json.loads(checkpoint.read_text())["seen"]) == n
 
 
 def _searched(p: Pilot) -> set[str]:
@@ -130,14 +148,28 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
     others, _, other_box = _expected(factory, OTHER)
     assert len(others) == counted and not set(others) & set(expected)
     with stack(tmp_path) as st:
-        prom_port = free_port()
-        cfg = prometheus_config([], port := free_port(), prom_port, factory_name=name)
+        prom_port, other_port = free_port(), free_port()
+        doc = yaml.safe_load(prometheus_config([], port := free_port(), prom_port, factory_name=name))
+        # the other factory's exporter (the same files, no traces: they are sent below) in the same job,
+        # its target with its factory's label, as a Prometheus several factories share is told to
+        job = next(j for j in doc["scrape_configs"] if j["job_name"] == N.JOB_EXPORTER)
+        job["static_configs"].append({"targets": [f"127.0.0.1:{other_port}"], "labels": {F: OTHER}})
+        (other_work := tmp_path / "other-exporter").mkdir()
         with (
             _exporter(factory, st, tmp_path, port) as ck,
-            prometheus(tmp_path / "prom", cfg, port=prom_port) as prom,
+            exporter(factory, other_work, other_port, lost_after_seconds=0),
+            prometheus(tmp_path / "prom", yaml.safe_dump(doc), port=prom_port) as prom,
         ):
-            # every pilot counted by the daemon, and its traces in Jaeger
-            wait_for("every pilot counted", lambda: len(json.loads(ck.read_text())["seen"]) == counted, 120, step=0.5)
+            # every pilot counted by the daemons, and its traces in Jaeger
+            for seen in (ck, other_work / "checkpoint.json"):
+                wait_for("every pilot counted", functools.partial(_counted, seen, counted), 120, step=0.5)
+            per_factory = [f'sum(gwms_pilots_total{{{F}="{f}"}})' for f in (name, OTHER)]
+            wait_for(
+                "both factories' pilots in Prometheus",
+                lambda: prom_value(prom, per_factory[0]) == prom_value(prom, per_factory[1]) > 0,
+                60,
+                step=0.5,
+            )
             wait_for(
                 "Jaeger holding every pilot's trace",
                 lambda: (
@@ -189,12 +221,21 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
                 assert [s["spanID"] for s in t["spans"] if s["operationName"] == C.SPAN_PILOT] == [root]
             print(f"{len(ids)} exemplar traces found in Jaeger", file=sys.stderr)
 
+            # The hidden variable's query on the Prometheus both factories share, read as Grafana reads it:
+            # the tag of the one factory chosen; nothing at All, nor for two.
+            site_health = boards()[SITE_HEALTH]
+            tag: dict[str, str] = {}
+            for label, choice in (("All", None), (name, [name]), (OTHER, [OTHER]), ("both", [name, OTHER])):
+                promql = jaeger_factory_query(site_health, choice)
+                tag[label] = variable_value(jaeger_factory_variable(site_health), prom_query(prom, promql))
+            assert tag == {"All": "", name: f"{C.FACTORY}={name}", OTHER: f"{C.FACTORY}={OTHER}", "both": ""}, tag
+
             # The data links, as Grafana fills them: an entry's rows, an entry and frontend's, the red light's site.
-            site_problems = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "table")
-            red_light = next(p for p in panels(boards()[SITE_HEALTH]) if p["type"] == "state-timeline")
+            site_problems = next(p for p in panels(site_health) if p["type"] == "table")
+            red_light = next(p for p in panels(site_health) if p["type"] == "state-timeline")
             per_frontend = next(p for p in panels(boards()[PROVISIONING]) if p["type"] == "table")
-            # an entry's rows from the exporter's series (by factory) and from a recording rule's (the
-            # site problems: the factory label is Thanos's only, so every factory's pilots)
+            # an entry's rows from the exporter's series and from a recording rule's (the site problems,
+            # a plain selector), both with the factory label: each row searches its own factory's pilots
             per_entry = next(
                 p
                 for p in panels(boards()[ENTRY_HEALTH])
@@ -206,48 +247,56 @@ def test_exemplars_and_data_links_lead_to_the_pilots_in_jaeger(tmp_path: Path) -
                 "client": (pilot_links(per_frontend), ("entry", "client")),
                 "site": (pilot_links(red_light), ("site",)),
             }
-            by_factory = {"entry": True, "entry, recorded": False, "client": True, "site": False}
+            own_factory = {"entry": True, "entry, recorded": True, "client": True, "site": False}
             attr = {"entry": C.ENTRY, "client": C.CLIENT, "site": C.SITE}
             from_ms, to_ms = int((now - 10 * 86400) * 1000), int((now + 86400) * 1000)
-            found: dict[tuple[str, str], int] = defaultdict(int)
-            excluded = 0  # other-factory pilots an entry's search by factory left out
+            found: dict[tuple[str, str, str], int] = defaultdict(int)
+            excluded = 0  # the other factory's pilots a search left out
             for view, (links, by) in rows.items():
-                want: dict[tuple[tuple[str, ...], str], set[str]] = defaultdict(set)
-                theirs: dict[tuple[tuple[str, ...], str], set[str]] = defaultdict(set)
+                pilots: dict[str, dict[tuple[tuple[str, ...], str], set[str]]] = {
+                    name: defaultdict(set),
+                    OTHER: defaultdict(set),
+                }
                 keys = set()
-                for pilots, into in ((expected, want), (others, theirs)):
-                    for tid, p in pilots.items():
+                for fac, traces in ((name, expected), (OTHER, others)):
+                    for tid, p in traces.items():
                         key = tuple(str(p.resource[attr[x]]) for x in by)
                         keys.add(key)
                         for search in _searched(p):
-                            into[key, search].add(tid)
-                for link, (title, tag, value) in zip(links, PILOT_SEARCHES, strict=True):
-                    per_factory = by_factory[view]
-                    assert (f"{F}:percentencode" in link["url"]) == per_factory, (view, link["url"])
+                            pilots[fac][key, search].add(tid)
+                for link, (title, tag_key, value) in zip(links, PILOT_SEARCHES, strict=True):
+                    own = own_factory[view]
+                    assert (f".{F}:percentencode" in link["url"]) == own, (view, link["url"])
                     for key in sorted(keys):
-                        row = dict(zip(by, key, strict=True)) | {F: name}  # the factory label on every series
-                        q = jaeger_query(interpolate(link["url"], row, from_ms, to_ms))
-                        got = _jaeger_ids(st, q)
-                        if per_factory:
-                            assert json.loads(q["tags"])[C.FACTORY] == name
-                            assert got == want[key, title], (row, title)
-                            # without the factory, the same search finds the other factory's pilots too
-                            unfiltered = {k: v for k, v in json.loads(q["tags"]).items() if k != C.FACTORY}
-                            both = _jaeger_ids(st, q | {"tags": json.dumps(unfiltered)})
-                            assert both == want[key, title] | theirs[key, title], (row, title)
-                            excluded += len(both - got)
-                        else:
-                            assert got == want[key, title] | theirs[key, title], (row, title)
-                        found[view, title] += len(got & want[key, title])
-                        if tag == P.OUTCOME:  # the panel's number: the pilots the row counted with that outcome
-                            sel = ",".join(f'{x}="{v}"' for x, v in row.items())
-                            n = prom_query(prom, f'sum(gwms_pilots_total{{{sel},outcome="{value}"}})')
-                            assert (float(n[0]["value"][1]) if n else 0.0) == len(got & want[key, title]), (row, title)
+                        for fac, other in ((name, OTHER), (OTHER, name)):
+                            mine, theirs = pilots[fac][key, title], pilots[other][key, title]
+                            row = dict(zip(by, key, strict=True)) | {F: fac}  # the row of this factory
+                            # the board: this factory chosen, or All (a row of its own factory's link reads
+                            # no board variable: test_pilot_links)
+                            for board in (fac,) if own else (fac, "All"):
+                                q = jaeger_query(interpolate(link["url"], row, from_ms, to_ms, tag[board]))
+                                got = _jaeger_ids(st, q)
+                                if own or board == fac:
+                                    assert json.loads(q["tags"])[C.FACTORY] == fac
+                                    assert got == mine, (view, row, board, title)
+                                    # without the factory, the same search finds the other factory's pilots too
+                                    unfiltered = {k: v for k, v in json.loads(q["tags"]).items() if k != C.FACTORY}
+                                    both = _jaeger_ids(st, q | {"tags": json.dumps(unfiltered)})
+                                    assert both == mine | theirs, (view, row, title)
+                                    excluded += len(both - got)
+                                    found[view, title, fac] += len(got)
+                                else:  # a site's row with every factory chosen: both factories' pilots
+                                    assert C.FACTORY not in json.loads(q["tags"])
+                                    assert got == mine | theirs, (view, row, board, title)
+                            if tag_key == P.OUTCOME:  # the panel's number: the row's pilots with that outcome
+                                sel = ",".join(f'{x}="{v}"' for x, v in row.items())
+                                n = prom_query(prom, f'sum(gwms_pilots_total{{{sel},outcome="{value}"}})')
+                                assert (float(n[0]["value"][1]) if n else 0.0) == len(mine), (row, title)
                     # the panel's time range bounds the search: a range before the factory finds nothing
                     row = dict(zip(by, sorted(keys)[0], strict=True)) | {F: name}
-                    early = jaeger_query(interpolate(link["url"], row, from_ms - 86400_000, from_ms))
+                    early = jaeger_query(interpolate(link["url"], row, from_ms - 86400_000, from_ms, tag[name]))
                     assert _jaeger_ids(st, early) == set()
-            # every view found pilots of every search (the simulated factory has each kind)
-            assert len(found) == len(rows) * len(PILOT_SEARCHES) and all(found.values()), found
+            # every view found each factory's pilots of every search (the simulated factory has each kind)
+            assert len(found) == len(rows) * len(PILOT_SEARCHES) * 2 and all(found.values()), found
             assert excluded > 0, "no search had another factory's pilots to leave out"
             print(f"pilots found through the links: {dict(found)}; left out by factory: {excluded}", file=sys.stderr)
