@@ -146,9 +146,9 @@ pub(crate) fn push_u64(out: &mut String, mut n: u64) {
         i -= 1;
         buf[i] = b'0' + n as u8;
     }
-    for &b in &buf[i..] {
-        out.push(b as char); // ASCII digits: no UTF-8 check, no allocation past the reserve
-    }
+    // SAFETY: buf[i..] holds ASCII digits only, which are valid UTF-8 (a checked from_utf8, or a
+    // char at a time, was a tenth of the whole trace's time under perf).
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&buf[i..]) });
 }
 
 /// `f"{n}"` of a signed integer.
