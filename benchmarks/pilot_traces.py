@@ -71,6 +71,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from gwms_obs import catalogue  # noqa: E402
+from gwms_obs.ingest import checkpoint as C  # noqa: E402
 from gwms_obs.outputs import pilot_traces as P  # noqa: E402
 from gwms_obs.parse_errors import ParseErrors  # noqa: E402
 from gwms_obs.simulate.factory import simulate  # noqa: E402
@@ -91,8 +92,11 @@ def _machine() -> str:
     )
 
 
-def _counted(checkpoint: Path) -> int:
-    return len(json.loads(checkpoint.read_text())["seen"])
+def _counted(checkpoint: Path, factory: Path) -> int:
+    """Pilots the checkpoint counts, its journal applied as a restart would: a watching daemon's
+    ticks append to the journal, so the base alone says what was counted at its last whole write."""
+    state = C.load(str(checkpoint), str(factory))
+    return len(state["seen"]) if state is not None else 0
 
 
 # Run as `python -c _TIMED OUT_JSON ARGS...`: `gwms-obs ARGS` with the CPU time (thread_time, the
@@ -173,7 +177,7 @@ def _export_once(
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit(f"export exited {p.returncode}; see {work / 'export.log'}")
-    return ru.ru_utime + ru.ru_stime, _counted(ck)
+    return ru.ru_utime + ru.ru_stime, _counted(ck, factory)
 
 
 def cpu(a: argparse.Namespace, work: Path) -> str:
@@ -547,7 +551,7 @@ def sustained(a: argparse.Namespace, work: Path) -> str:
             with contextlib.suppress(TimeoutError):
                 poll("every span the exporter sent in Jaeger", in_jaeger, 300, step=1)
             collectors.append(TB.scrape(ccfg.telemetry))
-            counted = _counted(ck)
+            counted = _counted(ck, factory)
             traces = _searchable(jcfg, counted)
             jaeger_accepted = TB.metric_sum(TB.scrape(jcfg.telemetry), catalogue.OTELCOL_ACCEPTED_SPANS)
         finally:
