@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-ABI = 9  # must equal the module's ABI (native/src/lib.rs)
+ABI = 10  # must equal the module's ABI (native/src/lib.rs)
 ENV = "GWMS_OBS_NATIVE"
 
 
