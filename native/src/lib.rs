@@ -25,10 +25,10 @@ mod xml;
 /// side refuses a module of another ABI (a stale build) and reads in Python.
 const ABI: u32 = 10;
 
-/// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader reads
-/// the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
+/// Runs a fast path; a panic (a bug, never an answer) is a decline: the Python reader (or
+/// encoder) takes the input instead. PyO3 would raise PanicException, a BaseException that the exporter's
 /// per-file guards (`except Exception`) do not catch.
-fn guarded<T>(f: impl FnOnce() -> Result<T, scan::Fallback>) -> Option<T> {
+fn guarded<T, E>(f: impl FnOnce() -> Result<T, E>) -> Option<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok().and_then(Result::ok)
 }
 

@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 use crate::trace::{
-    push_attr, push_attrs, push_float, push_i64, push_job, push_ns, push_u64, push_span_head, push_status, push_str, pymax, pymin, span_id, time,
+    push_attr, push_attrs, push_float, push_i64, push_event, push_job, push_u64, push_span_head, push_status, push_str, pymax, pymin, span_id, time,
     Decline, JobContext, JobView, Names, R,
 };
 
@@ -366,13 +366,7 @@ impl Spans {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str("{\"name\":\"");
-                out.push_str(&e.name);
-                out.push_str("\",\"timeUnixNano\":\"");
-                push_ns(out, e.t)?;
-                out.push_str("\",\"attributes\":[");
-                push_attrs(out, e.attrs.as_ref())?;
-                out.push_str("]}");
+                push_event(out, &e.name, e.t, e.attrs.as_ref())?;
             }
             out.push(']');
         }
@@ -395,7 +389,7 @@ pub fn trace_pilot<'py>(
     facts: &Bound<'py, PyAny>,
     sc: &Bound<'py, PyAny>,
 ) -> Option<(Bound<'py, PyBytes>, usize)> {
-    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pilot(py, enc.get(), acc, facts, sc).ok())).ok().flatten()?;
+    let got = crate::guarded(|| pilot(py, enc.get(), acc, facts, sc))?;
     // bytes: what the request is made of (a str would be checked for ASCII, then encoded again)
     Some((PyBytes::new(py, got.0.as_bytes()), got.1))
 }

@@ -250,6 +250,18 @@ pub(crate) fn push_attrs(out: &mut String, attrs: Option<&Bound<'_, PyDict>>) ->
     Ok(())
 }
 
+/// One event of `_events`: its name (one of ours), time and attributes (none: `[]`).
+pub(crate) fn push_event(out: &mut String, name: &str, t: f64, attrs: Option<&Bound<'_, PyDict>>) -> R<()> {
+    out.push_str("{\"name\":\"");
+    out.push_str(name);
+    out.push_str("\",\"timeUnixNano\":\"");
+    push_ns(out, t)?;
+    out.push_str("\",\"attributes\":[");
+    push_attrs(out, attrs)?;
+    out.push_str("]}");
+    Ok(())
+}
+
 /// `_events(evs)`: each (name, time, attributes) as an OTLP/JSON event, joined by commas.
 fn push_events(out: &mut String, events: &Bound<'_, PyList>) -> R<()> {
     for (i, ev) in events.iter().enumerate() {
@@ -260,14 +272,10 @@ fn push_events(out: &mut String, events: &Bound<'_, PyList>) -> R<()> {
         if i > 0 {
             out.push(',');
         }
-        out.push_str("{\"name\":\"");
-        out.push_str(ev.get_item(0)?.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?);
-        out.push_str("\",\"timeUnixNano\":\"");
-        push_ns(out, time(&ev.get_item(1)?)?)?;
-        out.push_str("\",\"attributes\":[");
+        let name = ev.get_item(0)?;
         let attrs = ev.get_item(2)?;
-        push_attrs(out, Some(attrs.cast_exact::<PyDict>().map_err(|_| Decline)?))?;
-        out.push_str("]}");
+        let attrs = attrs.cast_exact::<PyDict>().map_err(|_| Decline)?;
+        push_event(out, name.cast_exact::<PyString>().map_err(|_| Decline)?.to_str()?, time(&ev.get_item(1)?)?, Some(attrs))?;
     }
     Ok(())
 }
@@ -569,11 +577,7 @@ pub(crate) fn push_job(out: &mut String, x: &JobContext<'_>, sid: &str, j: &JobV
             if k > 0 {
                 out.push(',');
             }
-            out.push_str("{\"name\":\"");
-            out.push_str(name);
-            out.push_str("\",\"timeUnixNano\":\"");
-            push_ns(out, *t)?;
-            out.push_str("\",\"attributes\":[]}");
+            push_event(out, name, *t, None)?;
         }
         out.push(']');
     }
