@@ -12,8 +12,8 @@ use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 use crate::trace::{
-    push_attr, push_attrs, push_float, push_i64, push_event, push_job, push_u64, push_span_head, push_status, push_str, pymax, pymin, span_id, time,
-    Decline, JobContext, JobView, Names, R,
+    hex, push_attr, push_attrs, push_event, push_job, push_kv_float, push_kv_int, push_kv_str, push_span_head, push_status,
+    push_u64, pymax, pymin, span_id, time, Decline, JobContext, JobView, Names, R,
 };
 
 /// The names a stock pilot's spans are written with (`pilot_traces._NATIVE_PILOT_NAMES`).
@@ -219,18 +219,10 @@ fn utc_day(t: f64) -> R<String> {
     Ok(format!("{y:04}-{m:02}-{d:02}"))
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
 /// `pilot_trace_id`: SHA-256 of the pilot's identity, its first 16 bytes in lower-case hex.
 fn trace_id(enc: &PilotEncoder, entry: &str, cluster: i64, proc_: i64, start: f64) -> R<String> {
     let key = format!("{}\n{}\n{entry}\n{cluster}.{proc_}\n{}", enc.id_version, enc.factory, utc_day(start)?);
-    let d = Sha256::digest(key.as_bytes());
-    let mut s = String::with_capacity(32);
-    for b in &d[..16] {
-        s.push(HEX[usize::from(b >> 4)] as char);
-        s.push(HEX[usize::from(b & 0xf)] as char);
-    }
-    Ok(s)
+    Ok(hex(&Sha256::digest(key.as_bytes())[..16]))
 }
 
 /// An event: its name, time and attributes (a dict of the Python encoder's, or none).
@@ -259,11 +251,7 @@ impl Kvs<'_> {
     }
     fn str(&mut self, key: &str, v: &str) {
         self.sep();
-        self.out.push_str("{\"key\":\"");
-        self.out.push_str(key);
-        self.out.push_str("\",\"value\":{\"stringValue\":");
-        push_str(self.out, v);
-        self.out.push_str("}}");
+        push_kv_str(self.out, key, v);
     }
     /// A phase span's one attribute (``gwms.phase``: its name).
     fn phase(&mut self, key: &str, name: &str) -> R<()> {
@@ -272,20 +260,12 @@ impl Kvs<'_> {
     }
     fn int(&mut self, key: &str, v: i64) {
         self.sep();
-        self.out.push_str("{\"key\":\"");
-        self.out.push_str(key);
-        self.out.push_str("\",\"value\":{\"intValue\":\"");
-        push_i64(self.out, v);
-        self.out.push_str("\"}}");
+        push_kv_int(self.out, key, v);
     }
     fn float(&mut self, key: &str, v: f64) {
         if v.is_finite() {
             self.sep();
-            self.out.push_str("{\"key\":\"");
-            self.out.push_str(key);
-            self.out.push_str("\",\"value\":{\"doubleValue\":");
-            push_float(self.out, v);
-            self.out.push_str("}}");
+            push_kv_float(self.out, key, v);
         }
     }
     fn dict(&mut self, d: Option<&Bound<'_, PyDict>>) -> R<()> {

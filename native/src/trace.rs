@@ -188,46 +188,57 @@ pub(crate) fn pymin(a: f64, b: f64) -> f64 {
     if b < a { b } else { a }
 }
 
-/// An exact int as Python writes it (`f"{v}"`), through i64 (beyond it: a decline).
-pub(crate) fn push_int(out: &mut String, v: &Bound<'_, PyAny>) -> R<()> {
-    push_i64(out, v.extract()?);
-    Ok(())
+/// A KeyValue's text up to its value: `{"key":"<key>","value":{"<kind>":` (the key one of ours).
+fn push_key(out: &mut String, key: &str, kind: &str) {
+    out.push_str("{\"key\":\"");
+    out.push_str(key);
+    out.push_str("\",\"value\":{\"");
+    out.push_str(kind);
+    out.push_str("\":");
+}
+
+/// `_attr(key, v)` of a str.
+pub(crate) fn push_kv_str(out: &mut String, key: &str, v: &str) {
+    push_key(out, key, "stringValue");
+    push_str(out, v);
+    out.push_str("}}");
+}
+
+/// `_attr(key, v)` of an int (OTLP/JSON writes an int64 as a string).
+pub(crate) fn push_kv_int(out: &mut String, key: &str, v: i64) {
+    push_key(out, key, "intValue");
+    out.push('"');
+    push_i64(out, v);
+    out.push_str("\"}}");
+}
+
+/// `_attr(key, v)` of a float: nothing for a non-finite one; returns whether it wrote.
+pub(crate) fn push_kv_float(out: &mut String, key: &str, v: f64) -> bool {
+    if !v.is_finite() {
+        return false;
+    }
+    push_key(out, key, "doubleValue");
+    push_float(out, v);
+    out.push_str("}}");
+    true
 }
 
 /// `_attr(key, v)`: one KeyValue, nothing for None or a non-finite float. Returns whether it wrote.
 pub(crate) fn push_attr(out: &mut String, key: &str, v: &Bound<'_, PyAny>) -> R<bool> {
-    let head = |out: &mut String, kind: &str| {
-        out.push_str("{\"key\":\"");
-        out.push_str(key);
-        out.push_str("\",\"value\":{\"");
-        out.push_str(kind);
-        out.push_str("\":");
-    };
     if let Ok(s) = v.cast_exact::<PyString>() {
-        head(out, "stringValue");
-        push_str(out, s.to_str()?);
+        push_kv_str(out, key, s.to_str()?);
     } else if v.is_exact_instance_of::<PyInt>() {
-        head(out, "intValue");
-        out.push('"');
-        push_int(out, v)?;
-        out.push('"');
+        push_kv_int(out, key, v.extract()?); // beyond i64: a decline
     } else if v.is_exact_instance_of::<PyFloat>() {
-        let f: f64 = v.extract()?;
-        if !f.is_finite() {
-            return Ok(false);
-        }
-        head(out, "doubleValue");
-        push_float(out, f);
+        return Ok(push_kv_float(out, key, v.extract()?));
     } else if v.is_exact_instance_of::<PyBool>() {
-        head(out, "boolValue");
-        out.push_str(if v.is_truthy()? { "true" } else { "false" });
+        push_key(out, key, "boolValue");
+        out.push_str(if v.is_truthy()? { "true}}" } else { "false}}" });
     } else if v.is_none() {
         return Ok(false);
     } else {
-        head(out, "stringValue");
-        push_str(out, v.str()?.to_str()?);
+        push_kv_str(out, key, v.str()?.to_str()?);
     }
-    out.push_str("}}");
     Ok(true)
 }
 
@@ -287,14 +298,20 @@ pub(crate) fn push_status(out: &mut String, error: &str) {
     out.push('}');
 }
 
-/// `_Trace.span_id`: the first 8 bytes of SHA-256 of `key` (trace id, place), hex; never all zero.
-pub(crate) fn span_id(key: &[u8]) -> String {
-    let d = Sha256::digest(key);
-    let mut s = String::with_capacity(16);
-    for b in &d[..8] {
+/// Lower-case hex of ``bytes`` (a digest's first bytes: span and trace ids).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(2 * bytes.len());
+    for b in bytes {
         s.push(HEX[usize::from(b >> 4)] as char);
         s.push(HEX[usize::from(b & 0xf)] as char);
     }
+    s
+}
+
+/// `_Trace.span_id`: the first 8 bytes of SHA-256 of `key` (trace id, place), hex; never all zero.
+pub(crate) fn span_id(key: &[u8]) -> String {
+    let d = Sha256::digest(key);
+    let mut s = hex(&d[..8]);
     if d[..8].iter().all(|b| *b == 0) {
         s.replace_range(15.., "1");
     }
@@ -517,27 +534,15 @@ pub(crate) fn push_job(out: &mut String, x: &JobContext<'_>, sid: &str, j: &JobV
     push_span_head(out, x.head, sid, x.parent, &n.span, s, e)?;
     // the KeyValues in the encoder's order, each followed by a comma (the last one cut)
     if let Some(g) = gid {
-        out.push_str("{\"key\":\"");
-        out.push_str(&n.id);
-        out.push_str("\",\"value\":{\"stringValue\":");
-        push_str(out, g);
-        out.push_str("}},");
+        push_kv_str(out, &n.id, g);
+        out.push(',');
     }
-    out.push_str("{\"key\":\"");
-    out.push_str(&n.category);
-    out.push_str("\",\"value\":{\"stringValue\":");
-    push_str(out, cat);
-    out.push_str("}},{\"key\":\"");
-    out.push_str(&n.cpus);
-    out.push_str("\",\"value\":{\"intValue\":\"");
-    push_i64(out, j.cpus);
-    out.push_str("\"}},");
-    if cpu_secs.is_finite() {
-        out.push_str("{\"key\":\"");
-        out.push_str(&n.cpu_seconds);
-        out.push_str("\",\"value\":{\"doubleValue\":");
-        push_float(out, cpu_secs);
-        out.push_str("}},");
+    push_kv_str(out, &n.category, cat);
+    out.push(',');
+    push_kv_int(out, &n.cpus, j.cpus);
+    out.push(',');
+    if push_kv_float(out, &n.cpu_seconds, cpu_secs) {
+        out.push(',');
     }
     for (key, v) in [(&n.cpu_used, &j.used), (&n.memory, &j.memory), (&n.memory_used, &j.memory_used), (&n.gpus, &j.gpus)] {
         if push_attr(out, key, v)? {
